@@ -1,0 +1,264 @@
+"""Client configuration: one declarative table of every key, its default, its bounds and its KIP.
+
+Keys are Kafka's config names in snake_case with the Java client's defaults.  ``resolve`` checks a
+client's keyword arguments against the table: an unknown key, a wrong type or an out-of-range value
+raises ``ConfigError`` naming the key, so mistakes surface at construction, not on the first send.
+The same table feeds docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import ConfigError
+
+_PRODUCER, _CONSUMER, _ADMIN = "producer", "consumer", "admin"
+_ALL = frozenset({_PRODUCER, _CONSUMER, _ADMIN})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration key."""
+
+    name: str
+    types: tuple[type, ...]
+    default: Any
+    doc: str
+    clients: frozenset[str] = _ALL
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    kip: str | None = None
+    #: extra check returning an error message or None
+    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+
+    def validate(self, value: Any) -> Any:
+        if value is None:
+            if self.nullable:
+                return None
+            raise ConfigError(f"{self.name}: must not be None")
+        if isinstance(value, bool) and bool not in self.types:
+            raise ConfigError(f"{self.name}: expected {self._type_names()}, got bool {value!r}")
+        if not isinstance(value, self.types):
+            if float in self.types and isinstance(value, int):
+                value = float(value)
+            else:
+                raise ConfigError(
+                    f"{self.name}: expected {self._type_names()}, got {type(value).__name__} {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.name}: {value!r} is not one of {', '.join(map(repr, self.choices))}")
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(f"{self.name}: {value!r} is below the minimum {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(f"{self.name}: {value!r} is above the maximum {self.maximum:g}")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise ConfigError(f"{self.name}: {problem}")
+        return value
+
+    def _type_names(self) -> str:
+        return " or ".join(t.__name__ for t in self.types)
+
+
+def _bootstrap_check(value: Any) -> str | None:
+    servers = [value] if isinstance(value, str) else list(value)
+    if not servers:
+        return "needs at least one host:port"
+    for s in servers:
+        if not isinstance(s, str):
+            return f"{s!r} is not a host:port string"
+        host, sep, port = s.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return f"{s!r} is not host:port"
+    return None
+
+
+_INT = (int,)
+_P, _C = frozenset({_PRODUCER}), frozenset({_CONSUMER})
+_MAX_INT = 2**31 - 1
+
+OPTIONS: tuple[Option, ...] = (
+    # ---- common
+    Option("bootstrap_servers", (str, list, tuple), "127.0.0.1:9092", "host:port list to discover the cluster from",
+           check=_bootstrap_check),
+    Option("client_id", (str,), "akresil", "sent with every request; a label in metrics and broker logs"),
+    Option("request_timeout_ms", _INT, 30_000, "how long to wait for a response once a request is written",
+           minimum=1, maximum=_MAX_INT, kip="KIP-91"),
+    Option("retry_backoff_ms", _INT, 100, "first retry backoff (exponential, ±20% jitter)", minimum=0,
+           maximum=_MAX_INT, kip="KIP-580"),
+    Option("retry_backoff_max_ms", _INT, 1_000, "cap of the exponential retry backoff", minimum=0,
+           maximum=_MAX_INT, kip="KIP-580"),
+    Option("reconnect_backoff_ms", _INT, 50, "first reconnect backoff (exponential, ±20% jitter)", minimum=0,
+           maximum=_MAX_INT, kip="KIP-144"),
+    Option("reconnect_backoff_max_ms", _INT, 1_000, "cap of the reconnect backoff", minimum=0, maximum=_MAX_INT,
+           kip="KIP-144"),
+    Option("socket_connection_setup_timeout_ms", _INT, 10_000, "time allowed to connect (TCP+TLS+SASL)",
+           minimum=1, maximum=_MAX_INT),
+    Option("metadata_max_age_ms", _INT, 300_000, "refresh metadata at least this often", minimum=0,
+           maximum=_MAX_INT),
+    Option("connections_max_idle_ms", _INT, 540_000, "close connections idle this long", minimum=0,
+           maximum=_MAX_INT),
+    Option("max_in_flight_requests_per_connection", _INT, 5, "pipelined requests per connection", minimum=1,
+           maximum=1_000),
+    Option("security_protocol", (str,), "PLAINTEXT", "transport security",
+           choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    Option("ssl_context", (ssl.SSLContext,), None, "TLS context for SSL / SASL_SSL", nullable=True),
+    Option("sasl_mechanism", (str,), "PLAIN", "SASL mechanism",
+           choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    Option("sasl_plain_username", (str,), None, "SASL user name", nullable=True),
+    Option("sasl_plain_password", (str,), None, "SASL password (never logged)", nullable=True),
+    Option("metrics_registry", (object,), None, "prometheus_client CollectorRegistry; None disables metrics",
+           nullable=True),
+    # ---- producer
+    Option("acks", (int, str), "all", "acknowledgements the leader waits for", clients=_P,
+           choices=(0, 1, -1, "all", "0", "1", "-1")),
+    Option("enable_idempotence", (bool,), True, "exactly-once per partition: producer id + sequence numbers",
+           clients=_P),
+    Option("linger_ms", _INT, 5, "wait up to this long for a batch to fill", clients=_P, minimum=0,
+           maximum=_MAX_INT),
+    Option("batch_size", _INT, 16_384, "target batch size in bytes", clients=_P, minimum=0, maximum=_MAX_INT),
+    Option("buffer_memory", _INT, 33_554_432, "bytes of records buffered before enqueue blocks", clients=_P,
+           minimum=1, maximum=2**62),
+    Option("max_block_ms", _INT, 60_000, "how long enqueue/send wait for buffer space or metadata", clients=_P,
+           minimum=0, maximum=_MAX_INT),
+    Option("delivery_timeout_ms", _INT, 120_000, "upper bound from send() return to success or failure",
+           clients=_P, minimum=1, maximum=_MAX_INT, kip="KIP-91"),
+    Option("max_request_size", _INT, 1_048_576, "largest request (and record) the producer sends", clients=_P,
+           minimum=1, maximum=_MAX_INT),
+    Option("compression_type", (str,), "none", "batch compression codec", clients=_P,
+           choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    Option("partitioner", (object,), None, "callable(topic, key, num_partitions) -> partition", clients=_P,
+           nullable=True),
+    Option("partitioner_ignore_keys", (bool,), False, "sticky-partition keyed records too", clients=_P),
+    Option("transactional_id", (str,), None, "not supported yet", clients=_P, nullable=True,
+           check=lambda v: "transactions are not supported yet"),
+    # ---- consumer
+    Option("group_id", (str,), None, "consumer group; None for manual assignment only", clients=_C,
+           nullable=True),
+    Option("group_instance_id", (str,), None, "static membership id (KIP-345)", clients=_C, nullable=True),
+    Option("session_timeout_ms", _INT, 45_000, "group session timeout", clients=_C, minimum=1, maximum=_MAX_INT),
+    Option("heartbeat_interval_ms", _INT, 3_000, "heartbeat period", clients=_C, minimum=1, maximum=_MAX_INT),
+    Option("max_poll_interval_ms", _INT, 300_000, "max time between polls before leaving the group",
+           clients=_C, minimum=1, maximum=_MAX_INT),
+    Option("rebalance_timeout_ms", _INT, None, "defaults to max_poll_interval_ms", clients=_C, nullable=True,
+           minimum=1, maximum=_MAX_INT),
+    Option("partition_assignment_strategy", (str, list, tuple), ("range", "cooperative-sticky"),
+           "assignors in preference order", clients=_C),
+    Option("fetch_min_bytes", _INT, 1, "broker waits for this many bytes", clients=_C, minimum=0,
+           maximum=_MAX_INT),
+    Option("fetch_max_bytes", _INT, 52_428_800, "max bytes per fetch response", clients=_C, minimum=0,
+           maximum=_MAX_INT),
+    Option("fetch_max_wait_ms", _INT, 500, "broker waits at most this long for fetch_min_bytes", clients=_C,
+           minimum=0, maximum=_MAX_INT),
+    Option("max_partition_fetch_bytes", _INT, 1_048_576, "max bytes per partition per fetch", clients=_C,
+           minimum=0, maximum=_MAX_INT),
+    Option("max_poll_records", _INT, 500, "records per __anext__ refill / default getmany cap", clients=_C,
+           minimum=1, maximum=_MAX_INT),
+    Option("isolation_level", (str,), "read_uncommitted", "skip aborted transactional records?", clients=_C,
+           choices=("read_uncommitted", "read_committed")),
+    Option("auto_offset_reset", (str,), "latest", "where to start without a committed offset", clients=_C,
+           choices=("earliest", "latest", "none")),
+    Option("enable_auto_commit", (bool,), True, "commit positions periodically", clients=_C),
+    Option("auto_commit_interval_ms", _INT, 5_000, "auto-commit period", clients=_C, minimum=1,
+           maximum=_MAX_INT),
+    Option("check_crcs", (bool,), True, "verify record batch CRCs", clients=_C),
+)
+
+OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+class Config:
+    """Resolved, validated configuration of one client (attribute access, immutable)."""
+
+    __slots__ = ("_values", "kind")
+
+    def __init__(self, kind: str, values: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is immutable")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def replace(self, **changes: Any) -> "Config":
+        return resolve(self.kind, {**self._explicit(), **changes})
+
+    def _explicit(self) -> dict[str, Any]:
+        return {k: v for k, v in self._values.items() if k in OPTIONS_BY_NAME}
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if "password" in k and v is not None else v) for k, v in self._values.items()}
+        return f"Config({self.kind}, {shown})"
+
+
+def options_for(kind: str) -> list[Option]:
+    return [o for o in OPTIONS if kind in o.clients]
+
+
+def resolve(kind: str, kwargs: Mapping[str, Any], extra: Iterable[str] = ()) -> Config:
+    """Validate ``kwargs`` for a client ``kind`` and fill in defaults.
+
+    ``extra`` names keys a caller handles itself (e.g. ``key_serializer``); they pass through unchecked.
+    """
+    allowed = {o.name: o for o in options_for(kind)}
+    extra = set(extra)
+    values: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in extra:
+            values[key] = value
+            continue
+        opt = allowed.get(key)
+        if opt is None:
+            where = "" if key not in OPTIONS_BY_NAME else f" (it is a {'/'.join(sorted(OPTIONS_BY_NAME[key].clients))} setting)"
+            hint = get_close_matches(key, list(allowed) + list(extra), n=1)
+            raise ConfigError(f"{key}: unknown {kind} configuration key{where}"
+                              + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        values[key] = opt.validate(value)
+    for name, opt in allowed.items():
+        values.setdefault(name, opt.default)
+    _cross_check(kind, values)
+    return Config(kind, values)
+
+
+def _cross_check(kind: str, v: dict[str, Any]) -> None:
+    if isinstance(v["bootstrap_servers"], str):
+        v["bootstrap_servers"] = [s.strip() for s in v["bootstrap_servers"].split(",") if s.strip()]
+    else:
+        v["bootstrap_servers"] = list(v["bootstrap_servers"])
+    if v["security_protocol"].startswith("SASL_"):
+        if v["sasl_plain_username"] is None or v["sasl_plain_password"] is None:
+            raise ConfigError(f"sasl_plain_username/sasl_plain_password: required with "
+                              f"security_protocol={v['security_protocol']}")
+    if kind == _PRODUCER:
+        acks = v["acks"]
+        v["acks"] = -1 if acks in ("all", "-1", -1) else int(acks)
+        if v["delivery_timeout_ms"] < v["linger_ms"] + v["request_timeout_ms"]:
+            raise ConfigError(
+                f"delivery_timeout_ms: must be >= linger_ms + request_timeout_ms "
+                f"({v['delivery_timeout_ms']} < {v['linger_ms']} + {v['request_timeout_ms']})")
+        if v["enable_idempotence"]:
+            if v["acks"] != -1:
+                raise ConfigError("enable_idempotence: requires acks='all' (got acks="
+                                  f"{v['acks']}); set enable_idempotence=False to use weaker acks")
+            if v["max_in_flight_requests_per_connection"] > 5:
+                raise ConfigError("max_in_flight_requests_per_connection: must be <= 5 with enable_idempotence")
+    if kind == _CONSUMER:
+        if v["heartbeat_interval_ms"] >= v["session_timeout_ms"]:
+            raise ConfigError("heartbeat_interval_ms: must be lower than session_timeout_ms")
+        if v["rebalance_timeout_ms"] is None:
+            v["rebalance_timeout_ms"] = v["max_poll_interval_ms"]
+        strategies = v["partition_assignment_strategy"]
+        v["partition_assignment_strategy"] = (strategies,) if isinstance(strategies, str) else tuple(strategies)
