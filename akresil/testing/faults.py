@@ -1,0 +1,708 @@
+"""The fault proxy's script state and the pure decisions it drives (sans-IO).
+
+``FaultState`` holds what a test scripted (virtual leaders and epochs, throttles, latency, failing requests,
+version caps) and answers the proxy's questions about one request or response: which partitions to answer
+locally and with what error, how to rewrite a Metadata body, how long to throttle.  It never touches a socket
+and takes ``now_ms`` explicitly, so these rules are unit-tested with plain dicts and a fake clock; the I/O
+shell in ``proxy.py`` only moves bytes.
+
+Bodies are the protocol codec's dicts (snake_case names of Kafka's JSON message specs).  Script methods are
+called from the test's thread while the proxy reads on its loop thread, so every public method takes the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+TopicPartition = tuple[str, int]
+Body = dict[str, Any]
+
+# Kafka error codes the proxy synthesizes (facts from Kafka's protocol error table)
+NONE = 0
+NOT_LEADER_OR_FOLLOWER = 6
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 76
+
+# API keys the proxy understands beyond their header
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 10, 11, 12, 13, 14
+API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 18, 19, 22, 60
+
+#: first version whose response carries ``throttle_time_ms`` (from Kafka's message specs); others: from v0
+THROTTLE_FIELD_SINCE: dict[int, int] = {
+    0: 1, 1: 1, 2: 2, 3: 3, 8: 3, 9: 3, 10: 1, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1, 16: 1, 18: 1, 19: 2, 20: 1,
+    23: 2,
+}
+#: APIs whose responses have no ``throttle_time_ms`` in any version
+NO_THROTTLE_FIELD: frozenset[int] = frozenset({4, 5, 6, 7, 17, 36})
+#: first version from which a throttle means "the client mutes itself" (KIP-219); below it the broker delays
+#: the response itself.  APIs newer than KIP-219 are absent: from v0.
+KIP219_SINCE: dict[int, int] = {
+    0: 6, 3: 6, 1: 8, 2: 3, 11: 3, 19: 3, 8: 4, 9: 4, 10: 2, 12: 2, 13: 2, 14: 2, 15: 2, 16: 2, 18: 2, 20: 2,
+    22: 1, 21: 1, 37: 1,
+}
+#: first versions carrying KIP-951 leader hints (CurrentLeader + NodeEndpoints)
+PRODUCE_HINT_SINCE = 10
+FETCH_HINT_SINCE = 16
+#: Produce v13+ / Fetch v13+ name topics by id
+TOPIC_ID_SINCE = 13
+
+
+def has_throttle_field(api_key: int, version: int) -> bool:
+    return api_key not in NO_THROTTLE_FIELD and version >= THROTTLE_FIELD_SINCE.get(api_key, 0)
+
+
+def throttle_mutes_client(api_key: int, version: int) -> bool:
+    """True when the client itself honours the throttle (KIP-219), so the broker answers at once."""
+    return version >= KIP219_SINCE.get(api_key, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(slots=True)
+class _Leadership:
+    node_id: int
+    bumps: int
+    hint: bool
+
+
+@dataclass(slots=True)
+class _Stale:
+    node_id: int
+    epoch: int
+    until_ms: float
+
+
+@dataclass(slots=True)
+class FailRule:
+    api_key: int
+    error_code: int
+    remaining: int | None  # None: until clear()
+    node_id: int | None
+    partitions: frozenset[TopicPartition] | None
+
+
+@dataclass(slots=True)
+class ThrottleRule:
+    node_id: int
+    ms: int
+    client_id: str | None
+    remaining: int
+
+
+@dataclass(slots=True)
+class LatencyRule:
+    node_id: int | None
+    ms: float
+    api_key: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    """The proxy's own answer for one partition of a Produce / Fetch request."""
+
+    topic: str
+    partition: int
+    error_code: int
+    #: KIP-951 hint (leader id, epoch) to include, or None
+    hint: tuple[int, int] | None
+
+
+@dataclass(slots=True)
+class PartitionPlan:
+    """How a Produce / Fetch request is handled: answered partitions and the body left to forward."""
+
+    answers: list[PartitionAnswer]
+    #: the request body with answered partitions removed; None when nothing is left to forward
+    forward: Body | None
+    #: the forwarded body differs from what the client sent (must be re-encoded)
+    modified: bool
+
+
+# ------------------------------------------------------------------------------------------ layout tables
+# (topics key, topic-name key, partitions key, partition-index key) per API and direction
+_REQ_LAYOUT = {PRODUCE: ("topic_data", "name", "partition_data", "index"),
+               FETCH: ("topics", "topic", "partitions", "partition"),
+               LIST_OFFSETS: ("topics", "name", "partitions", "partition_index")}
+_RESP_LAYOUT = {PRODUCE: ("responses", "name", "partition_responses", "index"),
+                FETCH: ("responses", "topic", "partitions", "partition_index"),
+                LIST_OFFSETS: ("topics", "name", "partitions", "partition_index")}
+
+#: APIs ``fail_requests`` can answer with a synthesized error (others would need a forwarded side effect)
+FAILABLE_APIS: frozenset[int] = frozenset({
+    PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT,
+    LEAVE_GROUP, SYNC_GROUP, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID})
+PARTITIONED_APIS: frozenset[int] = frozenset({PRODUCE, FETCH})
+
+
+class FaultState:
+    """Scripted faults and virtual-cluster bookkeeping; every method is thread-safe and I/O-free."""
+
+    def __init__(self, node_ids: Sequence[int], *, coordinator_node: int | None = None,
+                 controller_node: int | None = None) -> None:
+        ids = tuple(node_ids)
+        if not ids:
+            raise ValueError("nodes: need at least one virtual node")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"nodes: duplicate node ids in {ids}")
+        for n in ids:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"nodes: node id {n!r} must be a non-negative int")
+        self.node_ids: tuple[int, ...] = ids
+        self._lock = threading.RLock()
+        self._endpoints: dict[int, Endpoint] = {}
+        self._real_epoch: dict[TopicPartition, int] = {}
+        self._leaders: dict[TopicPartition, _Leadership] = {}
+        self._stale: dict[TopicPartition, _Stale] = {}
+        self._topic_names: dict[Any, str] = {}
+        self._topic_ids: dict[str, Any] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._fail_rules: list[FailRule] = []
+        self._throttles: list[ThrottleRule] = []
+        self._latency: list[LatencyRule] = []
+        self._caps: dict[int, int] = {}
+        self._coordinator = self._check_node(coordinator_node if coordinator_node is not None else ids[0],
+                                             "coordinator_node")
+        self._controller = self._check_node(controller_node if controller_node is not None else ids[0],
+                                            "controller_node")
+
+    # ------------------------------------------------------------------ topology
+    def _check_node(self, node: int, what: str = "node") -> int:
+        if node not in self.node_ids:
+            raise ValueError(f"{what}: {node!r} is not a virtual node id (have {list(self.node_ids)})")
+        return node
+
+    def set_endpoint(self, node: int, host: str, port: int) -> None:
+        with self._lock:
+            self._endpoints[self._check_node(node)] = Endpoint(node, host, port)
+
+    def endpoint(self, node: int) -> Endpoint | None:
+        with self._lock:
+            return self._endpoints.get(node)
+
+    def endpoints(self) -> list[Endpoint]:
+        with self._lock:
+            return [self._endpoints[n] for n in self.node_ids if n in self._endpoints]
+
+    def set_coordinator(self, node: int) -> None:
+        with self._lock:
+            self._coordinator = self._check_node(node, "coordinator")
+
+    def set_controller(self, node: int) -> None:
+        with self._lock:
+            self._controller = self._check_node(node, "controller")
+
+    @property
+    def coordinator(self) -> int:
+        return self._coordinator
+
+    @property
+    def controller(self) -> int:
+        return self._controller
+
+    # ------------------------------------------------------------------ leadership
+    def _default_leader(self, partition: int) -> int:
+        return self.node_ids[partition % len(self.node_ids)]
+
+    def _leader_unlocked(self, tp: TopicPartition) -> tuple[int, int]:
+        lead = self._leaders.get(tp)
+        base = max(self._real_epoch.get(tp, 0), 0)
+        if lead is None:
+            return self._default_leader(tp[1]), base
+        return lead.node_id, base + lead.bumps
+
+    def leader(self, topic: str, partition: int) -> tuple[int, int]:
+        """Current (leader node id, leader epoch) of a partition as the proxy presents it."""
+        with self._lock:
+            return self._leader_unlocked((topic, partition))
+
+    def known_partitions(self) -> list[TopicPartition]:
+        """Partitions seen in Metadata responses so far."""
+        with self._lock:
+            return [(t, p) for t, n in self._partition_counts.items() for p in range(n)]
+
+    def move_leader(self, topic: str, partition: int, to_node: int, *, now_ms: float, hint: bool = True,
+                    stale_metadata_for_ms: float = 0.0) -> int:
+        """Make ``to_node`` the leader with a bumped epoch; returns the new epoch.
+
+        Moved partitions are enforced on every node: any other node answers their Produce / Fetch with
+        NOT_LEADER_OR_FOLLOWER.  With ``stale_metadata_for_ms`` Metadata keeps showing the previous leader
+        and epoch for that long (a lagging metadata view), while the old leader already refuses.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"topic: must be a non-empty str, got {topic!r}")
+        if not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition: must be an int >= 0, got {partition!r}")
+        if stale_metadata_for_ms < 0:
+            raise ValueError(f"stale_metadata_for_s: must be >= 0, got {stale_metadata_for_ms / 1000}")
+        with self._lock:
+            self._check_node(to_node, "to_node")
+            tp = (topic, partition)
+            old_node, old_epoch = self._leader_unlocked(tp)
+            lead = self._leaders.get(tp)
+            bumps = lead.bumps + 1 if lead else 1
+            self._leaders[tp] = _Leadership(to_node, bumps, hint)
+            if stale_metadata_for_ms > 0:
+                prev = self._stale.get(tp)
+                if prev is not None and prev.until_ms > now_ms:   # keep showing the oldest view
+                    prev.until_ms = now_ms + stale_metadata_for_ms
+                else:
+                    self._stale[tp] = _Stale(old_node, old_epoch, now_ms + stale_metadata_for_ms)
+            else:
+                self._stale.pop(tp, None)
+            return self._leader_unlocked(tp)[1]
+
+    def move_all_leaders(self, to_node: int | None = None, *, now_ms: float, from_node: int | None = None,
+                         topic: str | None = None, hint: bool = True,
+                         stale_metadata_for_ms: float = 0.0) -> list[TopicPartition]:
+        """Move every known partition (optionally only those led by ``from_node`` / of ``topic``).
+
+        ``to_node=None`` rotates each partition to the next virtual node after its current leader.
+        Returns the moved partitions.
+        """
+        with self._lock:
+            if to_node is not None:
+                self._check_node(to_node, "to_node")
+            if from_node is not None:
+                self._check_node(from_node, "from_node")
+            moved: list[TopicPartition] = []
+            for tp in self.known_partitions():
+                if topic is not None and tp[0] != topic:
+                    continue
+                cur, _ = self._leader_unlocked(tp)
+                if from_node is not None and cur != from_node:
+                    continue
+                target = to_node
+                if target is None:
+                    target = self.node_ids[(self.node_ids.index(cur) + 1) % len(self.node_ids)]
+                if target == cur and to_node is not None:
+                    continue
+                self.move_leader(tp[0], tp[1], target, now_ms=now_ms, hint=hint,
+                                 stale_metadata_for_ms=stale_metadata_for_ms)
+                moved.append(tp)
+            return moved
+
+    def _metadata_view(self, tp: TopicPartition, now_ms: float) -> tuple[int, int]:
+        stale = self._stale.get(tp)
+        if stale is not None:
+            if stale.until_ms > now_ms:
+                return stale.node_id, stale.epoch
+            del self._stale[tp]
+        return self._leader_unlocked(tp)
+
+    # ------------------------------------------------------------------ scripted rules
+    def add_fail_rule(self, api_key: int, error_code: int, *, count: int | None = 1, node: int | None = None,
+                      partitions: Iterable[TopicPartition] | None = None) -> None:
+        if api_key not in FAILABLE_APIS:
+            raise ValueError(f"fail_requests: api_key {api_key} is not supported; supported: "
+                             f"{sorted(FAILABLE_APIS)}")
+        if not isinstance(error_code, int) or not -32768 <= error_code <= 32767 or error_code == 0:
+            raise ValueError(f"fail_requests: error_code must be a non-zero int16, got {error_code!r}")
+        if count is not None and (not isinstance(count, int) or count < 1):
+            raise ValueError(f"fail_requests: count must be an int >= 1 or None (forever), got {count!r}")
+        parts: frozenset[TopicPartition] | None = None
+        if partitions is not None:
+            if api_key not in PARTITIONED_APIS:
+                raise ValueError("fail_requests: partitions= only applies to Produce (0) and Fetch (1)")
+            parts = frozenset((str(t), int(p)) for t, p in partitions)
+        with self._lock:
+            if node is not None:
+                self._check_node(node)
+            self._fail_rules.append(FailRule(api_key, error_code, count, node, parts))
+
+    def add_throttle(self, node: int, ms: int, *, client_id: str | None = None, count: int = 1) -> None:
+        if not isinstance(ms, int) or ms <= 0:
+            raise ValueError(f"throttle: ms must be an int > 0, got {ms!r}")
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"throttle: count must be an int >= 1, got {count!r}")
+        with self._lock:
+            self._throttles.append(ThrottleRule(self._check_node(node), ms, client_id, count))
+
+    def add_latency(self, node: int | None, ms: float, *, api_key: int | None = None) -> None:
+        if ms < 0:
+            raise ValueError(f"add_latency: ms must be >= 0, got {ms!r}")
+        with self._lock:
+            if node is not None:
+                self._check_node(node)
+            self._latency.append(LatencyRule(node, float(ms), api_key))
+
+    def cap_version(self, api_key: int, max_version: int | None) -> None:
+        """Advertise at most ``max_version`` of an API in ApiVersions (-1 hides it, None removes the cap)."""
+        if not isinstance(api_key, int) or api_key < 0:
+            raise ValueError(f"cap_version: api_key must be an int >= 0, got {api_key!r}")
+        with self._lock:
+            if max_version is None:
+                self._caps.pop(api_key, None)
+            else:
+                self._caps[api_key] = int(max_version)
+
+    def clear(self) -> None:
+        """Drop every scripted rule and restore default leadership (epochs keep rising: never go back)."""
+        with self._lock:
+            self._fail_rules.clear()
+            self._throttles.clear()
+            self._latency.clear()
+            self._caps.clear()
+            self._stale.clear()
+            for tp, lead in list(self._leaders.items()):
+                default = self._default_leader(tp[1])
+                if lead.node_id != default:
+                    lead.node_id = default
+                    lead.bumps += 1
+                lead.hint = True
+
+    # ------------------------------------------------------------------ questions from the I/O shell
+    def needs_partition_plan(self, api_key: int) -> bool:
+        """Whether Produce / Fetch requests must be decoded to decide what to forward."""
+        with self._lock:
+            if self._leaders:
+                return True
+            return any(r.api_key == api_key for r in self._fail_rules)
+
+    def take_fail(self, api_key: int, node: int) -> int | None:
+        """Error code for a whole (non-partitioned) request, consuming one use of the matching rule."""
+        with self._lock:
+            for rule in self._fail_rules:
+                if rule.api_key == api_key and (rule.node_id is None or rule.node_id == node):
+                    self._consume(rule)
+                    return rule.error_code
+            return None
+
+    def has_fail_rule(self, api_key: int) -> bool:
+        with self._lock:
+            return any(r.api_key == api_key for r in self._fail_rules)
+
+    def _consume(self, rule: FailRule) -> None:
+        if rule.remaining is not None:
+            rule.remaining -= 1
+            if rule.remaining <= 0:
+                self._fail_rules.remove(rule)
+
+    def latency_ms(self, node: int, api_key: int) -> float:
+        with self._lock:
+            return sum(r.ms for r in self._latency
+                       if (r.node_id is None or r.node_id == node) and (r.api_key is None or r.api_key == api_key))
+
+    def has_latency(self) -> bool:
+        return bool(self._latency)
+
+    def has_throttle(self) -> bool:
+        return bool(self._throttles)
+
+    def take_throttle(self, node: int, client_id: str | None, api_key: int, version: int) -> int:
+        """Throttle (ms) to put into this response, consuming one use of the matching rule; 0 for none."""
+        if not self._throttles or not has_throttle_field(api_key, version):
+            return 0
+        with self._lock:
+            for rule in self._throttles:
+                if rule.node_id == node and (rule.client_id is None or rule.client_id == client_id):
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        self._throttles.remove(rule)
+                    return rule.ms
+            return 0
+
+    # ------------------------------------------------------------------ topic names
+    def topic_name(self, entry: Body, name_key: str, version: int) -> str | None:
+        if version >= TOPIC_ID_SINCE and "topic_id" in entry:
+            with self._lock:
+                return self._topic_names.get(_id_key(entry["topic_id"]))
+        name = entry.get(name_key)
+        return name if isinstance(name, str) else None
+
+    # ------------------------------------------------------------------ Produce / Fetch planning
+    def plan_partitions(self, api_key: int, version: int, node: int, body: Body) -> PartitionPlan:
+        """Split a Produce / Fetch request into partitions the proxy answers itself and the rest."""
+        topics_key, name_key, parts_key, index_key = _REQ_LAYOUT[api_key]
+        hint_ok = version >= (PRODUCE_HINT_SINCE if api_key == PRODUCE else FETCH_HINT_SINCE)
+        answers: list[PartitionAnswer] = []
+        kept_topics: list[Body] = []
+        modified = False
+        with self._lock:
+            rules = [r for r in self._fail_rules if r.api_key == api_key and r.node_id in (None, node)]
+            fired: set[int] = set()
+            for entry in body.get(topics_key) or ():
+                topic = self.topic_name(entry, name_key, version)
+                kept: list[Body] = []
+                for part in entry.get(parts_key) or ():
+                    index = part[index_key]
+                    answer = None
+                    if topic is not None:
+                        answer = self._answer_unlocked(api_key, node, (topic, index), part, hint_ok, rules, fired)
+                    if answer is not None:
+                        answers.append(answer)
+                        modified = True
+                        continue
+                    if api_key == FETCH and topic is not None and (topic, index) in self._leaders \
+                            and part.get("current_leader_epoch", -1) >= 0:
+                        # the broker's real epoch differs from the virtual one: ask it not to check
+                        part = dict(part, current_leader_epoch=-1)
+                        modified = True
+                    kept.append(part)
+                if kept:
+                    kept_topics.append(entry if len(kept) == len(entry.get(parts_key) or ()) and not modified
+                                       else dict(entry, **{parts_key: kept}))
+            for i in sorted(fired, reverse=True):
+                self._consume(rules[i])
+        if not modified:
+            return PartitionPlan([], body, False)
+        forward = dict(body, **{topics_key: kept_topics}) if kept_topics else None
+        return PartitionPlan(answers, forward, True)
+
+    def _answer_unlocked(self, api_key: int, node: int, tp: TopicPartition, part: Body, hint_ok: bool,
+                         rules: list[FailRule], fired: set[int]) -> PartitionAnswer | None:
+        lead = self._leaders.get(tp)
+        if lead is not None:
+            leader, epoch = self._leader_unlocked(tp)
+            if leader != node:
+                hint = (leader, epoch) if (lead.hint and hint_ok) else None
+                return PartitionAnswer(tp[0], tp[1], NOT_LEADER_OR_FOLLOWER, hint)
+            if api_key == FETCH:
+                client_epoch = part.get("current_leader_epoch", -1)
+                if 0 <= client_epoch < epoch:
+                    return PartitionAnswer(tp[0], tp[1], FENCED_LEADER_EPOCH, None)
+                if client_epoch > epoch:
+                    return PartitionAnswer(tp[0], tp[1], UNKNOWN_LEADER_EPOCH, None)
+        for i, rule in enumerate(rules):
+            if rule.partitions is None or tp in rule.partitions:
+                fired.add(i)
+                return PartitionAnswer(tp[0], tp[1], rule.error_code, None)
+        return None
+
+    def _topic_ref(self, api_key: int, version: int, topic: str) -> Body:
+        name_key = _RESP_LAYOUT[api_key][1]
+        if version >= TOPIC_ID_SINCE:
+            return {"topic_id": self._topic_ids.get(topic, bytes(16)), name_key: topic}
+        return {name_key: topic}
+
+    def merge_answers(self, api_key: int, version: int, body: Body | None,
+                      answers: Sequence[PartitionAnswer]) -> Body:
+        """Put the proxy's partition answers into a forwarded response (or build one from scratch)."""
+        topics_key, name_key, parts_key, _ = _RESP_LAYOUT[api_key]
+        if body is None:
+            body = {"throttle_time_ms": 0, topics_key: []}
+            if api_key == FETCH:
+                body.update(error_code=0, session_id=0)
+        with self._lock:
+            by_topic: dict[str, Body] = {}
+            for entry in body.setdefault(topics_key, []):
+                name = self.topic_name(entry, name_key, version)
+                if name is not None:
+                    by_topic[name] = entry
+            hinted: set[int] = set()
+            for a in answers:
+                entry = by_topic.get(a.topic)
+                if entry is None:
+                    entry = dict(self._topic_ref(api_key, version, a.topic), **{parts_key: []})
+                    body[topics_key].append(entry)
+                    by_topic[a.topic] = entry
+                entry[parts_key].append(_partition_error(api_key, a))
+                if a.hint is not None:
+                    hinted.add(a.hint[0])
+            if hinted:
+                endpoints = body.get("node_endpoints") or []
+                have = {e["node_id"] for e in endpoints}
+                for n in sorted(hinted - have):
+                    ep = self._endpoints.get(n)
+                    if ep is not None:
+                        endpoints.append({"node_id": n, "host": ep.host, "port": ep.port, "rack": None})
+                body["node_endpoints"] = endpoints
+        return body
+
+    # ------------------------------------------------------------------ response rewriting
+    def rewrite_metadata(self, body: Body, version: int, now_ms: float) -> Body:
+        """Present the virtual cluster: brokers, controller, leaders, replicas and epochs."""
+        with self._lock:
+            body["brokers"] = [{"node_id": e.node_id, "host": e.host, "port": e.port, "rack": None}
+                               for e in (self._endpoints[n] for n in self.node_ids if n in self._endpoints)]
+            body["controller_id"] = self._controller
+            replicas = list(self.node_ids)
+            for topic in body.get("topics") or ():
+                name = topic.get("name")
+                if not isinstance(name, str):
+                    continue
+                tid = topic.get("topic_id")
+                if tid is not None and not _is_zero_uuid(tid):
+                    self._topic_names[_id_key(tid)] = name
+                    self._topic_ids[name] = tid
+                parts = topic.get("partitions") or ()
+                if parts:
+                    top = max(p["partition_index"] for p in parts) + 1
+                    self._partition_counts[name] = max(self._partition_counts.get(name, 0), top)
+                for p in parts:
+                    tp = (name, p["partition_index"])
+                    real_epoch = p.get("leader_epoch", -1)
+                    if real_epoch is not None and real_epoch >= 0:
+                        self._real_epoch[tp] = real_epoch
+                    if p.get("leader_id", -1) < 0:
+                        continue   # the broker has no leader: keep its answer
+                    leader, epoch = self._metadata_view(tp, now_ms)
+                    p["leader_id"] = leader
+                    p["leader_epoch"] = epoch
+                    p["replica_nodes"] = [leader] + [n for n in replicas if n != leader]
+                    p["isr_nodes"] = list(p["replica_nodes"])
+                    p["offline_replicas"] = []
+        return body
+
+    def rewrite_find_coordinator(self, body: Body, version: int) -> Body:
+        with self._lock:
+            ep = self._endpoints.get(self._coordinator)
+            if ep is None:
+                return body
+            if version < 4:
+                if body.get("error_code", 0) == 0:
+                    body.update(node_id=ep.node_id, host=ep.host, port=ep.port)
+            else:
+                for c in body.get("coordinators") or ():
+                    if c.get("error_code", 0) == 0:
+                        c.update(node_id=ep.node_id, host=ep.host, port=ep.port)
+        return body
+
+    def rewrite_describe_cluster(self, body: Body, version: int) -> Body:
+        with self._lock:
+            body["brokers"] = [{"broker_id": e.node_id, "host": e.host, "port": e.port, "rack": None,
+                                "is_fenced": False} for e in self.endpoints()]
+            body["controller_id"] = self._controller
+        return body
+
+    def has_version_caps(self) -> bool:
+        return bool(self._caps)
+
+    def rewrite_api_versions(self, body: Body) -> Body:
+        with self._lock:
+            if not self._caps:
+                return body
+            kept = []
+            for entry in body.get("api_keys") or ():
+                cap = self._caps.get(entry["api_key"])
+                if cap is not None:
+                    if cap < entry["min_version"]:
+                        continue
+                    entry = dict(entry, max_version=min(entry["max_version"], cap))
+                kept.append(entry)
+            body["api_keys"] = kept
+        return body
+
+    # ------------------------------------------------------------------ whole-request errors
+    def error_response(self, api_key: int, version: int, error_code: int, request: Body) -> Body:
+        """A complete response body answering ``request`` with ``error_code`` (for ``fail_requests``)."""
+        return error_response_body(api_key, version, error_code, request)
+
+
+def _is_zero_uuid(topic_id: Any) -> bool:
+    if isinstance(topic_id, (bytes, bytearray, memoryview)):
+        return not any(bytes(topic_id))
+    return getattr(topic_id, "int", 1) == 0
+
+
+def _id_key(topic_id: Any) -> Any:
+    return bytes(topic_id) if isinstance(topic_id, (bytes, bytearray, memoryview)) else topic_id
+
+
+def _partition_error(api_key: int, a: PartitionAnswer) -> Body:
+    """One partition's error entry; fields left out take the spec's defaults (-1 offsets, no leader)."""
+    if api_key == PRODUCE:
+        out: Body = {"index": a.partition, "error_code": a.error_code, "base_offset": -1}
+    else:
+        out = {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": -1, "records": None}
+    if a.hint is not None:
+        out["current_leader"] = {"leader_id": a.hint[0], "leader_epoch": a.hint[1]}
+    return out
+
+
+def error_response_body(api_key: int, version: int, error_code: int, req: Body) -> Body:
+    """Build the error answer of a non-partitioned API at ``version``, echoing what the request named.
+
+    Only fields that differ from the spec's defaults are set: the codec fills the rest and rejects
+    non-default values for fields a version does not have."""
+    if api_key == METADATA:
+        topics = []
+        for t in req.get("topics") or ():
+            entry: Body = {"error_code": error_code, "name": t.get("name")}
+            if version >= 10:
+                entry["topic_id"] = t.get("topic_id") or bytes(16)
+            topics.append(entry)
+        body: Body = {"controller_id": -1, "topics": topics}
+        if version >= 13:
+            body["error_code"] = error_code
+        return body
+    if api_key == LIST_OFFSETS:
+        return {"topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": error_code, "timestamp": -1, "offset": -1}
+                for p in t.get("partitions") or ()]}
+            for t in req.get("topics") or ()]}
+    if api_key == OFFSET_COMMIT:
+        ref = "topic_id" if version >= 10 else "name"
+        return {"topics": [
+            {ref: t.get(ref) or (bytes(16) if ref == "topic_id" else ""), "partitions": [
+                {"partition_index": p["partition_index"], "error_code": error_code}
+                for p in t.get("partitions") or ()]}
+            for t in req.get("topics") or ()]}
+    if api_key == FIND_COORDINATOR:
+        if version < 4:
+            return {"error_code": error_code, "node_id": -1, "host": "", "port": -1}
+        return {"coordinators": [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": error_code}
+                                 for k in req.get("coordinator_keys") or ()]}
+    if api_key == JOIN_GROUP:
+        return {"error_code": error_code, "generation_id": -1, "member_id": req.get("member_id", "")}
+    if api_key in (SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, API_VERSIONS):
+        return {"error_code": error_code}
+    if api_key == CREATE_TOPICS:
+        return {"topics": [{"name": t["name"], "error_code": error_code} for t in req.get("topics") or ()]}
+    if api_key == INIT_PRODUCER_ID:
+        return {"error_code": error_code, "producer_id": -1, "producer_epoch": -1}
+    raise ValueError(f"no synthesized error response for api_key {api_key}")
+
+
+def collect_error_codes(body: Any) -> tuple[int, ...]:
+    """Every non-zero ``error_code`` in a decoded body, depth-first (for the recorder)."""
+    out: list[int] = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            code = node.get("error_code")
+            if isinstance(code, int) and code:
+                out.append(code)
+            for v in node.values():
+                if isinstance(v, (dict, list)):
+                    stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(reversed([v for v in node if isinstance(v, (dict, list))]))
+    return tuple(out)
+
+
+def partition_errors(api_key: int, version: int, body: Body, state: FaultState) -> dict[TopicPartition, int]:
+    """(topic, partition) -> error code of a Produce / Fetch response."""
+    topics_key, name_key, parts_key, index_key = _RESP_LAYOUT[api_key]
+    out: dict[TopicPartition, int] = {}
+    for entry in body.get(topics_key) or ():
+        name = state.topic_name(entry, name_key, version)
+        if name is None:
+            continue
+        for p in entry.get(parts_key) or ():
+            out[(name, p[index_key])] = p.get("error_code", 0)
+    return out
+
+
+def request_partitions(api_key: int, version: int, body: Body, state: FaultState) -> tuple[TopicPartition, ...]:
+    """Topic-partitions a Produce / Fetch / ListOffsets request names (for the recorder)."""
+    layout = _REQ_LAYOUT.get(api_key)
+    if layout is None:
+        return ()
+    topics_key, name_key, parts_key, index_key = layout
+    out: list[TopicPartition] = []
+    for entry in body.get(topics_key) or ():
+        name = state.topic_name(entry, name_key, version if api_key != LIST_OFFSETS else 0)
+        if name is None:
+            continue
+        out.extend((name, p[index_key]) for p in entry.get(parts_key) or ())
+    return tuple(out)
