@@ -1,0 +1,535 @@
+"""The producer's record accumulator: per-partition batch queues with delivery deadlines (KIP-91).
+
+Pure logic driven by the I/O shell with explicit ``now`` (monotonic ms):
+
+* ``append`` puts a record into its partition's open batch (or a new one) within ``buffer_memory``;
+* ``drain`` hands out batches grouped by leader node for nodes the shell says are sendable, keeping
+  per-partition order; ``on_batch_success`` / ``on_batch_error`` report the outcome;
+* ``expire`` fails batches whose ``created_at + delivery_timeout_ms`` has passed, whether queued, backing
+  off or in flight (a late response for an expired batch is ignored);
+* ``next_wakeup`` names the earliest timer (linger end, retry backoff end, delivery deadline) so the shell
+  sleeps exactly until then: no polling.
+
+Readiness follows Java: a partition is ready when its head batch is full (or not the last), lingered,
+retried (backoff over), or when the producer flushes, closes or has appenders waiting for memory. A node
+with a ready partition is drained, and its other partitions ride along in the same request (one batch per
+partition per request, up to ``max_request_size``).
+
+Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
+idempotence up to ``max_in_flight`` batches are in flight, sequence numbers are assigned at first drain in
+queue order, a retried batch goes back into the queue in creation order (ahead of newer batches) and is
+resent only once no older batch of its partition is still outstanding. Without idempotence and with more
+than one request in flight, a retry may overtake (Kafka's documented behaviour).
+
+Memory: every record reserves an upper-bound estimate of its encoded size (plus the batch header for a new
+batch) until its batch completes. When ``append`` finds no room it appends nothing; the shell registers a
+``SpaceWaiter`` (FIFO) whose ``wake`` callback fires when enough bytes are released, and enforces
+``max_block_ms`` itself (raising ``BufferFullError``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections import deque
+from operator import attrgetter
+from typing import Callable, Container, Iterable, Iterator, NamedTuple, Sequence
+
+from ..errors import ClientClosedError, ConfigError, DeliveryTimeoutError, IllegalStateError, RecordTooLargeError
+from ..types import TopicPartition
+from . import events
+from .backoff import ExponentialBackoff, RandomSource
+from .batch import (BATCH_OVERHEAD, BatchState, Header, PayloadBuilder, ProducerBatch, RecordCallback,
+                    estimate_record_size)
+from .events import Hooks
+from .retry import RetryDecision, backing_off, observe_leader_epoch, plan_retry
+
+_MAX_SEQUENCE = 2**31
+_index_key = attrgetter("index")
+
+LeaderOf = Callable[[TopicPartition], "tuple[int, int] | None"]
+
+
+def validate_delivery_timeout(delivery_timeout_ms: float, linger_ms: float, request_timeout_ms: float) -> None:
+    """KIP-91: a record must get at least one full linger and one full request before it can expire."""
+    if delivery_timeout_ms < linger_ms + request_timeout_ms:
+        raise ConfigError(
+            f"delivery_timeout_ms ({delivery_timeout_ms}) must be >= linger_ms ({linger_ms}) + "
+            f"request_timeout_ms ({request_timeout_ms})")
+
+
+class AppendResult(NamedTuple):
+    appended: bool
+    batch: ProducerBatch | None
+    new_batch: bool
+    #: the partition now has a batch that will not grow further: the sender has work
+    batch_full: bool
+    #: bytes the record reserves (or would have reserved when ``appended`` is False)
+    needed_bytes: int
+
+
+class DrainResult(NamedTuple):
+    batches: dict[int, list[ProducerBatch]]
+    #: partitions with queued batches but no known leader: the shell should refresh metadata
+    unknown_leaders: list[TopicPartition]
+
+
+class ExpiredBatch(NamedTuple):
+    batch: ProducerBatch
+    stage: str
+
+
+class SpaceWaiter:
+    """An appender waiting for ``needed`` bytes; ``wake()`` is the shell's hook (e.g. ``event.set``)."""
+
+    __slots__ = ("needed", "wake", "woken")
+
+    def __init__(self, needed: int, wake: Callable[[], None]) -> None:
+        self.needed = needed
+        self.wake = wake
+        self.woken = False
+
+    def __repr__(self) -> str:
+        return f"SpaceWaiter(needed={self.needed}, woken={self.woken})"
+
+
+class _Partition:
+    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "next_index")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.queue: deque[ProducerBatch] = deque()
+        self.in_flight: list[ProducerBatch] = []     # sorted by batch index (creation order)
+        self.next_sequence = 0
+        self.next_index = 0
+
+
+class RecordAccumulator:
+    """Batches per partition between ``append`` and a broker's acknowledgement."""
+
+    def __init__(self, *, batch_size: int = 16_384, linger_ms: float = 5, delivery_timeout_ms: float = 120_000,
+                 request_timeout_ms: float = 30_000, buffer_memory: int = 33_554_432,
+                 retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000, max_in_flight: int = 5,
+                 enable_idempotence: bool = False, retries: int = 2**31 - 1, max_request_size: int = 1_048_576,
+                 compression_type: str = "none",
+                 new_payload: Callable[[TopicPartition], PayloadBuilder] | None = None,
+                 rng: RandomSource | None = None, hooks: Hooks | None = None,
+                 on_batch_done: Callable[[ProducerBatch], None] | None = None) -> None:
+        validate_delivery_timeout(delivery_timeout_ms, linger_ms, request_timeout_ms)
+        for key, value, minimum in (("batch_size", batch_size, 0), ("linger_ms", linger_ms, 0),
+                                    ("buffer_memory", buffer_memory, 1), ("max_in_flight_requests_per_connection",
+                                                                          max_in_flight, 1),
+                                    ("retries", retries, 0), ("max_request_size", max_request_size, 1)):
+            if value < minimum:
+                raise ConfigError(f"{key}: must be >= {minimum}, got {value!r}")
+        if enable_idempotence and max_in_flight > 5:
+            raise ConfigError("max_in_flight_requests_per_connection: must be <= 5 with enable_idempotence")
+        self.linger_ms = float(linger_ms)
+        self.delivery_timeout_ms = float(delivery_timeout_ms)
+        self.buffer_memory = int(buffer_memory)
+        self.max_in_flight = int(max_in_flight)
+        self.idempotent = bool(enable_idempotence)
+        self.retries = int(retries)
+        self.max_request_size = int(max_request_size)
+        if new_payload is None:
+            from ..protocol.records import BatchBuilder, compression_codec
+            codec = compression_codec(compression_type)
+
+            def new_payload(tp: TopicPartition) -> PayloadBuilder:
+                return BatchBuilder(compression_type=codec, batch_size=batch_size)
+        self._new_payload = new_payload
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms,
+                                           rng=rng if rng is not None else random.Random())
+        self._hooks = hooks if hooks is not None else Hooks()
+        self.on_batch_done = on_batch_done
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._used = 0
+        self._waiters: deque[SpaceWaiter] = deque()
+        self._flushing = 0
+        self._closing = False
+        self._aborting = False
+        self._drain_start = 0
+        self._incomplete = 0
+        self.producer_id = -1
+        self.producer_epoch = -1
+
+    # ------------------------------------------------------------------ state
+    @property
+    def buffered_bytes(self) -> int:
+        return self._used
+
+    @property
+    def incomplete_batches(self) -> int:
+        """Batches appended to and not yet completed (queued, backing off or in flight)."""
+        return self._incomplete
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def batches(self) -> Iterator[ProducerBatch]:
+        """Every incomplete batch, per partition: in flight first, then queued (for inspection and tests)."""
+        for pq in self._partitions.values():
+            yield from pq.in_flight
+            yield from pq.queue
+
+    def set_producer_identity(self, producer_id: int, producer_epoch: int) -> None:
+        """Adopt a (new) producer id/epoch from InitProducerId; sequences restart at 0 for a new identity.
+
+        Queued batches get new sequences when next drained. Batches still in flight under the old identity
+        keep theirs; if they fail they are re-sequenced when drained again.
+        """
+        if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            for pq in self._partitions.values():
+                pq.next_sequence = 0
+                for batch in pq.queue:
+                    batch.base_sequence = -1
+
+    def begin_flush(self) -> None:
+        """Make every batch ready now (``producer.flush()``); pair with ``end_flush``."""
+        self._flushing += 1
+
+    def end_flush(self) -> None:
+        if self._flushing <= 0:
+            raise IllegalStateError("end_flush without begin_flush")
+        self._flushing -= 1
+
+    def close(self) -> None:
+        """No more appends; everything queued becomes ready so it drains promptly."""
+        self._closing = True
+
+    # ------------------------------------------------------------------ append and memory
+    def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+               headers: Sequence[Header] = (), callback: RecordCallback | None = None, *, now: float,
+               waiter: SpaceWaiter | None = None) -> AppendResult:
+        """Add a record. ``appended`` is False when memory is short: wait on a ``SpaceWaiter`` and retry,
+        passing it back as ``waiter`` so it keeps its place in the FIFO."""
+        if self._closing:
+            raise ClientClosedError("producer is closing: no more records accepted")
+        size = estimate_record_size(key, value, headers)
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(f"record of ~{size} bytes (with batch header) exceeds max_request_size "
+                                      f"({self.max_request_size})")
+        if size + BATCH_OVERHEAD > self.buffer_memory:
+            raise RecordTooLargeError(f"record of ~{size} bytes (with batch header) exceeds buffer_memory "
+                                      f"({self.buffer_memory})")
+        pq = self._partitions.get(tp)
+        if pq is None:
+            pq = self._partitions[tp] = _Partition(tp)
+        if waiter is not None:
+            try:
+                self._waiters.remove(waiter)
+            except ValueError:
+                pass
+        dq = pq.queue
+        last = dq[-1] if dq else None
+        if last is not None and last.open:
+            # hot path: the partition's open batch takes the record (room checks inlined)
+            if self._used + size > self.buffer_memory or (waiter is None and self._waiters):
+                return AppendResult(False, None, False, False, size)
+            if last.payload.append(timestamp_ms, key, value, headers):
+                last.timestamps.append(timestamp_ms)
+                last.callbacks.append(callback)
+                last.reserved_bytes += size
+                self._used += size
+                return AppendResult(True, last, False, len(dq) > 1, size)
+            last.open = False
+        needed = size + BATCH_OVERHEAD
+        if not self._has_room(needed, waiter):
+            return AppendResult(False, None, False, len(dq) > 0, needed)
+        batch = ProducerBatch(tp, pq.next_index, self._new_payload(tp), now, self.delivery_timeout_ms)
+        pq.next_index += 1
+        if not batch.try_append(timestamp_ms, key, value, headers, callback):
+            raise RecordTooLargeError(f"record of ~{size} bytes does not fit in an empty batch")
+        dq.append(batch)
+        self._incomplete += 1
+        self._charge(batch, needed)
+        return AppendResult(True, batch, True, len(dq) > 1 or not batch.open, needed)
+
+    def _has_room(self, needed: int, waiter: SpaceWaiter | None) -> bool:
+        if self._used + needed > self.buffer_memory:
+            return False
+        # FIFO fairness: a fresh appender does not jump ahead of queued waiters
+        return waiter is not None or not self._waiters
+
+    def _charge(self, batch: ProducerBatch, nbytes: int) -> None:
+        batch.reserved_bytes += nbytes
+        self._used += nbytes
+
+    def wait_for_space(self, needed: int, wake: Callable[[], None]) -> SpaceWaiter:
+        """Queue an appender for ``needed`` bytes; ``wake()`` fires (once) when they may be available."""
+        waiter = SpaceWaiter(needed, wake)
+        self._waiters.append(waiter)
+        self._hooks.emit(events.BUFFER_EXHAUSTED, needed=needed, used=self._used, limit=self.buffer_memory)
+        self._wake_waiters()
+        return waiter
+
+    def cancel_wait(self, waiter: SpaceWaiter) -> None:
+        """Forget a waiter (its ``max_block_ms`` elapsed or it was cancelled); wakes those behind it."""
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            return
+        self._wake_waiters()
+
+    @property
+    def space_waiters(self) -> int:
+        return len(self._waiters)
+
+    def _wake_waiters(self) -> None:
+        budget = self.buffer_memory - self._used
+        for waiter in self._waiters:
+            if waiter.needed > budget:
+                break        # FIFO: the head waiter is not overtaken by smaller requests behind it
+            budget -= waiter.needed
+            if not waiter.woken:
+                waiter.woken = True
+                waiter.wake()
+
+    def _release(self, batch: ProducerBatch) -> None:
+        self._used -= batch.reserved_bytes
+        batch.reserved_bytes = 0
+        self._incomplete -= 1
+        if self._waiters:
+            self._wake_waiters()
+
+    # ------------------------------------------------------------------ readiness and drain
+    def _blocked(self, pq: _Partition) -> bool:
+        """Per-partition ordering gate (see module docstring)."""
+        if not pq.in_flight:
+            return False
+        if self.max_in_flight == 1:
+            return True
+        if self.idempotent:
+            if len(pq.in_flight) >= self.max_in_flight:
+                return True
+            head = pq.queue[0]
+            if head.attempts > 0 and pq.in_flight[0].index < head.index:
+                return True   # a retry waits until no older batch of its partition is outstanding
+        return False
+
+    def _head_ready(self, pq: _Partition, now: float) -> bool:
+        head = pq.queue[0]
+        if backing_off(head, now):
+            return False
+        if head.attempts > 0 or not head.open or len(pq.queue) > 1:
+            return True
+        if self._flushing or self._closing or self._waiters:
+            return True
+        return now >= head.created_at + self.linger_ms
+
+    def drain(self, now: float, *, sendable: Container[int], leader_of: LeaderOf,
+              max_request_size: int | None = None) -> DrainResult:
+        """Take batches for sendable nodes that have at least one ready partition.
+
+        ``leader_of(tp)`` gives ``(leader node id, leader epoch)`` or None; the epoch feeds KIP-951's
+        skip-backoff rule. At most one batch per partition per call; the first batch for a node is taken
+        even when it alone exceeds ``max_request_size`` (the broker is the judge of that).
+        """
+        result: dict[int, list[ProducerBatch]] = {}
+        unknown: list[TopicPartition] = []
+        if self.idempotent and self.producer_id < 0:
+            return DrainResult(result, unknown)   # no producer id yet (InitProducerId pending)
+        limit = max_request_size if max_request_size is not None else self.max_request_size
+        parts = [pq for pq in self._partitions.values() if pq.queue]
+        if not parts:
+            return DrainResult(result, unknown)
+        start = self._drain_start % len(parts)
+        self._drain_start += 1
+        candidates: dict[int, list[tuple[_Partition, int]]] = {}
+        ready_nodes: set[int] = set()
+        for pq in parts[start:] + parts[:start]:       # rotate the start for fairness across partitions
+            lead = leader_of(pq.tp)
+            if lead is None or lead[0] < 0:
+                unknown.append(pq.tp)
+                continue
+            node, epoch = lead
+            observe_leader_epoch(pq.queue[0], epoch)
+            if node not in sendable or self._blocked(pq):
+                continue
+            candidates.setdefault(node, []).append((pq, epoch))
+            if node not in ready_nodes and self._head_ready(pq, now):
+                ready_nodes.add(node)
+        for node in ready_nodes:
+            taken: list[ProducerBatch] = []
+            size = 0
+            for pq, epoch in candidates[node]:
+                head = pq.queue[0]
+                if backing_off(head, now):
+                    continue
+                if taken and size + head.reserved_bytes > limit:
+                    break
+                pq.queue.popleft()
+                self._start_attempt(pq, head, node, epoch, now)
+                taken.append(head)
+                size += head.reserved_bytes
+            if taken:
+                result[node] = taken
+        return DrainResult(result, unknown)
+
+    def _start_attempt(self, pq: _Partition, batch: ProducerBatch, node: int, epoch: int, now: float) -> None:
+        batch.open = False
+        batch.state = BatchState.IN_FLIGHT
+        batch.node_id = node
+        batch.last_attempt_at = now
+        batch.attempt_epochs.append(epoch if epoch is not None else -1)
+        if self.idempotent and (batch.base_sequence < 0 or batch.producer_id != self.producer_id
+                                or batch.producer_epoch != self.producer_epoch):
+            batch.base_sequence = pq.next_sequence
+            batch.producer_id = self.producer_id
+            batch.producer_epoch = self.producer_epoch
+            pq.next_sequence = (pq.next_sequence + batch.record_count) % _MAX_SEQUENCE
+            batch.payload.set_producer_state(self.producer_id, self.producer_epoch, batch.base_sequence)
+        bisect.insort(pq.in_flight, batch, key=_index_key)
+
+    # ------------------------------------------------------------------ outcomes
+    def _take_in_flight(self, batch: ProducerBatch) -> _Partition:
+        if batch.state is not BatchState.IN_FLIGHT:
+            raise IllegalStateError(f"{batch!r} is not in flight")
+        pq = self._partitions[batch.tp]
+        pq.in_flight.remove(batch)
+        return pq
+
+    def on_batch_success(self, batch: ProducerBatch, base_offset: int, now: float, *,
+                         log_append_time_ms: int = -1) -> bool:
+        """The broker acknowledged ``batch``; False when it had already completed (e.g. expired): ignored."""
+        if batch.done:
+            return False
+        self._take_in_flight(batch)
+        batch.complete(base_offset, log_append_time_ms)
+        self._finish(batch, None)
+        return True
+
+    def on_batch_error(self, batch: ProducerBatch, error: BaseException, now: float, *,
+                       leader_epoch: int | None = None) -> RetryDecision | None:
+        """An attempt failed. Retry (back in the queue, in order) or fail the records; None when the batch
+        had already completed. ``leader_epoch``: the partition's epoch after applying any KIP-951 hint."""
+        if batch.done:
+            return None
+        pq = self._take_in_flight(batch)
+        batch.state = BatchState.QUEUED
+        decision = plan_retry(batch, error, now, retries=self.retries, backoff=self._backoff,
+                              leader_epoch=leader_epoch, closing=self._aborting)
+        if decision.retry:
+            self._requeue(pq, batch)
+            self._hooks.emit(events.BATCH_RETRY, topic=batch.tp.topic, partition=batch.tp.partition,
+                             attempt=batch.attempts, reason=decision.reason, skip_backoff=decision.skip_backoff,
+                             backoff_ms=decision.retry_at - now)
+        else:
+            batch.fail(error)
+            self._finish(batch, error)
+        return decision
+
+    @staticmethod
+    def _requeue(pq: _Partition, batch: ProducerBatch) -> None:
+        dq = pq.queue
+        i = 0
+        for i, queued in enumerate(dq):       # noqa: B007 - position of the first newer batch
+            if queued.index > batch.index:
+                break
+        else:
+            i = len(dq)
+        dq.insert(i, batch)
+
+    def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
+        self._release(batch)
+        self._hooks.emit(events.BATCH_COMPLETED, topic=batch.tp.topic, partition=batch.tp.partition,
+                         records=batch.record_count, attempts=batch.attempts + 1 if error is None else batch.attempts,
+                         error=None if error is None else type(error).__name__)
+        if self.on_batch_done is not None:
+            self.on_batch_done(batch)
+
+    # ------------------------------------------------------------------ deadlines
+    def expire(self, now: float) -> list[ExpiredBatch]:
+        """Fail batches whose delivery deadline has passed (KIP-91), head-first per partition."""
+        expired: list[ExpiredBatch] = []
+        for pq in self._partitions.values():
+            while pq.in_flight and pq.in_flight[0].deadline <= now:
+                expired.append(self._expire(pq.in_flight.pop(0), "in-flight", now))
+            while pq.queue and pq.queue[0].deadline <= now:
+                batch = pq.queue[0]
+                stage = batch.stage(now)
+                pq.queue.popleft()
+                expired.append(self._expire(batch, stage, now))
+        return expired
+
+    def _expire(self, batch: ProducerBatch, stage: str, now: float) -> ExpiredBatch:
+        age = now - batch.created_at
+        error = DeliveryTimeoutError(
+            f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} expired {stage}: "
+            f"{age:.0f} ms since batch creation >= delivery_timeout_ms ({self.delivery_timeout_ms:.0f}) "
+            f"after {len(batch.attempt_epochs)} attempt(s)")
+        batch.fail(error)
+        self._hooks.emit(events.BATCH_EXPIRED, topic=batch.tp.topic, partition=batch.tp.partition, stage=stage,
+                         records=batch.record_count, age_ms=age)
+        self._finish(batch, error)
+        return ExpiredBatch(batch, stage)
+
+    def abort(self, error: BaseException) -> int:
+        """Fail every incomplete batch (forced close); late responses are then ignored. Returns the count."""
+        self._closing = True
+        self._aborting = True
+        count = 0
+        for pq in self._partitions.values():
+            batches = pq.in_flight + list(pq.queue)
+            pq.in_flight.clear()
+            pq.queue.clear()
+            for batch in batches:
+                if batch.fail(error):
+                    self._finish(batch, error)
+                    count += 1
+        waiters, self._waiters = list(self._waiters), deque()
+        for waiter in waiters:
+            if not waiter.woken:
+                waiter.woken = True
+                waiter.wake()
+        return count
+
+    # ------------------------------------------------------------------ timers
+    def next_wakeup(self, now: float) -> float | None:
+        """Earliest future linger end or backoff end, or the earliest delivery deadline; None when idle.
+
+        Partitions that are ready but wait for a node (mute, connection, in-flight slot) or for an older
+        batch are not timers: node state and completions wake the shell for those.
+        """
+        best: float | None = None
+        hurry = self._flushing or self._closing or bool(self._waiters)
+        for pq in self._partitions.values():
+            if pq.in_flight:
+                d = pq.in_flight[0].deadline
+                if best is None or d < best:
+                    best = d
+            if not pq.queue:
+                continue
+            head = pq.queue[0]
+            d = head.deadline
+            if best is None or d < best:
+                best = d
+            if self._blocked(pq):
+                continue
+            if backing_off(head, now):
+                t = head.retry_at
+            elif head.attempts == 0 and head.open and len(pq.queue) == 1 and not hurry:
+                t = head.created_at + self.linger_ms
+                if t <= now:
+                    continue
+            else:
+                continue
+            if t < best:
+                best = t
+        return best
+
+    def ready_nodes(self, now: float, leader_of: LeaderOf) -> set[int]:
+        """Leaders with at least one ready partition (ignores node sendability)."""
+        nodes: set[int] = set()
+        for pq in self._partitions.values():
+            if pq.queue and not self._blocked(pq):
+                lead = leader_of(pq.tp)
+                if lead is not None and lead[0] >= 0 and self._head_ready(pq, now):
+                    nodes.add(lead[0])
+        return nodes
+
+    def partitions_with_data(self) -> Iterable[TopicPartition]:
+        return [tp for tp, pq in self._partitions.items() if pq.queue or pq.in_flight]

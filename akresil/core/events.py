@@ -1,0 +1,113 @@
+"""Observability edge of the core: named events fanned out to user-registered hook objects.
+
+The core never imports a metrics library. It calls ``hooks.emit(EVENT, **fields)``; every registered hook
+that defines ``on_<event>(**fields)`` gets the call, and a hook may define ``on_event(name, fields)`` to see
+everything (logging, tracing). ``akresil.metrics`` is one hook implementation; users attach their own.
+This mirrors franz-go's hooks: small, optional interfaces discovered per hook, so a hook pays only for what
+it implements and emitting to no hooks costs one dict lookup.
+
+A hook that raises is logged and skipped: a faulty metrics exporter must never break delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+# Event names and the fields each carries (all times in ms). Emitters are named in brackets.
+REQUEST_SENT = "request_sent"                # node_id, in_flight                       [NodeState]
+THROTTLED = "throttled"                      # node_id, api_key, version, throttle_ms, muted, muted_until
+RECONNECT_BACKOFF = "reconnect_backoff"      # node_id, failures, backoff_ms             [NodeState]
+NODE_STATE = "node_state"                    # node_id, state                            [NodeState]
+METADATA_REQUEST = "metadata_request"        # node_id                                   [net.Cluster]
+METADATA_REFRESH_REQUESTED = "metadata_refresh_requested"  # cause, due_at               [MetadataCache]
+METADATA_REFRESH = "metadata_refresh"        # causes, brokers, topics, stale_partitions [MetadataCache]
+METADATA_REFRESH_FAILED = "metadata_refresh_failed"  # failures, backoff_ms              [MetadataCache]
+STALE_METADATA_IGNORED = "stale_metadata_ignored"  # topic, partition, known_epoch, received_epoch
+LEADER_HINT = "leader_hint"                  # topic, partition, leader_id, leader_epoch, accepted, reason
+BATCH_RETRY = "batch_retry"                  # topic, partition, attempt, reason, skip_backoff, backoff_ms
+BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records, age_ms  [RecordAccumulator]
+BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
+BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
+
+ALL_EVENTS = frozenset({
+    REQUEST_SENT, THROTTLED, RECONNECT_BACKOFF, NODE_STATE, METADATA_REQUEST, METADATA_REFRESH_REQUESTED,
+    METADATA_REFRESH, METADATA_REFRESH_FAILED, STALE_METADATA_IGNORED, LEADER_HINT, BATCH_RETRY, BATCH_EXPIRED,
+    BATCH_COMPLETED, BUFFER_EXHAUSTED,
+})
+
+
+class Hooks:
+    """A registry of hook objects; ``emit`` dispatches an event to the hooks that handle it."""
+
+    __slots__ = ("_hooks", "_dispatch")
+
+    def __init__(self, hooks: Iterable[object] = ()) -> None:
+        self._hooks: list[object] = []
+        # event name -> bound handlers, built lazily so emit stays a dict lookup on the hot path
+        self._dispatch: dict[str, tuple[Callable[..., Any], ...]] = {}
+        for hook in hooks:
+            self.add(hook)
+
+    def add(self, hook: object) -> None:
+        """Register ``hook``; it must implement ``on_event`` or at least one ``on_<event>`` method."""
+        if not callable(getattr(hook, "on_event", None)) and not any(
+                callable(getattr(hook, "on_" + name, None)) for name in ALL_EVENTS):
+            raise TypeError(f"hook {hook!r} implements neither on_event nor any on_<event> method "
+                            f"(events: {', '.join(sorted(ALL_EVENTS))})")
+        self._hooks.append(hook)
+        self._dispatch.clear()
+
+    def remove(self, hook: object) -> None:
+        self._hooks.remove(hook)
+        self._dispatch.clear()
+
+    def __len__(self) -> int:
+        return len(self._hooks)
+
+    def _handlers(self, event: str) -> tuple[Callable[..., Any], ...]:
+        handlers: list[Callable[..., Any]] = []
+        for hook in self._hooks:
+            specific = getattr(hook, "on_" + event, None)
+            if callable(specific):
+                handlers.append(specific)
+            generic = getattr(hook, "on_event", None)
+            if callable(generic):
+                handlers.append(_generic(generic, event))
+        result = tuple(handlers)
+        self._dispatch[event] = result
+        return result
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """Deliver ``event`` to every interested hook; exceptions from hooks are logged, never raised."""
+        if not self._hooks:
+            return
+        handlers = self._dispatch.get(event)
+        if handlers is None:
+            handlers = self._handlers(event)
+        for handler in handlers:
+            try:
+                handler(**fields)
+            except Exception:  # noqa: BLE001 - a hook must not break the client
+                log.exception("hook %r failed on event %s", handler, event)
+
+
+def _generic(on_event: Callable[[str, dict[str, Any]], Any], event: str) -> Callable[..., Any]:
+    def call(**fields: Any) -> Any:
+        return on_event(event, fields)
+    return call
+
+
+class RecordingHook:
+    """Keeps every event as ``(name, fields)``; handy in tests and for ad-hoc debugging."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def on_event(self, name: str, fields: dict[str, Any]) -> None:
+        self.events.append((name, fields))
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [fields for event, fields in self.events if event == name]

@@ -1,0 +1,334 @@
+"""Cluster metadata cache: copy-on-write snapshots, leader epochs that never roll back, KIP-951 hints.
+
+Readers on the hot path (partitioner, accumulator drain) read ``cache.snapshot``, an immutable value that is
+swapped whole on every change; nothing locks and nothing is copied per read (Java's 3.7 hint code lost
+throughput to lock contention until it moved to this shape, KAFKA-16226). Updates copy only the topics they
+touch.
+
+Leader epochs only move forward: a Metadata response that reports an older epoch for a partition than the
+cache knows (a stale broker, or a refresh racing a KIP-951 hint) keeps the cached partition. An epoch of -1
+(unknown: old Metadata versions) counts as older than any known epoch. A topic whose id changed was deleted
+and recreated, so its partitions are replaced whatever their epochs.
+
+Refresh scheduling is KIP-580 backoff plus ``metadata_max_age_ms``: a requested refresh is due once the
+backoff since the previous attempt has passed, an unrequested one when the data is older than the max age.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from ..errors import ProtocolError
+from ..types import TopicPartition
+from . import events
+from .backoff import ExponentialBackoff, RandomSource
+from .events import Hooks
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC = 17
+ZERO_UUID = bytes(16)
+
+
+class BrokerInfo(NamedTuple):
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class PartitionInfo(NamedTuple):
+    topic: str
+    partition: int
+    leader: int              # -1: no leader right now
+    leader_epoch: int        # -1: unknown (Metadata < v7)
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+class LeaderHint(NamedTuple):
+    """A KIP-951 ``CurrentLeader`` from a Produce/Fetch error, with the matching ``NodeEndpoints`` entry."""
+
+    tp: TopicPartition
+    leader_id: int
+    leader_epoch: int
+    endpoint: BrokerInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    """One immutable view of the cluster. Never mutate the mappings: the cache shares them between views."""
+
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, Mapping[int, PartitionInfo]] = field(default_factory=dict)
+    topic_ids: Mapping[str, bytes] = field(default_factory=dict)
+    #: topic -> error code of the last response that named it with an error (e.g. 3 unknown, 5 no leader)
+    topic_errors: Mapping[str, int] = field(default_factory=dict)
+    cluster_id: str | None = None
+    controller_id: int = -1
+    #: bumped on every change; lets callers notice a new view cheaply
+    generation: int = 0
+
+    def partition(self, tp: TopicPartition) -> PartitionInfo | None:
+        parts = self.topics.get(tp.topic)
+        return None if parts is None else parts.get(tp.partition)
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """``(leader id, leader epoch)`` or None when the partition or its leader is unknown."""
+        parts = self.topics.get(tp.topic)
+        if parts is None:
+            return None
+        info = parts.get(tp.partition)
+        if info is None or info.leader < 0:
+            return None
+        return info.leader, info.leader_epoch
+
+    def partitions_for(self, topic: str) -> tuple[int, ...]:
+        parts = self.topics.get(topic)
+        return tuple(sorted(parts)) if parts else ()
+
+    def available_partitions(self, topic: str) -> tuple[int, ...]:
+        parts = self.topics.get(topic)
+        return tuple(sorted(p for p, info in parts.items() if info.leader >= 0)) if parts else ()
+
+    def topic_name(self, topic_id: bytes) -> str | None:
+        for name, tid in self.topic_ids.items():
+            if tid == topic_id:
+                return name
+        return None
+
+
+class MetadataUpdate(NamedTuple):
+    """What one Metadata response changed."""
+
+    changed_leaders: list[TopicPartition]
+    #: partitions kept because the response carried an older leader epoch than the cache
+    stale: list[TopicPartition]
+    removed_topics: list[str]
+
+
+def _endpoint(value: Any, node_id: int) -> BrokerInfo:
+    if isinstance(value, BrokerInfo):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return BrokerInfo(int(value.get("node_id", node_id)), str(value["host"]), int(value["port"]),
+                              value.get("rack"))
+        except KeyError as exc:
+            raise ValueError(f"leader hint endpoint lacks {exc.args[0]!r}: {value!r}") from None
+    if isinstance(value, tuple) and len(value) in (2, 3):
+        return BrokerInfo(node_id, str(value[0]), int(value[1]), value[2] if len(value) == 3 else None)
+    raise TypeError(f"leader hint endpoint must be BrokerInfo, a mapping or (host, port[, rack]), got {value!r}")
+
+
+def _field(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    try:
+        return obj[key]
+    except KeyError:
+        raise ProtocolError(f"Metadata response: {where} lacks field {key!r}") from None
+    except TypeError:
+        raise ProtocolError(f"Metadata response: {where} is not a mapping: {obj!r}") from None
+
+
+class MetadataCache:
+    """The client's metadata: ``snapshot`` for readers, update/hint/refresh-scheduling methods for the shell."""
+
+    def __init__(self, *, retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000,
+                 metadata_max_age_ms: float = 300_000, rng: RandomSource | None = None,
+                 hooks: Hooks | None = None) -> None:
+        if metadata_max_age_ms < 0:
+            raise ValueError(f"metadata_max_age_ms: must be >= 0, got {metadata_max_age_ms!r}")
+        self.snapshot = MetadataSnapshot()
+        self.metadata_max_age_ms = float(metadata_max_age_ms)
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms,
+                                           rng=rng if rng is not None else random.Random())
+        self._hooks = hooks if hooks is not None else Hooks()
+        self._failures = 0
+        self._allowed_at = 0.0            # no attempt before this (KIP-580 backoff since the last attempt)
+        self._last_success_at: float | None = None
+        self._need_update = True          # nothing known yet
+        self._request_version = 0
+        self._causes: list[str] = ["bootstrap"]
+
+    # ------------------------------------------------------------------ refresh scheduling
+    @property
+    def refresh_causes(self) -> tuple[str, ...]:
+        return tuple(self._causes)
+
+    @property
+    def failures(self) -> int:
+        return self._failures
+
+    def request_refresh(self, reason: str, now: float) -> float:
+        """Ask for a refresh as soon as the backoff allows; returns when it is due."""
+        self._need_update = True
+        self._request_version += 1
+        if reason not in self._causes:
+            self._causes.append(reason)
+        due = self.next_refresh_at(now)
+        self._hooks.emit(events.METADATA_REFRESH_REQUESTED, cause=reason, due_at=due)
+        return due
+
+    def begin_refresh(self, now: float) -> int:
+        """Note that a Metadata request is going out; pass the token to ``update_from_metadata``.
+
+        A refresh requested after this point (say a NOT_LEADER_OR_FOLLOWER arriving while the request is in
+        flight) stays pending when the response lands, since the response may predate what caused it.
+        """
+        return self._request_version
+
+    def next_refresh_at(self, now: float) -> float:
+        """Absolute time the next refresh is due (may be <= now: due already)."""
+        if self._need_update or self._last_success_at is None:
+            expire_at = now
+        else:
+            expire_at = self._last_success_at + self.metadata_max_age_ms
+        return max(expire_at, self._allowed_at)
+
+    def on_refresh_failed(self, now: float) -> float:
+        """A Metadata request failed at ``now``; back off exponentially. Returns the backoff in ms."""
+        self._failures += 1
+        delay = self._backoff.backoff_ms(self._failures + 1)
+        self._allowed_at = now + delay
+        self._hooks.emit(events.METADATA_REFRESH_FAILED, failures=self._failures, backoff_ms=delay)
+        return delay
+
+    # ------------------------------------------------------------------ updates
+    def update_from_metadata(self, response: Mapping[str, Any], now: float, *,
+                             token: int | None = None) -> MetadataUpdate:
+        """Merge a decoded Metadata response (snake_case dict, any version) into a new snapshot."""
+        old = self.snapshot
+        brokers_field = _field(response, "brokers", "response")
+        topics_field = _field(response, "topics", "response")
+        brokers: dict[int, BrokerInfo] = {}
+        for b in brokers_field or ():
+            node_id = int(_field(b, "node_id", "broker"))
+            brokers[node_id] = BrokerInfo(node_id, str(_field(b, "host", "broker")), int(_field(b, "port", "broker")),
+                                          b.get("rack"))
+        topics = dict(old.topics)
+        topic_ids = dict(old.topic_ids)
+        topic_errors = dict(old.topic_errors)
+        changed: list[TopicPartition] = []
+        stale: list[TopicPartition] = []
+        removed: list[str] = []
+        for t in topics_field or ():
+            name = _field(t, "name", "topic")
+            if name is None:
+                continue  # v10+ may name topics by id only in requests; responses always carry the name
+            error = int(t.get("error_code", 0) or 0)
+            tid = t.get("topic_id")
+            if error in (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC):
+                if topics.pop(name, None) is not None:
+                    removed.append(name)
+                topic_ids.pop(name, None)
+                topic_errors[name] = error
+                continue
+            if error:
+                topic_errors[name] = error
+            else:
+                topic_errors.pop(name, None)
+            previous = topics.get(name, {})
+            old_id = topic_ids.get(name)
+            recreated = bool(tid) and tid != ZERO_UUID and old_id is not None and old_id != tid
+            if tid and tid != ZERO_UUID:
+                topic_ids[name] = bytes(tid)
+            partitions_field = t.get("partitions")
+            if error and not partitions_field:
+                continue  # e.g. LEADER_NOT_AVAILABLE while the topic is created: keep what we had
+            parts: dict[int, PartitionInfo] = {}
+            for p in partitions_field or ():
+                index = int(_field(p, "partition_index", f"topic {name!r} partition"))
+                epoch = p.get("leader_epoch")
+                info = PartitionInfo(
+                    name, index, int(_field(p, "leader_id", f"topic {name!r} partition {index}")),
+                    -1 if epoch is None else int(epoch),
+                    tuple(p.get("replica_nodes") or ()), tuple(p.get("isr_nodes") or ()),
+                    tuple(p.get("offline_replicas") or ()), int(p.get("error_code", 0) or 0))
+                known = None if recreated else previous.get(index)
+                if known is not None and known.leader_epoch > info.leader_epoch:
+                    parts[index] = known     # never roll a leader epoch back
+                    tp = TopicPartition(name, index)
+                    stale.append(tp)
+                    self._hooks.emit(events.STALE_METADATA_IGNORED, topic=name, partition=index,
+                                     known_epoch=known.leader_epoch, received_epoch=info.leader_epoch)
+                    continue
+                if known is None or known.leader != info.leader or known.leader_epoch != info.leader_epoch:
+                    changed.append(TopicPartition(name, index))
+                parts[index] = info
+            topics[name] = parts
+        # a partition kept for its newer epoch may lead on a node this (stale) response does not list
+        for tp in stale:
+            leader = topics[tp.topic][tp.partition].leader
+            if leader >= 0 and leader not in brokers and leader in old.brokers:
+                brokers[leader] = old.brokers[leader]
+        if not brokers_field:
+            brokers = dict(old.brokers)
+        cluster_id = response.get("cluster_id", old.cluster_id)
+        controller_id = response.get("controller_id")
+        self.snapshot = MetadataSnapshot(
+            brokers=brokers, topics=topics, topic_ids=topic_ids, topic_errors=topic_errors, cluster_id=cluster_id,
+            controller_id=old.controller_id if controller_id is None else int(controller_id),
+            generation=old.generation + 1)
+        # refresh bookkeeping
+        causes = tuple(self._causes)
+        self._failures = 0
+        self._last_success_at = now
+        self._allowed_at = now + self._backoff.backoff_ms(1)
+        if token is None or token >= self._request_version:
+            self._need_update = False
+            self._causes = []
+        self._hooks.emit(events.METADATA_REFRESH, causes=causes, brokers=len(brokers), topics=len(topics),
+                         stale_partitions=len(stale))
+        return MetadataUpdate(changed, stale, removed)
+
+    def apply_leader_hint(self, tp: TopicPartition, leader_id: int, leader_epoch: int,
+                          endpoint: BrokerInfo | Mapping[str, Any] | tuple[Any, ...] | None = None) -> bool:
+        """Adopt a KIP-951 leader hint if it advances the partition's leader epoch; returns whether it did.
+
+        Skipped when incomplete (id or epoch < 0), for a partition the cache does not know, when the epoch
+        does not advance, or when it names a node the cache does not know and brings no endpoint.
+        """
+        old = self.snapshot
+        reason = self._hint_rejection(old, tp, leader_id, leader_epoch, endpoint)
+        if reason is not None:
+            self._hooks.emit(events.LEADER_HINT, topic=tp.topic, partition=tp.partition, leader_id=leader_id,
+                             leader_epoch=leader_epoch, accepted=False, reason=reason)
+            return False
+        parts = dict(old.topics[tp.topic])
+        parts[tp.partition] = parts[tp.partition]._replace(leader=leader_id, leader_epoch=leader_epoch)
+        topics = dict(old.topics)
+        topics[tp.topic] = parts
+        brokers = old.brokers
+        if endpoint is not None:
+            info = _endpoint(endpoint, leader_id)
+            if info.node_id != leader_id:
+                raise ValueError(f"leader hint for {tp}: endpoint is for node {info.node_id}, leader is {leader_id}")
+            if old.brokers.get(leader_id) != info:
+                brokers = dict(old.brokers)
+                brokers[leader_id] = info
+        self.snapshot = MetadataSnapshot(
+            brokers=brokers, topics=topics, topic_ids=old.topic_ids, topic_errors=old.topic_errors,
+            cluster_id=old.cluster_id, controller_id=old.controller_id, generation=old.generation + 1)
+        self._hooks.emit(events.LEADER_HINT, topic=tp.topic, partition=tp.partition, leader_id=leader_id,
+                         leader_epoch=leader_epoch, accepted=True, reason="advanced")
+        return True
+
+    def apply_leader_hints(self, hints: Iterable[LeaderHint]) -> list[bool]:
+        return [self.apply_leader_hint(h.tp, h.leader_id, h.leader_epoch, h.endpoint) for h in hints]
+
+    @staticmethod
+    def _hint_rejection(snapshot: MetadataSnapshot, tp: TopicPartition, leader_id: int, leader_epoch: int,
+                        endpoint: object) -> str | None:
+        if leader_id is None or leader_epoch is None or leader_id < 0 or leader_epoch < 0:
+            return "incomplete"
+        known = snapshot.partition(tp)
+        if known is None:
+            return "unknown-partition"
+        if leader_epoch <= known.leader_epoch:
+            return "not-advancing"
+        if endpoint is None and leader_id not in snapshot.brokers:
+            return "unknown-node"
+        return None

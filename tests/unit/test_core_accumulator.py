@@ -1,0 +1,366 @@
+"""Accumulator rules with a fake clock: linger, readiness, KIP-91 expiry, KIP-951 retries, memory, order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from akresil.core.accumulator import RecordAccumulator, validate_delivery_timeout
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.batch import BatchState
+from akresil.core.events import BATCH_EXPIRED, BATCH_RETRY, Hooks, RecordingHook
+from akresil.core.metadata import MetadataCache
+from akresil.core.node_state import NodeState
+from akresil.errors import (ConfigError, DeliveryTimeoutError, InvalidTopicError, NotLeaderOrFollowerError,
+                            RecordTooLargeError, RequestTimedOutError)
+from akresil.protocol.records import read_batches
+from akresil.types import TopicPartition
+
+T0 = TopicPartition("t", 0)
+T1 = TopicPartition("t", 1)
+
+
+class Results:
+    """Collects record completions; each callback must fire exactly once."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, tuple[Any, Any]] = {}
+
+    def cb(self, n: int):
+        def callback(md, err) -> None:
+            assert n not in self.done, f"record {n} completed twice"
+            self.done[n] = (md, err)
+        return callback
+
+
+def acc(**kw) -> RecordAccumulator:
+    kw.setdefault("linger_ms", 5)
+    kw.setdefault("delivery_timeout_ms", 1000)
+    kw.setdefault("request_timeout_ms", 500)
+    kw.setdefault("rng", random.Random(0))
+    return RecordAccumulator(**kw)
+
+
+def leaders(mapping: dict[TopicPartition, tuple[int, int]]):
+    return mapping.get
+
+
+def test_config_validation_names_all_three_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_delivery_timeout(1000, 5, 30_000)
+    for key in ("delivery_timeout_ms", "linger_ms", "request_timeout_ms"):
+        assert key in str(info.value)
+    with pytest.raises(ConfigError, match="delivery_timeout_ms.*linger_ms.*request_timeout_ms"):
+        RecordAccumulator(delivery_timeout_ms=100, linger_ms=50, request_timeout_ms=60)
+    validate_delivery_timeout(35, 5, 30)   # equality is allowed
+
+
+def test_linger_holds_a_batch_until_its_end() -> None:
+    a = acc()
+    a.append(T0, 1, b"k", b"v", now=0)
+    lead = leaders({T0: (1, 0)})
+    assert a.next_wakeup(0) == 5
+    assert a.drain(4.9, sendable={1}, leader_of=lead).batches == {}
+    drained = a.drain(5, sendable={1}, leader_of=lead).batches
+    assert list(drained) == [1] and drained[1][0].record_count == 1
+    # next wakeup is now only the delivery deadline of the in-flight batch
+    assert a.next_wakeup(5) == 1000
+
+
+def test_full_batch_is_ready_before_linger_and_carries_neighbours() -> None:
+    a = acc(batch_size=200, linger_ms=10_000, delivery_timeout_ms=20_000)
+    result = None
+    for i in range(20):
+        result = a.append(T0, 1, None, b"x" * 50, now=0)
+        if result.new_batch and i:
+            break
+    assert result.batch_full
+    a.append(T1, 1, None, b"y", now=0)     # not lingered: rides along to the same leader
+    drained = a.drain(0, sendable={1}, leader_of=leaders({T0: (1, 0), T1: (1, 0)})).batches[1]
+    assert {b.tp for b in drained} == {T0, T1}
+
+
+def test_flush_and_close_make_everything_ready() -> None:
+    a = acc(linger_ms=10_000, delivery_timeout_ms=20_000)
+    a.append(T0, 1, None, b"v", now=0)
+    lead = leaders({T0: (1, 0)})
+    assert not a.drain(0, sendable={1}, leader_of=lead).batches
+    a.begin_flush()
+    assert a.drain(0, sendable={1}, leader_of=lead).batches
+    a.end_flush()
+    a.append(T0, 1, None, b"v", now=0)
+    a.close()
+    assert a.drain(0, sendable={1}, leader_of=lead).batches
+    with pytest.raises(Exception, match="closing"):
+        a.append(T0, 1, None, b"v", now=0)
+
+
+def test_unknown_leader_and_unsendable_node_hold_batches() -> None:
+    a = acc()
+    a.append(T0, 1, None, b"v", now=0)
+    a.append(T1, 1, None, b"v", now=0)
+    res = a.drain(10, sendable={2}, leader_of=leaders({T1: (1, 0)}))
+    assert res.batches == {} and res.unknown_leaders == [T0]
+
+
+def test_completion_assigns_offsets_and_log_append_time() -> None:
+    a = acc()
+    r = Results()
+    for i in range(3):
+        a.append(T0, 100 + i, None, b"v", callback=r.cb(i), now=0)
+    batch = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    assert a.on_batch_success(batch, base_offset=40, now=6)
+    assert [(md.offset, md.timestamp_ms) for md, _ in (r.done[i] for i in range(3))] == [(40, 100), (41, 101), (42, 102)]
+    assert a.buffered_bytes == 0 and a.incomplete_batches == 0
+    a.append(T0, 1, None, b"v", callback=r.cb(9), now=10)
+    batch = a.drain(15, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    a.on_batch_success(batch, base_offset=43, now=16, log_append_time_ms=1234)
+    assert r.done[9][0].timestamp_ms == 1234
+
+
+def test_payload_is_a_real_record_batch_with_sequences() -> None:
+    a = acc(enable_idempotence=True)
+    a.set_producer_identity(77, 3)
+    for i in range(4):
+        a.append(T0, 1000 + i, b"k%d" % i, b"v%d" % i, headers=[("h", b"x")], now=0)
+    b1 = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    a.append(T0, 2000, None, b"w", now=6)
+    b2 = a.drain(11, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    [view] = read_batches(b1.payload.build(), check_crcs=True)
+    assert (view.producer_id, view.producer_epoch, view.base_sequence, view.record_count) == (77, 3, 0, 4)
+    assert [(rec.key, rec.value, rec.headers) for rec in view.records()][1] == (b"k1", b"v1", [("h", b"x")])
+    assert b2.base_sequence == 4
+
+
+# ---------------------------------------------------------------------------------------------- KIP-91 expiry
+def test_expires_at_deadline_while_queued() -> None:
+    rec = RecordingHook()
+    a = acc(hooks=Hooks([rec]))
+    r = Results()
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    assert a.next_wakeup(0) == 5
+    assert a.expire(999.9) == []
+    [exp] = a.expire(1000)
+    assert exp.stage == "queued"
+    assert isinstance(r.done[0][1], DeliveryTimeoutError) and "queued" in str(r.done[0][1])
+    assert rec.named(BATCH_EXPIRED)[0]["stage"] == "queued"
+    assert a.buffered_bytes == 0 and a.next_wakeup(1000) is None
+
+
+def test_expires_at_deadline_while_in_flight_and_ignores_late_response() -> None:
+    a = acc()
+    r = Results()
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    batch = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    assert a.next_wakeup(5) == 1000
+    [exp] = a.expire(1000)
+    assert exp.stage == "in-flight" and batch.state is BatchState.FAILED
+    assert not a.on_batch_success(batch, base_offset=7, now=1001)        # late answer: ignored
+    assert a.on_batch_error(batch, RequestTimedOutError(), now=1001) is None
+    assert isinstance(r.done[0][1], DeliveryTimeoutError)
+
+
+def test_expires_at_deadline_while_backing_off() -> None:
+    a = acc(retry_backoff_ms=5000, retry_backoff_max_ms=5000, delivery_timeout_ms=1000)
+    r = Results()
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    batch = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    decision = a.on_batch_error(batch, RequestTimedOutError(), now=10, leader_epoch=0)
+    assert decision.retry and not decision.skip_backoff and decision.retry_at > 1000
+    assert a.next_wakeup(10) == 1000                     # deadline comes before the backoff ends
+    [exp] = a.expire(1000)
+    assert exp.stage == "backing-off" and isinstance(r.done[0][1], DeliveryTimeoutError)
+
+
+def test_expiry_is_head_first_and_stops_at_first_live_batch() -> None:
+    a = acc(batch_size=100, linger_ms=0, delivery_timeout_ms=1000, request_timeout_ms=500)
+    a.append(T0, 1, None, b"x" * 60, now=0)
+    a.append(T0, 1, None, b"x" * 60, now=300)       # new batch (first is full)
+    expired = a.expire(1000)
+    assert len(expired) == 1 and expired[0].batch.created_at == 0
+    assert a.incomplete_batches == 1
+
+
+# ---------------------------------------------------------------------------------------------- KIP-951 retries
+def kip951_setup():
+    md = MetadataCache(rng=random.Random(0))
+    md.update_from_metadata({"brokers": [{"node_id": n, "host": "h", "port": n} for n in (1, 2)],
+                             "topics": [{"error_code": 0, "name": "t", "partitions": [
+                                 {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 5}]}]},
+                            now=0)
+    a = acc(retry_backoff_ms=100, retry_backoff_max_ms=1000, delivery_timeout_ms=100_000)
+    a._backoff = ExponentialBackoff(100, 1000, jitter=0.0)
+    return md, a
+
+
+def test_advancing_hint_retries_immediately_on_new_leader_then_backs_off() -> None:
+    md, a = kip951_setup()
+    rec = RecordingHook()
+    a._hooks = Hooks([rec])
+    a.append(T0, 1, None, b"v", now=0)
+    lead = lambda tp: md.snapshot.leader_of(tp)   # noqa: E731 - always the current snapshot
+    [batch] = a.drain(5, sendable={1, 2}, leader_of=lead).batches[1]
+    # NOT_LEADER_OR_FOLLOWER with CurrentLeader(2, epoch 6): the shell applies the hint, then reports the error
+    assert md.apply_leader_hint(T0, 2, 6)
+    decision = a.on_batch_error(batch, NotLeaderOrFollowerError(), now=10, leader_epoch=6)
+    assert decision.retry and decision.skip_backoff and decision.refresh_metadata and decision.retry_at == 10
+    assert a.drain(10, sendable={1, 2}, leader_of=lead).batches == {2: [batch]}   # at once, to node 2
+    # second failure at the same epoch: backoff 200 ms (attempt 2)
+    decision = a.on_batch_error(batch, NotLeaderOrFollowerError(), now=20, leader_epoch=6)
+    assert decision.retry and not decision.skip_backoff and decision.retry_at == 220
+    assert a.next_wakeup(20) == 220
+    assert a.drain(219.9, sendable={1, 2}, leader_of=lead).batches == {}
+    assert a.drain(220, sendable={1, 2}, leader_of=lead).batches == {2: [batch]}
+    assert batch.attempt_epochs == [5, 6, 6]
+    assert [e["skip_backoff"] for e in rec.named(BATCH_RETRY)] == [True, False]
+
+
+def test_retry_without_epoch_change_backs_off() -> None:
+    md, a = kip951_setup()
+    a.append(T0, 1, None, b"v", now=0)
+    lead = lambda tp: md.snapshot.leader_of(tp)   # noqa: E731 - always the current snapshot
+    [batch] = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    assert not md.apply_leader_hint(T0, 2, 5)      # not advancing: ignored
+    decision = a.on_batch_error(batch, NotLeaderOrFollowerError(), now=10, leader_epoch=5)
+    assert decision.retry and not decision.skip_backoff and decision.retry_at == 110
+    assert decision.refresh_metadata               # still ask for a metadata refresh
+    assert a.drain(50, sendable={1}, leader_of=lead).batches == {}
+
+
+def test_epoch_seen_at_drain_time_skips_remaining_backoff() -> None:
+    md, a = kip951_setup()
+    a.append(T0, 1, None, b"v", now=0)
+    [batch] = a.drain(5, sendable={1, 2}, leader_of=md.snapshot.leader_of).batches[1]
+    a.on_batch_error(batch, NotLeaderOrFollowerError(), now=10)        # no hint in the response
+    assert a.drain(20, sendable={1, 2}, leader_of=md.snapshot.leader_of).batches == {}
+    # a metadata refresh brings the new leader before the backoff ends: the first retry goes at once
+    md.update_from_metadata({"brokers": [{"node_id": 2, "host": "h", "port": 2}], "topics": [
+        {"error_code": 0, "name": "t", "partitions": [{"partition_index": 0, "leader_id": 2, "leader_epoch": 6}]}]},
+        now=30)
+    assert a.drain(30, sendable={1, 2}, leader_of=md.snapshot.leader_of).batches == {2: [batch]}
+
+
+def test_non_retriable_and_exhausted_retries_fail_the_records() -> None:
+    a = acc(retries=1)
+    r = Results()
+    lead = leaders({T0: (1, 0)})
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    [batch] = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    assert a.on_batch_error(batch, RequestTimedOutError(), now=6).retry
+    [batch] = a.drain(1000, sendable={1}, leader_of=lead).batches[1]
+    decision = a.on_batch_error(batch, RequestTimedOutError(), now=1001)
+    assert not decision.retry and "exhausted" in decision.reason
+    assert isinstance(r.done[0][1], RequestTimedOutError)
+    a.append(T0, 1, None, b"v", callback=r.cb(1), now=0)
+    [batch] = a.drain(1005, sendable={1}, leader_of=lead).batches[1]
+    assert not a.on_batch_error(batch, InvalidTopicError(), now=1006).retry
+    assert isinstance(r.done[1][1], InvalidTopicError)
+
+
+# ---------------------------------------------------------------------------------------------- KIP-219 interplay
+def test_muted_node_receives_nothing_until_the_window_ends() -> None:
+    node = NodeState(1, reconnect_backoff=ExponentialBackoff(50, 1000))
+    node.on_connecting(0)
+    node.on_connected(0)
+    a = acc(linger_ms=0)
+    lead = leaders({T0: (1, 0)})
+    a.append(T0, 1, None, b"v", now=0)
+    [batch] = a.drain(0, sendable={1} if node.can_send(0) else set(), leader_of=lead).batches[1]
+    node.on_request_sent(0)
+    node.on_request_done(3)
+    node.on_response(0, 9, throttle_time_ms=400, now=3)     # Produce v9 throttled 400 ms
+    a.on_batch_success(batch, 0, now=3)
+    a.append(T0, 1, None, b"v", now=3)
+    sent_at = []
+    for t in range(3, 1000):
+        sendable = {1} if node.can_send(t) else set()
+        if a.drain(t, sendable=sendable, leader_of=lead).batches:
+            sent_at.append(t)
+            break
+    assert sent_at == [403]                # not one ms early, not one ms late
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def test_buffer_memory_blocks_and_wakes_waiters_fifo() -> None:
+    a = acc(buffer_memory=400, linger_ms=0)
+    lead = leaders({T0: (1, 0)})
+    first = a.append(T0, 1, None, b"x" * 200, now=0)
+    assert first.appended and a.buffered_bytes == first.needed_bytes
+    blocked = a.append(T0, 1, None, b"y" * 200, now=0)
+    assert not blocked.appended
+    woke: list[str] = []
+    w1 = a.wait_for_space(blocked.needed_bytes, lambda: woke.append("w1"))
+    w2 = a.wait_for_space(10, lambda: woke.append("w2"))
+    # a fresh small append must not jump the queue
+    assert not a.append(T0, 1, None, b"z", now=0).appended
+    [batch] = a.drain(0, sendable={1}, leader_of=lead).batches[1]
+    a.on_batch_success(batch, 0, now=1)
+    assert woke == ["w1", "w2"]
+    assert a.append(T0, 1, None, b"y" * 200, now=1, waiter=w1).appended
+    a.cancel_wait(w2)
+    assert a.space_waiters == 0
+
+
+def test_oversized_record_is_rejected_with_the_limit_named() -> None:
+    with pytest.raises(RecordTooLargeError, match="buffer_memory"):
+        acc(buffer_memory=100).append(T0, 1, None, b"x" * 200, now=0)
+    with pytest.raises(RecordTooLargeError, match="max_request_size"):
+        acc(max_request_size=100).append(T0, 1, None, b"x" * 200, now=0)
+
+
+def test_max_request_size_splits_requests() -> None:
+    a = acc(max_request_size=1000, batch_size=300)
+    for tp in (TopicPartition("t", p) for p in range(5)):
+        a.append(tp, 1, None, b"x" * 250, now=0)
+    lead = lambda tp: (1, 0)   # noqa: E731
+    first = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    second = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    assert 1 <= len(first) < 5 and len(first) + len(second) <= 5
+    assert sum(b.reserved_bytes for b in first) <= 1000
+
+
+# ---------------------------------------------------------------------------------------------- ordering
+def test_single_in_flight_keeps_partition_order_across_retries() -> None:
+    a = acc(max_in_flight=1, linger_ms=0, batch_size=100)
+    lead = leaders({T0: (1, 0)})
+    for i in range(3):
+        a.append(T0, i, None, b"x" * 70, now=0)     # three batches
+    [b0] = a.drain(0, sendable={1}, leader_of=lead).batches[1]
+    assert a.drain(0, sendable={1}, leader_of=lead).batches == {}      # partition muted while b0 is out
+    a.on_batch_error(b0, RequestTimedOutError(), now=1)
+    again = a.drain(1000, sendable={1}, leader_of=lead).batches[1]
+    assert again == [b0]
+
+
+def test_idempotent_retry_goes_back_to_the_head_and_waits_for_older() -> None:
+    a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
+    a.set_producer_identity(1, 0)
+    lead = leaders({T0: (1, 0)})
+    for i in range(3):
+        a.append(T0, i, None, b"x" * 70, now=0)
+    b0 = a.drain(0, sendable={1}, leader_of=lead).batches[1][0]
+    b1 = a.drain(0, sendable={1}, leader_of=lead).batches[1][0]
+    assert (b0.base_sequence, b1.base_sequence) == (0, 1)
+    a.on_batch_error(b1, RequestTimedOutError(), now=1)      # b1 fails while b0 is still out
+    assert [b.index for b in a.batches() if b.state is BatchState.QUEUED] == [1, 2]
+    assert a.drain(5000, sendable={1}, leader_of=lead).batches == {}    # b1 waits for older b0
+    a.on_batch_success(b0, 0, now=5000)
+    assert a.drain(5000, sendable={1}, leader_of=lead).batches[1] == [b1]
+    assert b1.base_sequence == 1          # a retry keeps its sequence
+    a.set_producer_identity(1, 1)         # epoch bump: queued batches are re-sequenced from 0
+    b2 = a.drain(5000, sendable={1}, leader_of=lead).batches[1][0]
+    assert (b2.index, b2.base_sequence, b2.producer_epoch) == (2, 0, 1)
+
+
+def test_abort_fails_everything_once() -> None:
+    a = acc()
+    r = Results()
+    lead = leaders({T0: (1, 0)})
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    [batch] = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    a.append(T0, 1, None, b"v", callback=r.cb(1), now=6)
+    assert a.abort(RuntimeError("closed")) == 2
+    assert not a.on_batch_success(batch, 0, now=7)
+    assert set(r.done) == {0, 1} and a.incomplete_batches == 0 and a.buffered_bytes == 0
