@@ -49,6 +49,10 @@ class RequestTimeoutError(KafkaError):
     retriable = True
 
 
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """A client-side wait (metadata, buffer space, flush) exceeded its bound, e.g. ``max_block_ms``."""
+
+
 class ConfigError(KafkaError, ValueError):
     """A configuration key is unknown or has a bad value; the message names the key."""
 

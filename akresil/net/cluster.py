@@ -1,0 +1,329 @@
+"""The shared I/O shell of every client: connections per node, metadata refresh, request routing.
+
+``Cluster`` owns one connection per broker, the core's node states (reconnect backoff, KIP-219 mute windows)
+and the copy-on-write metadata cache.  It never decides policy itself: it asks the core when a node may be
+sent to and what a response means, and sleeps until the earliest timer the core names.  Every task it starts
+lives in its own task group, so ``close()`` leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, Iterable
+
+import anyio
+
+from .. import errors
+from ..config import Config
+from ..core.backoff import ExponentialBackoff
+from ..core.events import Hooks
+from ..core.metadata import MetadataCache
+from ..core.node_state import NodeState
+from ..protocol.api import ApiKey
+from .clock import Clock, monotonic_ms
+from .connection import Connection, SaslConfig
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = bytes(16)
+BodyBuilder = Callable[[int], dict[str, Any]]
+
+
+class Cluster:
+    """Connections, node states and metadata shared by one client's tasks."""
+
+    def __init__(self, config: Config, *, hooks: Hooks | None = None, clock: Clock = monotonic_ms,
+                 rng: random.Random | None = None, allow_auto_topic_creation: bool = True) -> None:
+        self.config = config
+        self.hooks = hooks or Hooks()
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.metadata = MetadataCache(
+            retry_backoff_ms=config.retry_backoff_ms, retry_backoff_max_ms=config.retry_backoff_max_ms,
+            metadata_max_age_ms=config.metadata_max_age_ms, rng=self.rng, hooks=self.hooks)
+        self._reconnect_backoff = ExponentialBackoff(
+            config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=self.rng)
+        self._nodes: dict[int, NodeState] = {}
+        self._conns: dict[int, Connection] = {}
+        self._connecting: dict[int, anyio.Event] = {}
+        self._bootstrap = [_split_host_port(s) for s in config.bootstrap_servers]
+        self._topics: set[str] = set()
+        self._all_topics = False
+        self._refresh_wanted = anyio.Event()
+        self._metadata_changed = anyio.Event()
+        self._metadata_listeners: list[Callable[[], None]] = []
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._sasl = None
+        if config.security_protocol.startswith("SASL_"):
+            self._sasl = SaslConfig(mechanism=config.sasl_mechanism, username=config.sasl_plain_username,
+                                    password=config.sasl_plain_password)
+        self._ssl = config.ssl_context if config.security_protocol in ("SSL", "SASL_SSL") else None
+        if config.security_protocol in ("SSL", "SASL_SSL") and self._ssl is None:
+            import ssl
+            self._ssl = ssl.create_default_context()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Bootstrap (first Metadata) and start the background metadata refresher in ``task_group``."""
+        self._tg = task_group
+        await self._bootstrap_metadata()
+        task_group.start_soon(self._refresher, name="akresil-metadata-refresher")
+
+    async def close(self) -> None:
+        self._closed = True
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            with anyio.CancelScope(shield=True):
+                await conn.close(errors.ClientClosedError("client closed"))
+        self._refresh_wanted.set()
+        self._metadata_changed.set()
+
+    # ------------------------------------------------------------------ nodes and connections
+    def node(self, node_id: int) -> NodeState:
+        state = self._nodes.get(node_id)
+        if state is None:
+            state = self._nodes[node_id] = NodeState(
+                node_id, reconnect_backoff=self._reconnect_backoff,
+                max_in_flight=self.config.max_in_flight_requests_per_connection, hooks=self.hooks)
+        return state
+
+    def _address(self, node_id: int) -> tuple[str, int]:
+        if node_id < 0:
+            return self._bootstrap[-node_id - 1]
+        broker = self.metadata.snapshot.brokers.get(node_id)
+        if broker is None:
+            raise errors.KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
+        return broker.host, broker.port
+
+    async def connection(self, node_id: int) -> Connection:
+        """The node's connection, connecting (after any reconnect backoff) if needed."""
+        while True:
+            if self._closed:
+                raise errors.ClientClosedError("client closed")
+            conn = self._conns.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            pending = self._connecting.get(node_id)
+            if pending is not None:
+                await pending.wait()
+                continue
+            done = self._connecting[node_id] = anyio.Event()
+            try:
+                return await self._connect(node_id)
+            finally:
+                del self._connecting[node_id]
+                done.set()
+
+    async def _connect(self, node_id: int) -> Connection:
+        state = self.node(node_id)
+        await self._sleep_until(lambda: state.next_connect_at(self.clock()))
+        host, port = self._address(node_id)
+        state.on_connecting(self.clock())
+        try:
+            conn = await Connection.connect(
+                host, port, client_id=self.config.client_id, ssl_context=self._ssl, sasl=self._sasl,
+                connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                request_timeout_ms=self.config.request_timeout_ms,
+                max_in_flight=self.config.max_in_flight_requests_per_connection,
+                node_id=node_id)
+        except errors.AuthenticationError:
+            state.on_disconnected(self.clock(), failed=True)
+            raise
+        except (OSError, errors.KafkaError) as exc:
+            state.on_disconnected(self.clock(), failed=True)
+            raise errors.KafkaConnectionError(f"cannot connect to node {node_id} at {host}:{port}: {exc}") from exc
+        state.on_connected(self.clock())
+        self._conns[node_id] = conn
+        return conn
+
+    def connected(self, node_id: int) -> Connection | None:
+        """The node's live connection, or None (never connects: the scheduler's synchronous check)."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
+    def disconnect(self, node_id: int, error: BaseException | None = None) -> None:
+        conn = self._conns.pop(node_id, None)
+        if conn is not None and self._tg is not None:
+            self._tg.start_soon(conn.close, error)
+        self.node(node_id).on_disconnected(self.clock(), failed=error is not None)
+
+    async def _sleep_until(self, due: Callable[[], float | None]) -> None:
+        """Sleep until ``due()`` (absolute ms, re-read after each wake: a mute may grow) is not in the future."""
+        while True:
+            at = due()
+            if at is None:
+                return
+            delay = at - self.clock()
+            if delay <= 0:
+                return
+            await anyio.sleep(delay / 1000.0)
+
+    async def wait_sendable(self, node_id: int) -> None:
+        """Wait out the node's mute window (KIP-219) and reconnect backoff: requests wait, they do not fail."""
+        state = self.node(node_id)
+        await self._sleep_until(lambda: state.next_send_at(self.clock()))
+
+    # ------------------------------------------------------------------ requests
+    async def request(self, node_id: int, api_key: ApiKey, body: dict[str, Any] | BodyBuilder, *,
+                      min_version: int = 0, timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
+        """Send one request to ``node_id`` and return ``(version, response)``.
+
+        ``body`` may be a function of the negotiated version.  Throttle time in the response is fed to the
+        node state (which mutes the node when the version calls for it).  Connection failures close the
+        connection and raise ``KafkaConnectionError``; error codes inside the response are the caller's.
+        """
+        await self.wait_sendable(node_id)
+        conn = await self.connection(node_id)
+        version = conn.versions.get(api_key)
+        if version is None or version < min_version:
+            raise errors.UnsupportedVersionError(
+                f"node {node_id} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
+        payload = body(version) if callable(body) else body
+        state = self.node(node_id)
+        state.on_request_sent(self.clock())
+        try:
+            response = await conn.request(api_key, payload, version=version, timeout_ms=timeout_ms)
+        except errors.RequestTimeoutError as exc:
+            state.on_request_done(self.clock())
+            self.disconnect(node_id, exc)
+            raise
+        except (errors.KafkaConnectionError, errors.ProtocolError) as exc:
+            state.on_request_done(self.clock())
+            self.disconnect(node_id, exc)
+            raise errors.KafkaConnectionError(str(exc)) from exc
+        state.on_request_done(self.clock())
+        throttle = response.get("throttle_time_ms") or 0
+        state.on_response(int(api_key), version, throttle, self.clock())
+        return version, response
+
+    def least_loaded_node(self) -> int:
+        """A node to send cluster-wide requests to: connected and idle first, muted or backing-off last."""
+        now = self.clock()
+        candidates = list(self.metadata.snapshot.brokers) or [-(i + 1) for i in range(len(self._bootstrap))]
+        self.rng.shuffle(candidates)
+
+        def rank(node_id: int) -> tuple[int, int]:
+            state = self.node(node_id)
+            blocked = 1 if (state.next_send_at(now) or 0) > now else 0
+            connected = 0 if node_id in self._conns and not self._conns[node_id].closed else 1
+            return blocked, connected * 1000 + state.in_flight
+
+        return min(candidates, key=rank)
+
+    async def request_any(self, api_key: ApiKey, body: dict[str, Any] | BodyBuilder, *, min_version: int = 0,
+                          timeout_ms: int | None = None) -> tuple[int, int, dict[str, Any]]:
+        """Send to the least loaded node, trying others on connection failure. Returns (node, version, response)."""
+        last: BaseException | None = None
+        tried: set[int] = set()
+        for _ in range(max(3, len(self.metadata.snapshot.brokers))):
+            node_id = self.least_loaded_node()
+            if node_id in tried and len(tried) < len(self.metadata.snapshot.brokers or self._bootstrap):
+                continue
+            tried.add(node_id)
+            try:
+                version, response = await self.request(node_id, api_key, body, min_version=min_version,
+                                                       timeout_ms=timeout_ms)
+                return node_id, version, response
+            except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    # ------------------------------------------------------------------ metadata
+    def add_topics(self, topics: Iterable[str]) -> None:
+        new = set(topics) - self._topics
+        if new:
+            self._topics |= new
+            self.request_metadata_refresh("new-topic")
+
+    def set_topics(self, topics: Iterable[str], *, all_topics: bool = False) -> None:
+        self._topics = set(topics)
+        self._all_topics = all_topics
+        self.request_metadata_refresh("subscription")
+
+    def request_metadata_refresh(self, cause: str) -> None:
+        """Ask for an asynchronous, backed-off refresh (KIP-580 backoff inside the metadata cache)."""
+        self.metadata.request_refresh(cause, self.clock())
+        self._refresh_wanted.set()
+
+    async def wait_for_metadata(self, *, timeout_ms: float, until: Callable[[], bool]) -> None:
+        """Wait until ``until()`` holds after metadata changes, refreshing as needed; TimeoutError after timeout."""
+        with anyio.fail_after(timeout_ms / 1000.0):
+            while not until():
+                if self._closed:
+                    raise errors.ClientClosedError("client closed")
+                changed = self._metadata_changed
+                self.request_metadata_refresh("wait")
+                await changed.wait()
+
+    async def _bootstrap_metadata(self) -> None:
+        deadline = self.clock() + self.config.socket_connection_setup_timeout_ms + self.config.request_timeout_ms
+        last: BaseException | None = None
+        while self.clock() < deadline:
+            for i in range(len(self._bootstrap)):
+                try:
+                    await self._refresh_from(-(i + 1))
+                    return
+                except errors.AuthenticationError:
+                    raise
+                except (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError) as exc:
+                    last = exc
+                    log.debug("bootstrap via %s:%s failed: %s", *self._bootstrap[i], exc)
+            await anyio.sleep(self._reconnect_backoff.backoff_ms(1) / 1000.0)
+        raise errors.NoBrokersAvailableError(
+            f"no bootstrap server answered ({', '.join(self.config.bootstrap_servers)}): {last}")
+
+    def _metadata_body(self, version: int) -> dict[str, Any]:
+        if self._all_topics:
+            topics = None
+        else:
+            topics = [{"name": t, "topic_id": ZERO_UUID} for t in sorted(self._topics)]
+        return {"topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+
+    async def _refresh_from(self, node_id: int) -> None:
+        self.hooks.emit("metadata_request", node_id=node_id)
+        token = self.metadata.begin_refresh(self.clock())
+        _, response = await self.request(node_id, ApiKey.METADATA, self._metadata_body)
+        self.metadata.update_from_metadata(response, self.clock(), token=token)
+        self._announce_metadata()
+
+    def on_metadata_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` after every metadata update or failed refresh (schedulers wake on it)."""
+        self._metadata_listeners.append(callback)
+
+    def _announce_metadata(self) -> None:
+        changed, self._metadata_changed = self._metadata_changed, anyio.Event()
+        changed.set()
+        for callback in self._metadata_listeners:
+            callback()
+
+    async def _refresher(self) -> None:
+        """Background task: refresh when asked or when metadata is older than ``metadata_max_age_ms``."""
+        while not self._closed:
+            now = self.clock()
+            due = self.metadata.next_refresh_at(now)
+            if due is not None and due <= now:
+                self._refresh_wanted = anyio.Event()
+                try:
+                    node_id = self.least_loaded_node()
+                    await self._refresh_from(node_id)
+                except errors.AuthenticationError:
+                    raise
+                except (errors.KafkaError, OSError) as exc:
+                    log.debug("metadata refresh failed: %s", exc)
+                    self.metadata.on_refresh_failed(self.clock())
+                    self._announce_metadata()
+                continue
+            wait_s = None if due is None else (due - now) / 1000.0
+            with anyio.move_on_after(wait_s if wait_s is not None else 3600.0):
+                await self._refresh_wanted.wait()
+            self._refresh_wanted = anyio.Event()
+
+
+def _split_host_port(server: str) -> tuple[str, int]:
+    host, _, port = server.strip().rpartition(":")
+    return host.strip("[]"), int(port)

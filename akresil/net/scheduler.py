@@ -1,0 +1,302 @@
+"""The producer's scheduler: one task that turns ready batches into Produce requests.
+
+Each turn it asks the core what to do and then sleeps until the earliest timer the core names:
+
+1. ``accumulator.expire(now)`` fails batches past their delivery deadline (KIP-91);
+2. partitions without a known leader request an asynchronous metadata refresh;
+3. leaders with ready data but no connection get a connection task (reconnect backoff in ``NodeState``);
+4. ``accumulator.drain`` takes batches for *sendable* nodes only (connected, not muted by KIP-219, below
+   the in-flight limit), each node's batches become one Produce request, sent in its own task;
+5. it sleeps until the earliest of: linger end, retry backoff end (KIP-580), delivery deadline, mute end,
+   reconnect backoff end, or a wake-up (new batch, response, connection, metadata change).  No polling.
+
+Responses are handled by ``_handle_response``: successes complete batches, KIP-951 leader hints update the
+metadata cache before the retry decision (so an advanced epoch sends the retry at once), and every
+leader-related error still requests a metadata refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import anyio
+
+from .. import errors
+from ..config import Config
+from ..core import events
+from ..core.accumulator import RecordAccumulator
+from ..core.backoff import ExponentialBackoff
+from ..core.batch import ProducerBatch
+from ..core.metadata import BrokerInfo, LeaderHint
+from ..protocol.api import ApiKey
+from ..types import TopicPartition
+from .cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+_LEADER_ERRORS = (errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno)
+_DUPLICATE_SEQUENCE = errors.DuplicateSequenceNumberError.errno
+#: InitProducerId: versions below 3 cannot bump an epoch; Tansu answers v0-v2 with errors (DESIGN.md)
+_INIT_PID_MIN_VERSION = 0
+
+
+class Sender:
+    """Drives a ``RecordAccumulator`` over a ``Cluster``. ``run()`` is the one task; ``wake()`` nudges it."""
+
+    def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: Config) -> None:
+        self.cluster = cluster
+        self.acc = accumulator
+        self.config = config
+        self.acks: int = config.acks
+        self._wakeup = anyio.Event()
+        self._progress = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._connecting: set[int] = set()
+        self._init_pid_running = False
+        self._init_pid_failures = 0
+        self._init_pid_backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms,
+                                                    rng=cluster.rng)
+        self._init_pid_at = 0.0
+        self.fatal_error: BaseException | None = None
+        self._stopping = False
+        cluster.on_metadata_change(self.wake)
+
+    # ------------------------------------------------------------------ signals
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def _signal_progress(self) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
+
+    async def wait_progress(self) -> None:
+        """Wait until some batch completes or the sender stops (used by flush/close)."""
+        await self._progress.wait()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wake()
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                while not (self._stopping and self.acc.incomplete_batches == 0):
+                    self._wakeup = anyio.Event()
+                    delay_ms = self._turn()
+                    if delay_ms is None:
+                        await self._wakeup.wait()
+                    elif delay_ms > 0:
+                        with anyio.move_on_after(delay_ms / 1000.0):
+                            await self._wakeup.wait()
+            finally:
+                self._signal_progress()
+                tg.cancel_scope.cancel()
+
+    def _turn(self) -> float | None:
+        """One scheduling pass; returns ms to sleep (None: until woken)."""
+        cluster, acc = self.cluster, self.acc
+        now = cluster.clock()
+        if acc.expire(now):
+            self._signal_progress()
+        wake_at: float | None = None
+        if acc.idempotent and acc.producer_id < 0:
+            if not self._init_pid_running and acc.incomplete_batches:
+                if now >= self._init_pid_at:
+                    self._init_pid_running = True
+                    assert self._tg is not None
+                    self._tg.start_soon(self._init_producer_id)
+                else:
+                    wake_at = self._init_pid_at
+        snapshot = cluster.metadata.snapshot
+        leader_of = snapshot.leader_of
+        sendable: set[int] = set()
+        for node_id in acc.ready_nodes(now, leader_of):
+            state = cluster.node(node_id)
+            if cluster.connected(node_id):
+                if state.can_send(now):
+                    sendable.add(node_id)
+                else:
+                    at = state.next_send_at(now)
+                    if at is not None and (wake_at is None or at < wake_at):
+                        wake_at = at
+            elif node_id not in self._connecting:
+                at = state.next_connect_at(now)
+                if at is not None and at > now:
+                    if wake_at is None or at < wake_at:
+                        wake_at = at
+                else:
+                    self._connecting.add(node_id)
+                    assert self._tg is not None
+                    self._tg.start_soon(self._connect, node_id)
+        drained = acc.drain(now, sendable=sendable, leader_of=leader_of)
+        if drained.unknown_leaders:
+            cluster.request_metadata_refresh("unknown-leader")
+        for node_id, batches in drained.batches.items():
+            self._send(node_id, batches, now)
+        timer = acc.next_wakeup(now)
+        if timer is not None and (wake_at is None or timer < wake_at):
+            wake_at = timer
+        if wake_at is None:
+            return None
+        return max(0.0, wake_at - now)
+
+    async def _connect(self, node_id: int) -> None:
+        try:
+            await self.cluster.connection(node_id)
+        except errors.AuthenticationError as exc:
+            self._fail_all(exc)
+        except (errors.KafkaError, OSError) as exc:
+            log.debug("connect to node %s failed: %s", node_id, exc)
+            self.cluster.request_metadata_refresh("connection-failed")
+        finally:
+            self._connecting.discard(node_id)
+            self.wake()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        self.fatal_error = exc
+        self.acc.abort(exc)
+        self._signal_progress()
+
+    # ------------------------------------------------------------------ producer id (idempotence)
+    async def _init_producer_id(self) -> None:
+        cluster = self.cluster
+        try:
+            _, _, response = await cluster.request_any(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout_ms": 2**31 - 1,
+                "producer_id": -1, "producer_epoch": -1}, min_version=_INIT_PID_MIN_VERSION)
+            code = response.get("error_code", 0)
+            if code:
+                raise errors.error_for_code(code)(f"InitProducerId failed: error {code}")
+        except (errors.KafkaError, OSError) as exc:
+            retriable = getattr(exc, "retriable", False) or isinstance(exc, (errors.KafkaConnectionError, OSError))
+            if not retriable:
+                log.error("InitProducerId failed: %r; failing queued records", exc)
+                self._fail_all(exc)
+            else:
+                self._init_pid_failures += 1
+                self._init_pid_at = cluster.clock() + self._init_pid_backoff.backoff_ms(self._init_pid_failures)
+        else:
+            self._init_pid_failures = 0
+            self.acc.set_producer_identity(response["producer_id"], response["producer_epoch"])
+            cluster.hooks.emit("producer_id", producer_id=response["producer_id"],
+                               producer_epoch=response["producer_epoch"])
+        finally:
+            self._init_pid_running = False
+            self.wake()
+
+    # ------------------------------------------------------------------ produce
+    def _send(self, node_id: int, batches: list[ProducerBatch], now: float) -> None:
+        conn = self.cluster.connected(node_id)
+        if conn is None:       # closed between the readiness check and now: retry the batches
+            error = errors.KafkaConnectionError(f"connection to node {node_id} lost before sending")
+            self._fail_attempt(batches, error, now)
+            return
+        version = conn.versions.get(ApiKey.PRODUCE)
+        if version is None:
+            self._fail_all(errors.UnsupportedVersionError(f"node {node_id} does not support Produce"))
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for batch in batches:
+            topics.setdefault(batch.tp.topic, []).append(
+                {"index": batch.tp.partition, "records": batch.payload.build()})
+        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config.request_timeout_ms,
+                "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+        state = self.cluster.node(node_id)
+        state.on_request_sent(now)
+        assert self._tg is not None
+        self._tg.start_soon(self._produce, node_id, conn, version, body, batches)
+
+    async def _produce(self, node_id: int, conn: Any, version: int, body: dict[str, Any],
+                       batches: list[ProducerBatch]) -> None:
+        cluster = self.cluster
+        state = cluster.node(node_id)
+        try:
+            if self.acks == 0:
+                await conn.send_no_response(ApiKey.PRODUCE, body, version=version)
+                response = None
+            else:
+                response = await conn.request(ApiKey.PRODUCE, body, version=version)
+        except (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.ProtocolError) as exc:
+            state.on_request_done(cluster.clock())
+            cluster.disconnect(node_id, exc)
+            self._fail_attempt(batches, exc if exc.retriable else errors.KafkaConnectionError(str(exc)),
+                               cluster.clock())
+            cluster.request_metadata_refresh("produce-connection-error")
+        except errors.KafkaError as exc:
+            state.on_request_done(cluster.clock())
+            self._fail_attempt(batches, exc, cluster.clock())
+        else:
+            now = cluster.clock()
+            state.on_request_done(now)
+            if response is None:
+                for batch in batches:
+                    self.acc.on_batch_success(batch, -1, now)
+            else:
+                state.on_response(int(ApiKey.PRODUCE), version, response.get("throttle_time_ms") or 0, now)
+                self._handle_response(node_id, response, batches, now)
+        finally:
+            self._signal_progress()
+            self.wake()
+
+    def _fail_attempt(self, batches: list[ProducerBatch], error: BaseException, now: float) -> None:
+        leader_of = self.cluster.metadata.snapshot.leader_of
+        refresh = False
+        for batch in batches:
+            lead = leader_of(batch.tp)
+            decision = self.acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
+            refresh = refresh or bool(decision and decision.refresh_metadata)
+        if refresh:
+            self.cluster.request_metadata_refresh("produce-error")
+
+    def _handle_response(self, node_id: int, response: dict[str, Any], batches: list[ProducerBatch],
+                         now: float) -> None:
+        cluster, acc = self.cluster, self.acc
+        by_tp = {batch.tp: batch for batch in batches}
+        endpoints = {e["node_id"]: BrokerInfo(e["node_id"], e["host"], e["port"], e.get("rack"))
+                     for e in (response.get("node_endpoints") or ())}
+        refresh_cause: str | None = None
+        answered: set[TopicPartition] = set()
+        for topic in response.get("responses", ()):
+            name = topic["name"]
+            for part in topic["partition_responses"]:
+                tp = TopicPartition(name, part["index"])
+                batch = by_tp.get(tp)
+                if batch is None or tp in answered:
+                    continue
+                answered.add(tp)
+                code = part["error_code"]
+                if code == 0 or code == _DUPLICATE_SEQUENCE:
+                    acc.on_batch_success(batch, part["base_offset"] if code == 0 else -1, now,
+                                         log_append_time_ms=part.get("log_append_time_ms", -1))
+                    continue
+                error = errors.error_for_code(code)(
+                    f"{name}-{tp.partition} on node {node_id}: {part.get('error_message') or errors.error_for_code(code).description}")
+                if code in _LEADER_ERRORS:
+                    hint = part.get("current_leader")
+                    if hint is not None and hint.get("leader_id", -1) >= 0:
+                        leader_id = hint["leader_id"]
+                        accepted = cluster.metadata.apply_leader_hint(
+                            tp, leader_id, hint["leader_epoch"], endpoints.get(leader_id))
+                        if accepted:
+                            self.wake()
+                lead = cluster.metadata.snapshot.leader_of(tp)
+                decision = acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
+                if decision is not None and decision.refresh_metadata:
+                    refresh_cause = "not-leader" if code in _LEADER_ERRORS else "produce-error"
+        missing = [b for tp, b in by_tp.items() if tp not in answered]
+        if missing:
+            self._fail_attempt(missing, errors.ProtocolError(
+                f"Produce response from node {node_id} did not answer {len(missing)} partition(s)"), now)
+        if refresh_cause is not None:
+            cluster.request_metadata_refresh(refresh_cause)
+        cluster.hooks.emit(events.REQUEST_SENT if False else "produce_response", node_id=node_id,
+                           batches=len(batches))
+
+
+def no_timer() -> float:
+    return math.inf
