@@ -1,0 +1,243 @@
+"""The producer scheduler's turn, driven with a fake clock: what it sends, to whom, and how long it sleeps.
+
+``Sender._turn()`` is synchronous: it expires, drains and returns the sleep until the earliest timer.  These
+tests call it directly with a fake clock and fake connections, so every rule is checked at exact times.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from akresil import errors
+from akresil.config import resolve
+from akresil.core.accumulator import RecordAccumulator
+from akresil.net.cluster import Cluster
+from akresil.net.scheduler import Sender
+from akresil.protocol.api import ApiKey
+from akresil.types import TopicPartition
+
+pytestmark = pytest.mark.anyio
+
+TP = TopicPartition("t", 0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeConn:
+    closed = False
+
+    def __init__(self, produce_version: int = 11) -> None:
+        self.versions = {ApiKey.PRODUCE: produce_version}
+
+
+class TaskRecorder:
+    """Stands in for the sender's task group: records the Produce tasks instead of running them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def start_soon(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((getattr(fn, "__name__", fn), *args))
+
+    def produces(self) -> list[tuple[int, list[Any]]]:
+        """(node_id, batches) of every Produce started, then forget them."""
+        out = [(c[1], c[5]) for c in self.calls if c[0] == "_produce"]
+        self.calls = [c for c in self.calls if c[0] != "_produce"]
+        return out
+
+
+def metadata(leader: int, epoch: int) -> dict[str, Any]:
+    return {"brokers": [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n, "rack": None} for n in (1, 2)],
+            "controller_id": 1, "cluster_id": "c",
+            "topics": [{"name": "t", "error_code": 0, "topic_id": bytes(16), "is_internal": False,
+                        "partitions": [{"partition_index": 0, "leader_id": leader, "leader_epoch": epoch,
+                                        "replica_nodes": [1, 2], "isr_nodes": [1, 2], "offline_replicas": [],
+                                        "error_code": 0}]}]}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def make(**overrides: Any) -> tuple[Sender, FakeClock, TaskRecorder, list[Any]]:
+    cfg = resolve("producer", {"enable_idempotence": False, "acks": 1, "linger_ms": 5,
+                               "delivery_timeout_ms": 3_000, "request_timeout_ms": 1_000,
+                               "retry_backoff_ms": 100, "retry_backoff_max_ms": 1_000, **overrides})
+    clock = FakeClock()
+    rng = random.Random(7)
+    cluster = Cluster(cfg, clock=clock, rng=rng)
+    cluster.metadata.update_from_metadata(metadata(leader=1, epoch=5), clock())
+    for node in (1, 2):
+        cluster._conns[node] = FakeConn()          # noqa: SLF001 - connected nodes without sockets
+        cluster.node(node).on_connected(clock())
+    acc = RecordAccumulator(batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
+                            delivery_timeout_ms=cfg.delivery_timeout_ms, request_timeout_ms=cfg.request_timeout_ms,
+                            retry_backoff_ms=cfg.retry_backoff_ms, retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+                            rng=NoJitter())
+    sender = Sender(cluster, acc, cfg)
+    tasks = TaskRecorder()
+    sender._tg = tasks                              # type: ignore[assignment]  # noqa: SLF001
+    results: list[Any] = []
+    return sender, clock, tasks, results
+
+
+class NoJitter:
+    def uniform(self, a: float, b: float) -> float:
+        return 1.0
+
+
+def append(sender: Sender, clock: FakeClock, results: list[Any], value: bytes = b"v") -> None:
+    sender.acc.append(TP, 0, None, value, (), lambda md, err: results.append(err or md), now=clock())
+
+
+def not_leader_response(leader: int | None, epoch: int) -> dict[str, Any]:
+    hint = None if leader is None else {"leader_id": leader, "leader_epoch": epoch}
+    return {"throttle_time_ms": 0,
+            "node_endpoints": [] if leader is None else [{"node_id": leader, "host": "127.0.0.1",
+                                                          "port": 9000 + leader, "rack": None}],
+            "responses": [{"name": "t", "partition_responses": [{
+                "index": 0, "error_code": errors.NotLeaderOrFollowerError.errno, "base_offset": -1,
+                "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [], "error_message": None,
+                "current_leader": hint}]}]}
+
+
+def ok_response(offset: int = 42) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "node_endpoints": None, "responses": [{"name": "t", "partition_responses": [{
+        "index": 0, "error_code": 0, "base_offset": offset, "log_append_time_ms": -1, "log_start_offset": 0,
+        "record_errors": [], "error_message": None, "current_leader": None}]}]}
+
+
+def finish(sender: Sender, node: int, batches: list[Any], response: dict[str, Any], clock: FakeClock) -> None:
+    """What ``_produce`` does when a response arrives (without the connection)."""
+    state = sender.cluster.node(node)
+    state.on_request_done(clock())
+    state.on_response(int(ApiKey.PRODUCE), 11, response.get("throttle_time_ms") or 0, clock())
+    sender._handle_response(node, response, batches, clock())   # noqa: SLF001
+
+
+async def test_sleeps_until_linger_end_then_sends_to_the_leader() -> None:
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    assert sender._turn() == pytest.approx(5.0)     # noqa: SLF001 - linger_ms
+    assert tasks.produces() == []
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(node, batches)] = tasks.produces()
+    assert node == 1 and batches[0].tp == TP
+    finish(sender, 1, batches, ok_response(7), clock)
+    assert results[0].offset == 7
+
+
+async def test_idle_sender_sleeps_until_woken() -> None:
+    sender, _, _, _ = await make()
+    assert sender._turn() is None                   # noqa: SLF001 - nothing to do: no timer at all
+
+
+async def test_muted_node_gets_nothing_until_the_window_ends() -> None:
+    sender, clock, tasks, results = await make()
+    sender.cluster.node(1).on_response(int(ApiKey.PRODUCE), 8, 400, clock())   # KIP-219 mute for 400 ms
+    start = clock.now
+    append(sender, clock, results)
+    clock.now += 5                                   # lingered: ready, but the node is muted
+    delay = sender._turn()                           # noqa: SLF001
+    assert tasks.produces() == []
+    assert delay == pytest.approx(start + 400 - clock.now)    # sleeps exactly to the mute end
+    clock.now = start + 399.9
+    sender._turn()                                   # noqa: SLF001
+    assert tasks.produces() == []
+    clock.now = start + 400
+    sender._turn()                                   # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [1]
+
+
+async def test_throttle_on_a_pre_kip219_version_does_not_mute() -> None:
+    sender, clock, tasks, results = await make()
+    sender.cluster.node(1).on_response(int(ApiKey.PRODUCE), 5, 400, clock())   # broker already delayed it
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [1]
+
+
+async def test_advancing_leader_hint_retries_at_once_on_the_new_leader() -> None:
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, not_leader_response(leader=2, epoch=6), clock)
+    assert sender.cluster.metadata.snapshot.leader_of(TP) == (2, 6)
+    assert sender._turn() is not None                # noqa: SLF001
+    [(node, retried)] = tasks.produces()             # same instant: no backoff
+    assert node == 2 and retried[0] is batches[0]
+    # a second NOT_LEADER at the same epoch backs off (first retry backoff: 100 ms, no jitter)
+    finish(sender, 2, retried, not_leader_response(leader=2, epoch=6), clock)
+    delay = sender._turn()                           # noqa: SLF001
+    assert tasks.produces() == []
+    assert delay == pytest.approx(200.0)             # second failure: 100 * 2**1
+    clock.now += 200
+    sender._turn()                                   # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [2]
+
+
+async def test_stale_hint_is_ignored_and_the_retry_backs_off() -> None:
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, not_leader_response(leader=2, epoch=4), clock)   # older epoch than known (5)
+    assert sender.cluster.metadata.snapshot.leader_of(TP) == (1, 5)
+    delay = sender._turn()                           # noqa: SLF001
+    assert tasks.produces() == []
+    assert delay == pytest.approx(100.0)
+
+
+async def test_stale_metadata_after_a_hint_does_not_roll_back() -> None:
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, not_leader_response(leader=2, epoch=6), clock)
+    sender.cluster.metadata.update_from_metadata(metadata(leader=1, epoch=5), clock())   # stale refresh
+    sender._turn()                                   # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [2]
+
+
+async def test_in_flight_batch_expires_at_its_delivery_deadline() -> None:
+    sender, clock, tasks, results = await make()
+    created = clock.now
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    clock.now = created + 3_000 - 0.1
+    delay = sender._turn()                           # noqa: SLF001 - sleeps until the deadline
+    assert results == [] and delay == pytest.approx(0.1)
+    clock.now = created + 3_000
+    sender._turn()                                   # noqa: SLF001
+    assert isinstance(results[0], errors.DeliveryTimeoutError)
+    finish(sender, 1, batches, ok_response(), clock)  # the late response is ignored for that batch
+    assert len(results) == 1
+
+
+async def test_unknown_leader_requests_a_metadata_refresh() -> None:
+    sender, clock, tasks, results = await make()
+    sender.cluster.metadata.update_from_metadata(metadata(leader=-1, epoch=7), clock())
+    append(sender, clock, results)
+    clock.now += 5
+    before = sender.cluster.metadata.refresh_causes
+    sender._turn()                                   # noqa: SLF001
+    assert tasks.produces() == []
+    assert "unknown-leader" in sender.cluster.metadata.refresh_causes and "unknown-leader" not in before
