@@ -129,6 +129,8 @@ class Producer:
         self._started = False
         self._closed = False
         self._checked_topics: set[str] = set()
+        #: per topic: (metadata snapshot, its partitions with a leader) — recomputed when the snapshot changes
+        self._available: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -317,9 +319,14 @@ class Producer:
                       callback: Callable[[RecordMetadata | None, BaseException | None], None],
                       deadline: float) -> None:
         cluster, acc, partitioner = self._cluster, self._acc, self._partitioner
-        snapshot = cluster.metadata.snapshot
-        p = partitioner.partition(topic, key, num, snapshot.available_partitions(topic)
-                                  if partition is None and key is None else (), partition)
+        if partition is None and key is None:
+            snapshot = cluster.metadata.snapshot
+            cached = self._available.get(topic)
+            if cached is None or cached[0] is not snapshot:
+                cached = self._available[topic] = (snapshot, snapshot.available_partitions(topic))
+            p = partitioner.partition(topic, None, num, cached[1], None)
+        else:
+            p = partitioner.partition(topic, key, num, (), partition)
         tp = TopicPartition(topic, p)
         result = acc.append(tp, timestamp_ms, key, value, headers, callback, now=cluster.clock())
         waiter = None
