@@ -1,0 +1,158 @@
+"""Sans-IO framing and correlation for Kafka's request/response wire: no sockets, no clock, no tasks.
+
+Kafka frames every message as a 4-byte big-endian size followed by that many bytes; a response starts with
+the request's correlation id, and a broker answers the requests of one connection strictly in the order it
+received them.  ``FrameDecoder`` turns an arbitrary chunking of the byte stream into whole frames and
+``InFlight`` checks each response against the oldest outstanding request, so a lost, duplicated or invented
+correlation id is caught as a protocol error instead of handing a caller someone else's answer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Generic, Iterator, Protocol, TypeVar
+
+from ..errors import ProtocolError
+
+#: Default cap on one response frame.  A garbage size prefix (a TLS alert or an HTTP reply read as Kafka)
+#: must not make us buffer gigabytes, so anything larger is a protocol error.  Java's default
+#: fetch.max.bytes is 50 MiB, so 100 MiB leaves room for every sane configuration.
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+_INT32_MAX = 2**31 - 1
+# Compact the receive buffer once this many consumed bytes sit at its front.
+_COMPACT_AT = 1 << 16
+
+
+def frame_correlation_id(frame: bytes | bytearray | memoryview) -> int:
+    """The correlation id that opens every response frame (size prefix already stripped)."""
+    if len(frame) < 4:
+        raise ProtocolError(f"response frame of {len(frame)} bytes is too short to hold a correlation id")
+    return int.from_bytes(frame[:4], "big", signed=True)
+
+
+class FrameDecoder:
+    """Reassembles length-prefixed frames from byte chunks of any size.
+
+    ``feed()`` returns every frame the new bytes completed; a partial frame waits for more.  Consumed bytes
+    are dropped lazily, so a chunk holding many small responses costs one slice per frame rather than one
+    copy of the rest of the buffer per frame.
+    """
+
+    __slots__ = ("max_frame_bytes", "_buf", "_pos")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if not 0 < max_frame_bytes <= _INT32_MAX:
+            raise ValueError(f"max_frame_bytes must be in 1..{_INT32_MAX}, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a frame."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add ``data``; return the frames (without size prefix) it completed, oldest first."""
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = self._pos
+        end = len(buf)
+        while end - pos >= 4:
+            size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+            if size < 0 or size > self.max_frame_bytes:
+                raise ProtocolError(
+                    f"frame size {size} is outside 0..{self.max_frame_bytes} (corrupt stream or not Kafka)")
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            frames.append(bytes(buf[pos + 4:stop]))
+            pos = stop
+        if pos == end:
+            buf.clear()
+            pos = 0
+        elif pos >= _COMPACT_AT:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        return frames
+
+
+class HasCorrelationId(Protocol):
+    correlation_id: int
+    #: True for a request the broker should not answer (Produce acks=0) but might anyway
+    response_optional: bool
+
+
+T = TypeVar("T", bound=HasCorrelationId)
+
+#: How many unanswered acks=0 requests to remember at the head of the queue before forgetting the oldest.
+MAX_OPTIONAL_BACKLOG = 4096
+
+
+class InFlight(Generic[T]):
+    """FIFO of the requests awaiting a response on one connection, and the correlation-id allocator.
+
+    Requests the broker should not answer (Produce with acks=0) are queued too, as *optional*: Kafka skips
+    them, but some brokers (Tansu 0.6) answer them anyway.  A response that does not match an optional head
+    entry means the broker skipped that request, so the entry is dropped and matching continues; a response
+    that does match it is consumed and returned (the caller discards it).
+
+    Correlation ids are 32-bit signed; they wrap to 0 after ``2**31 - 1`` (uniqueness only matters among
+    the requests outstanding at once).
+    """
+
+    __slots__ = ("_queue", "_next_id", "_required")
+
+    def __init__(self, first_correlation_id: int = 0) -> None:
+        if not 0 <= first_correlation_id <= _INT32_MAX:
+            raise ValueError(f"correlation ids are int32 >= 0, got {first_correlation_id}")
+        self._queue: deque[T] = deque()
+        self._next_id = first_correlation_id
+        self._required = 0
+
+    def __len__(self) -> int:
+        """Outstanding requests that expect a response (optional ones are not counted)."""
+        return self._required
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._queue)
+
+    def next_correlation_id(self) -> int:
+        cid = self._next_id
+        self._next_id = 0 if cid >= _INT32_MAX else cid + 1
+        return cid
+
+    def add(self, entry: T) -> None:
+        queue = self._queue
+        queue.append(entry)
+        if not entry.response_optional:
+            self._required += 1
+        elif len(queue) > MAX_OPTIONAL_BACKLOG and queue[0].response_optional:
+            queue.popleft()
+
+    def match(self, frame: bytes | bytearray | memoryview) -> T:
+        """Pop and return the request ``frame`` answers; ProtocolError unless it is the oldest outstanding."""
+        cid = frame_correlation_id(frame)
+        queue = self._queue
+        while queue and queue[0].response_optional and queue[0].correlation_id != cid:
+            queue.popleft()  # the broker (correctly) did not answer this acks=0 request
+        if not queue:
+            raise ProtocolError(f"received a response with correlation id {cid} but no request is outstanding")
+        head = queue[0]
+        if head.correlation_id != cid:
+            raise ProtocolError(
+                f"received correlation id {cid} but the oldest outstanding request has {head.correlation_id}")
+        entry = queue.popleft()
+        if not entry.response_optional:
+            self._required -= 1
+        return entry
+
+    def drain(self) -> list[T]:
+        """Remove and return every outstanding request (the connection died)."""
+        entries = list(self._queue)
+        self._queue.clear()
+        self._required = 0
+        return entries
