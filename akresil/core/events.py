@@ -32,10 +32,16 @@ BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records,
 BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
 BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
 
+PRODUCER_ID = "producer_id"                  # producer_id, producer_epoch               [net.Sender]
+RESPONSE_RECEIVED = "response_received"      # node_id, api_key, version, latency_ms, response [Connection]
+CONNECTION_BYTES_SENT = "connection_bytes_sent"          # node_id, nbytes                [Connection]
+CONNECTION_BYTES_RECEIVED = "connection_bytes_received"  # node_id, nbytes                [Connection]
+
 ALL_EVENTS = frozenset({
     REQUEST_SENT, THROTTLED, RECONNECT_BACKOFF, NODE_STATE, METADATA_REQUEST, METADATA_REFRESH_REQUESTED,
     METADATA_REFRESH, METADATA_REFRESH_FAILED, STALE_METADATA_IGNORED, LEADER_HINT, BATCH_RETRY, BATCH_EXPIRED,
-    BATCH_COMPLETED, BUFFER_EXHAUSTED,
+    BATCH_COMPLETED, BUFFER_EXHAUSTED, PRODUCER_ID, RESPONSE_RECEIVED, CONNECTION_BYTES_SENT,
+    CONNECTION_BYTES_RECEIVED,
 })
 
 

@@ -16,6 +16,7 @@ import anyio
 
 from .. import errors
 from ..config import Config
+from ..core import events
 from ..core.backoff import ExponentialBackoff
 from ..core.events import Hooks
 from ..core.metadata import MetadataCache
@@ -128,7 +129,7 @@ class Cluster:
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
                 request_timeout_ms=self.config.request_timeout_ms,
                 max_in_flight=self.config.max_in_flight_requests_per_connection,
-                node_id=node_id)
+                node_id=node_id, hooks=self.hooks, clock=self.clock)
         except errors.AuthenticationError:
             state.on_disconnected(self.clock(), failed=True)
             raise
@@ -285,7 +286,7 @@ class Cluster:
                 "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
 
     async def _refresh_from(self, node_id: int) -> None:
-        self.hooks.emit("metadata_request", node_id=node_id)
+        self.hooks.emit(events.METADATA_REQUEST, node_id=node_id)
         token = self.metadata.begin_refresh(self.clock())
         _, response = await self.request(node_id, ApiKey.METADATA, self._metadata_body)
         self.metadata.update_from_metadata(response, self.clock(), token=token)

@@ -18,7 +18,6 @@ leader-related error still requests a metadata refresh.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import anyio
@@ -183,7 +182,7 @@ class Sender:
         else:
             self._init_pid_failures = 0
             self.acc.set_producer_identity(response["producer_id"], response["producer_epoch"])
-            cluster.hooks.emit("producer_id", producer_id=response["producer_id"],
+            cluster.hooks.emit(events.PRODUCER_ID, producer_id=response["producer_id"],
                                producer_epoch=response["producer_epoch"])
         finally:
             self._init_pid_running = False
@@ -294,9 +293,4 @@ class Sender:
                 f"Produce response from node {node_id} did not answer {len(missing)} partition(s)"), now)
         if refresh_cause is not None:
             cluster.request_metadata_refresh(refresh_cause)
-        cluster.hooks.emit(events.REQUEST_SENT if False else "produce_response", node_id=node_id,
-                           batches=len(batches))
 
-
-def no_timer() -> float:
-    return math.inf

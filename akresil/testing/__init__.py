@@ -1,7 +1,16 @@
-"""Test support shipped with akresil: a real broker in a subprocess for users' own tests and demos."""
+"""Test support shipped with akresil: a real broker in a subprocess and a fault-injecting proxy in front of it.
+
+``EmbeddedBroker`` starts Tansu (or noida-db) on a free loopback port; ``FaultProxy`` fronts it with virtual
+broker ids and scripts failures (leader moves with KIP-951 hints, throttles, latency, errors, node stops).
+See docs/testing.md.
+"""
 
 from __future__ import annotations
 
 from .broker import BrokerStartError, EmbeddedBroker, free_port, probe_api_versions
+from .faults import FaultState
+from .proxy import FaultProxy
+from .recorder import ConnectionEvent, LeaderHint, RecordedRequest, RecordedResponse, Recorder
 
-__all__ = ["BrokerStartError", "EmbeddedBroker", "free_port", "probe_api_versions"]
+__all__ = ["BrokerStartError", "ConnectionEvent", "EmbeddedBroker", "FaultProxy", "FaultState", "LeaderHint",
+           "RecordedRequest", "RecordedResponse", "Recorder", "free_port", "probe_api_versions"]
