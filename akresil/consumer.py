@@ -1,0 +1,584 @@
+"""The consumer: subscribe (topics or a regex) or assign partitions, then ``getmany`` / ``async for``.
+
+Fetching is pipelined: the fetcher task keeps one Fetch per leader in flight and buffers the answers
+(bounded by ``max_partition_fetch_bytes`` per partition and ``fetch_max_bytes`` overall) while the
+application processes earlier records; positions, pauses, resets and buffered data live in the sans-IO
+``core.fetch_state.FetchState``. With a ``group_id`` and a subscription, membership is the job of
+``net.group.GroupCoordinator`` (classic protocol); this module wires its callbacks into the fetch state and
+commits positions (periodically with ``enable_auto_commit``, on revoke, on close). Without a ``group_id`` a
+subscription simply consumes every partition of the matching topics, and ``commit`` is not available.
+
+Positions follow Java's meaning: the offset of the next record the application will receive. ``async for``
+takes records ``max_poll_records`` at a time; records taken but not yet yielded do not count as consumed
+(commits and ``position`` report the first one not yet yielded).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, AsyncIterator, Iterable, Mapping, Protocol
+
+import anyio
+
+from . import errors
+from .config import resolve
+from .core.events import Hooks
+from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
+from .net.cluster import Cluster
+from .net.fetcher import Fetcher
+from .types import ConsumerRecord, TopicPartition
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
+
+_EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
+#: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
+CommitValue = Any
+
+
+class RebalanceListener(Protocol):
+    """Group rebalance callbacks (all optional, async). Revoked runs after the auto-commit of those partitions."""
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None: ...
+
+
+class Consumer:
+    """Async Kafka consumer. ``async with Consumer("topic", bootstrap_servers=..., group_id=...) as c``.
+
+    ``*topics``: subscribe to these topics; or ``pattern=`` (a regex matched against every topic name in the
+    cluster, internal ``__`` topics excluded); or neither, then ``assign()`` partitions. ``listener``: a
+    ``RebalanceListener`` for group subscriptions. Other keyword arguments are Kafka consumer configs in
+    snake_case (``akresil.config``) plus ``key_deserializer`` / ``value_deserializer`` (callables on bytes),
+    ``hooks`` and ``max_buffered_bytes`` (prefetch bound, default ``fetch_max_bytes``).
+    """
+
+    def __init__(self, *topics: str, pattern: str | re.Pattern[str] | None = None,
+                 listener: RebalanceListener | None = None, **config: Any) -> None:
+        self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
+        for name in ("key_deserializer", "value_deserializer"):
+            if config.get(name) is not None and not callable(config[name]):
+                raise errors.ConfigError(f"{name}: must be callable, got {type(config[name]).__name__}")
+        max_buffered = config.get("max_buffered_bytes")
+        if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
+                                         or max_buffered < 1):
+            raise errors.ConfigError(f"max_buffered_bytes: must be an int >= 1, got {max_buffered!r}")
+        from .admin import _check_topic_name
+        for t in topics:
+            _check_topic_name(t)
+        if topics and pattern is not None:
+            raise errors.ConfigError("pattern: give topics or a pattern, not both")
+        self._topics = frozenset(topics)
+        self._pattern: re.Pattern[str] | None = None
+        if pattern is not None:
+            try:
+                self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+            except re.error as exc:
+                raise errors.ConfigError(f"pattern: {pattern!r} is not a valid regex: {exc}") from None
+            if not isinstance(self._pattern, re.Pattern):
+                raise errors.ConfigError(f"pattern: expected a str or compiled regex, got {pattern!r}")
+        if listener is not None and not (topics or pattern is not None):
+            raise errors.ConfigError("listener: only meaningful with a subscription (topics or pattern)")
+        self._listener = listener
+        self.hooks = Hooks(config.get("hooks") or ())
+        if cfg.metrics_registry is not None:
+            from .metrics import ClientMetrics
+            self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
+        self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        self._state = FetchState(
+            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes, fetch_max_bytes=cfg.fetch_max_bytes,
+            max_buffered_bytes=max_buffered, auto_offset_reset=cfg.auto_offset_reset,
+            isolation_level=cfg.isolation_level, retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms, check_crcs=cfg.check_crcs,
+            key_deserializer=config.get("key_deserializer"), value_deserializer=config.get("value_deserializer"),
+            rng=self._cluster.rng)
+        #: net.group.GroupCoordinator: a running member when subscribed with a group_id; with manual
+        #: assignment one that never joins, used only for OffsetCommit / OffsetFetch (generation -1)
+        self._group: Any = None
+        self._offsets: Any = None
+        self._fetcher = Fetcher(self._cluster, self._state, cfg, committed_lookup=self._lookup_committed
+                                if cfg.group_id is not None else None)
+        self._manual = False
+        self._matched: frozenset[str] = frozenset()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = False
+        self._closed = False
+        # async-for buffer: records taken from the fetch state but not yet yielded
+        self._pending: list[ConsumerRecord] = []
+        self._pending_index = 0
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._max_poll_records = cfg.max_poll_records
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._started:
+            raise errors.IllegalStateError("consumer already started")
+        self._started = True
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            cluster = self._cluster
+            if self._pattern is not None:
+                cluster.set_topics((), all_topics=True)
+            elif self._topics:
+                cluster.set_topics(self._topics)
+            elif self._state.partitions:
+                cluster.set_topics({tp.topic for tp in self._state.partitions})
+            await cluster.start(self._tg)
+            if self.config.group_id is not None:
+                from .net.group import GroupCoordinator
+                if self._subscribed:
+                    self._group = self._offsets = GroupCoordinator(
+                        cluster, self.config, subscription=self._subscription, listener=_ListenerBridge(self),
+                        on_assignment_changed=self._sync_group_assignment)
+                else:
+                    self._offsets = GroupCoordinator(cluster, self.config, subscription=set, listener=None,
+                                                     on_assignment_changed=_nothing)
+            await self._tg.start(self._fetcher.run)
+            if self._subscribed:
+                cluster.on_metadata_change(self._on_metadata)
+                if self._group is not None:
+                    self._tg.start_soon(self._group.run, name="akresil-group")
+                else:
+                    self._on_metadata()
+            if self.config.group_id is not None and self.config.enable_auto_commit:
+                self._tg.start_soon(self._auto_commit_loop, name="akresil-auto-commit")
+        except BaseException:
+            self._fetcher.stop()
+            await self._cluster.close()
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self._tg = None
+            self._closed = True
+            raise
+
+    async def __aenter__(self) -> "Consumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Commit (with auto-commit), leave the group, stop fetching and release every task and connection."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._tg is None:
+            return
+        try:
+            if self.config.group_id is not None and self.config.enable_auto_commit and self._state.partitions:
+                with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
+                    try:
+                        await self._commit_offsets(self._current_offsets(), only_changed=True)
+                    except (errors.KafkaError, OSError) as exc:
+                        log.warning("auto-commit on close failed: %s", exc)
+            if self._group is not None:
+                with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
+                    try:
+                        await self._group.leave()
+                    except (errors.KafkaError, OSError) as exc:
+                        log.debug("leaving the group failed: %s", exc)
+        finally:
+            self._fetcher.stop()
+            await self._cluster.close()
+            tg, self._tg = self._tg, None
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    def _check_open(self) -> None:
+        if not self._started:
+            raise errors.IllegalStateError("consumer not started: use 'async with Consumer(...)' or await start()")
+        if self._closed:
+            raise errors.ClientClosedError("consumer is closed")
+        if self._fetcher.fatal_error is not None:
+            raise self._fetcher.fatal_error
+
+    # ------------------------------------------------------------------ subscription and assignment
+    @property
+    def _subscribed(self) -> bool:
+        return bool(self._topics) or self._pattern is not None
+
+    def _subscription(self) -> set[str]:
+        """Topics the member subscribes to (for a pattern: the matching topics in the latest metadata)."""
+        if self._pattern is None:
+            return set(self._topics)
+        return set(self._matched_topics())
+
+    def _matched_topics(self) -> frozenset[str]:
+        match = self._pattern.search if self._pattern is not None else None
+        assert match is not None
+        return frozenset(t for t in self._cluster.metadata.snapshot.topics
+                         if not t.startswith("__") and match(t))
+
+    def _on_metadata(self) -> None:
+        if self._closed:
+            return
+        if self._pattern is not None:
+            matched = self._matched_topics()
+            if matched != self._matched:
+                self._matched = matched
+                if self._group is not None:
+                    self._group.request_rejoin("pattern subscription matched different topics")
+        if self._group is None:
+            snapshot = self._cluster.metadata.snapshot
+            topics = self._subscription()
+            wanted = {TopicPartition(t, p) for t in topics for p in snapshot.partitions_for(t)}
+            if wanted != set(self._state.partitions):
+                self._apply_assignment(wanted)
+
+    def _sync_group_assignment(self) -> None:
+        if self._group is not None and not self._closed:
+            self._apply_assignment(set(self._group.assignment))
+
+    def _apply_assignment(self, tps: set[TopicPartition]) -> None:
+        current = set(self._state.partitions)
+        removed = current - tps
+        if removed:
+            self._rewind_pending(removed)
+        added, _ = self._state.assign(tps)
+        if added:
+            self._state.need_committed(added)
+        for tp in removed:
+            self._last_committed.pop(tp, None)
+        self._fetcher.wake()
+        self._fetcher.signal_data()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (no group membership). New ones start from the committed offset
+        (with a ``group_id``) or ``auto_offset_reset``; partitions kept keep their position."""
+        if self._subscribed:
+            raise errors.IllegalStateError("assign() is for consumers created without topics or a pattern")
+        if self._closed:
+            raise errors.ClientClosedError("consumer is closed")
+        tps = list(partitions)
+        self._manual = True
+        current = set(self._state.partitions)
+        self._rewind_pending(current)
+        added, removed = self._state.assign(tps)
+        for tp in removed:
+            self._last_committed.pop(tp, None)
+        if added:
+            self._state.need_committed(added)
+        if self._started:
+            self._cluster.set_topics({tp.topic for tp in self._state.partitions})
+            self._fetcher.wake()
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self._state.assignment()
+
+    def subscription(self) -> frozenset[str]:
+        return frozenset(self._subscription()) if self._subscribed else frozenset()
+
+    # ------------------------------------------------------------------ positions
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Consume ``partition`` from ``offset`` on (buffered data for it is dropped)."""
+        self._rewind_pending([partition])
+        self._state.seek(partition, offset)
+        self._fetcher.wake()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the log start (all assigned partitions if none given); returns once resolved."""
+        await self._reset_to(EARLIEST, partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move to the high watermark (all assigned partitions if none given); returns once resolved."""
+        await self._reset_to(LATEST, partitions)
+
+    async def _reset_to(self, strategy: str, partitions: tuple[TopicPartition, ...]) -> None:
+        self._check_open()
+        tps = list(partitions) if partitions else list(self._state.partitions)
+        self._rewind_pending(tps)
+        for tp in tps:
+            self._state.request_reset(tp, strategy)
+        self._fetcher.wake()
+        await self._wait_positions(tps)
+
+    async def _wait_positions(self, tps: list[TopicPartition]) -> None:
+        with anyio.fail_after(self.config.request_timeout_ms / 1000.0):
+            while True:
+                event = self._fetcher.data_event()
+                self._check_open()
+                pending = []
+                for tp in tps:
+                    st = self._state.state(tp)
+                    if st.error is not None:
+                        raise st.error
+                    if not st.has_position:
+                        pending.append(tp)
+                if not pending:
+                    return
+                await event.wait()
+
+    async def position(self, partition: TopicPartition) -> int:
+        """Offset of the next record the application will receive from ``partition`` (waits until known)."""
+        self._check_open()
+        first = self._pending_first().get(partition)
+        if first is not None:
+            return first[0]
+        try:
+            await self._wait_positions([partition])
+        except TimeoutError:
+            raise errors.KafkaTimeoutError(
+                f"position of {partition.topic}-{partition.partition} not known within request_timeout_ms") from None
+        pos = self._state.position(partition)
+        assert pos is not None
+        return pos
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark from the last Fetch answer (None before one)."""
+        hw = self._state.state(partition).high_watermark
+        return None if hw < 0 else hw
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        lso = self._state.state(partition).last_stable_offset
+        return None if lso < 0 else lso
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching and returning records of these partitions until ``resume``."""
+        self._rewind_pending(partitions)
+        self._state.pause(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._state.resume(partitions)
+        self._fetcher.wake()
+        self._fetcher.signal_data()
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return self._state.paused()
+
+    # ------------------------------------------------------------------ consuming
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Buffered records, waiting up to ``timeout_ms`` for some: ``{TopicPartition: [ConsumerRecord]}``.
+
+        At most ``max_records`` (default ``max_poll_records``) in all; only from ``partitions`` if given.
+        Raises a partition's pending error (e.g. ``OffsetOutOfRangeError`` with ``auto_offset_reset='none'``)
+        once no records are ready.
+        """
+        self._check_open()
+        if max_records is None:
+            max_records = self._max_poll_records
+        elif not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
+        if self._pending_index < len(self._pending):
+            self._rewind_pending(None)
+        if self._group is not None:
+            self._group.poll_happened(self._cluster.clock())
+        parts = list(partitions) if partitions else None
+        if parts:
+            for tp in parts:
+                self._state.state(tp)
+        state, fetcher = self._state, self._fetcher
+        deadline: float | None = None
+        while True:
+            event = fetcher.data_event()
+            result = state.drain(max_records, parts)
+            if result:
+                fetcher.wake()
+                return result
+            self._check_open()
+            now = self._cluster.clock()
+            if deadline is None:
+                deadline = now + timeout_ms
+            remaining = deadline - now
+            if remaining <= 0:
+                return {}
+            fetcher.wake()
+            with anyio.move_on_after(remaining / 1000.0):
+                await event.wait()
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (from ``partitions`` if given), waiting as long as it takes."""
+        if partitions:
+            while True:
+                got = await self.getmany(*partitions, timeout_ms=3_600_000, max_records=1)
+                for records in got.values():
+                    return records[0]
+        return await self.__anext__()
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        i = self._pending_index
+        pending = self._pending
+        if i < len(pending):
+            self._pending_index = i + 1
+            return pending[i]
+        return await self._refill()
+
+    async def _refill(self) -> ConsumerRecord:
+        if self._closed:
+            raise StopAsyncIteration
+        while True:
+            try:
+                got = await self.getmany(timeout_ms=3_600_000, max_records=self._max_poll_records)
+            except errors.ClientClosedError:
+                raise StopAsyncIteration from None
+            if got:
+                break
+        if len(got) == 1:
+            pending = next(iter(got.values()))
+        else:
+            pending = [r for records in got.values() for r in records]
+        self._pending = pending
+        self._pending_index = 1
+        return pending[0]
+
+    def _pending_first(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Offset and leader epoch of the first not-yet-yielded record per partition."""
+        first: dict[TopicPartition, tuple[int, int]] = {}
+        for r in self._pending[self._pending_index:]:
+            tp = TopicPartition(r.topic, r.partition)
+            if tp not in first:
+                first[tp] = (r.offset, r.leader_epoch)
+        return first
+
+    def _rewind_pending(self, partitions: Iterable[TopicPartition] | None) -> None:
+        """Give records taken for ``async for`` but not yielded back: the partitions seek to the first one."""
+        if self._pending_index >= len(self._pending):
+            return
+        first = self._pending_first()
+        wanted = set(first) if partitions is None else set(partitions) & set(first)
+        if not wanted:
+            return
+        rest = self._pending[self._pending_index:]
+        self._pending = [r for r in rest if (r.topic, r.partition) not in wanted]
+        self._pending_index = 0
+        for tp in wanted:
+            if tp in self._state.partitions:
+                offset, epoch = first[tp]
+                paused = self._state.partitions[tp].paused
+                self._state.seek(tp, offset, epoch)
+                self._state.partitions[tp].paused = paused
+        self._fetcher.wake()
+
+    # ------------------------------------------------------------------ commits
+    def _current_offsets(self) -> dict[TopicPartition, tuple[int, int | None, str | None]]:
+        offsets = {tp: (pos, epoch if epoch >= 0 else None, None)
+                   for tp, (pos, epoch) in self._state.consumed_offsets().items()}
+        for tp, (offset, epoch) in self._pending_first().items():
+            if tp in offsets:
+                offsets[tp] = (offset, epoch if epoch >= 0 else None, None)
+        return offsets
+
+    async def commit(self, offsets: Mapping[TopicPartition, CommitValue] | None = None) -> None:
+        """Commit offsets to the group and wait for the answer (default: every assigned partition's position).
+
+        ``offsets`` values: the offset of the next record to consume, or ``(offset, metadata)``. Raises
+        ``CommitFailedError`` when the group rebalanced meanwhile.
+        """
+        self._check_open()
+        if self.config.group_id is None:
+            raise errors.IllegalStateError("commit() needs a group_id: offsets are stored by the group coordinator")
+        if offsets is None:
+            normalized = self._current_offsets()
+        else:
+            normalized = {tp: _commit_value(tp, v) for tp, v in offsets.items()}
+        await self._commit_offsets(normalized, only_changed=False)
+
+    async def _commit_offsets(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]], *,
+                              only_changed: bool) -> None:
+        if only_changed:
+            offsets = {tp: v for tp, v in offsets.items() if self._last_committed.get(tp) != v[0]}
+        if not offsets:
+            return
+        if self._offsets is None:
+            raise errors.IllegalStateError("consumer not started: no group coordinator to commit to")
+        await self._offsets.commit(offsets)
+        for tp, (offset, _, _) in offsets.items():
+            self._last_committed[tp] = offset
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset for ``partition`` (None when nothing is committed)."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise errors.IllegalStateError("committed() needs a group_id")
+        found = await self._lookup_committed([partition])
+        value = found.get(partition)
+        return None if value is None else value[0]
+
+    async def _lookup_committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int] | None]:
+        if self._offsets is None:
+            raise errors.IllegalStateError("consumer not started: no group coordinator to ask")
+        raw = await self._offsets.fetch_committed(tps)
+        return {tp: (None if off is None or off < 0 else (off, -1)) for tp, off in raw.items()}
+
+    async def _auto_commit_loop(self) -> None:
+        interval = self.config.auto_commit_interval_ms / 1000.0
+        while not self._closed:
+            await anyio.sleep(interval)
+            if self._closed or not self._state.partitions:
+                continue
+            try:
+                await self._commit_offsets(self._current_offsets(), only_changed=True)
+            except errors.CommitFailedError as exc:
+                log.info("auto-commit skipped: %s", exc)
+            except (errors.KafkaError, OSError) as exc:
+                log.warning("auto-commit failed: %s", exc)
+
+    # ------------------------------------------------------------------ introspection
+    def partitions_for(self, topic: str) -> tuple[int, ...]:
+        return self._cluster.metadata.snapshot.partitions_for(topic)
+
+
+class _ListenerBridge:
+    """The consumer's side of rebalances: commit before revoke, sync the fetch state, then the user's callback."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+        self._user = consumer._listener
+
+    async def _user_call(self, name: str, tps: set[TopicPartition]) -> None:
+        callback = getattr(self._user, name, None) if self._user is not None else None
+        if callback is not None:
+            await callback(tps)
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        c = self._consumer
+        if c.config.enable_auto_commit and revoked:
+            offsets = {tp: v for tp, v in c._current_offsets().items() if tp in revoked}
+            try:
+                await c._commit_offsets(offsets, only_changed=True)
+            except (errors.KafkaError, OSError) as exc:
+                log.warning("commit on revoke of %d partition(s) failed: %s", len(revoked), exc)
+        await self._user_call("on_partitions_revoked", revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._consumer._sync_group_assignment()
+        await self._user_call("on_partitions_assigned", assigned)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        # nothing is committed: another member may own them already. Java calls revoked when lost is missing
+        if self._user is not None and getattr(self._user, "on_partitions_lost", None) is None:
+            await self._user_call("on_partitions_revoked", lost)
+        else:
+            await self._user_call("on_partitions_lost", lost)
+
+
+def _commit_value(tp: TopicPartition, value: CommitValue) -> tuple[int, int | None, str | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        offset, epoch, meta = value, None, None
+    elif isinstance(value, tuple) and len(value) == 2:
+        offset, meta = value
+        epoch = None
+    elif isinstance(value, tuple) and len(value) == 3:
+        offset, epoch, meta = value
+    else:
+        raise TypeError(f"commit offset for {tp.topic}-{tp.partition}: expected offset or (offset, metadata), "
+                        f"got {value!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"commit offset for {tp.topic}-{tp.partition}: must be an int >= 0, got {offset!r}")
+    if meta is not None and not isinstance(meta, str):
+        raise TypeError(f"commit metadata for {tp.topic}-{tp.partition}: must be str or None, got {meta!r}")
+    return offset, epoch, meta
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,274 @@
+"""The consumer's I/O shell: one task that turns ``FetchState`` plans into Fetch and ListOffsets requests.
+
+Each turn it asks the core (``core.fetch_state.FetchState``) for the Fetches to send (one per leader without
+one outstanding), the offset lookups due (committed offsets from the group, resets through ListOffsets),
+starts a task for each, then sleeps until the earliest backoff the core names or a wake-up (records drained,
+seek/pause/resume, a response, a metadata change). No polling.
+
+Requests go out only when the node may receive them: ``Cluster.wait_sendable`` waits out a KIP-219 mute and
+the reconnect backoff first, and the throttle time of every answer is fed back to the node state. The Fetch
+version is the highest both sides support, capped at 12 when a topic's id is unknown (Fetch 13+ names topics
+by id only; noida-db advertises Fetch 13 yet hands out all-zero topic ids).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+import anyio
+
+from .. import errors
+from ..config import Config
+from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
+from ..protocol.api import ApiKey
+from ..types import TopicPartition
+from .cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+#: ``await lookup(tps)`` -> ``{tp: (offset, leader_epoch) or None}``: the group's committed offsets
+CommittedLookup = Callable[[list[TopicPartition]], Awaitable[Mapping[TopicPartition, "tuple[int, int] | None"]]]
+
+_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.ProtocolError)
+_LEADER_ERRORS = frozenset({errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno,
+                            errors.UnknownLeaderEpochError.errno, errors.LeaderNotAvailableError.errno,
+                            errors.UnknownTopicOrPartitionError.errno})
+
+
+class Fetcher:
+    """Drives a ``FetchState`` over a ``Cluster``. ``run()`` is the one task; ``wake()`` nudges it."""
+
+    def __init__(self, cluster: Cluster, state: FetchState, config: Config, *,
+                 committed_lookup: CommittedLookup | None = None) -> None:
+        self.cluster = cluster
+        self.state = state
+        self.config = config
+        self.committed_lookup = committed_lookup
+        self._wakeup = anyio.Event()
+        self._data = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stopping = False
+        self.fatal_error: BaseException | None = None
+        self._timeout_ms = config.request_timeout_ms + config.fetch_max_wait_ms
+        self._min_bytes = max(1, config.fetch_min_bytes)   # Tansu answers min_bytes=0 with no partitions
+        cluster.on_metadata_change(self.wake)
+
+    # ------------------------------------------------------------------ signals
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def signal_data(self) -> None:
+        """Wake everybody waiting for records (new data, a new error, a reset resolved, close)."""
+        data, self._data = self._data, anyio.Event()
+        data.set()
+
+    def data_event(self) -> anyio.Event:
+        """The event the next ``signal_data`` sets; take it *before* checking the buffer, then wait on it."""
+        return self._data
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wake()
+        self.signal_data()
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                while not self._stopping:
+                    self._wakeup = anyio.Event()
+                    delay_ms = self._turn()
+                    if delay_ms is None:
+                        await self._wakeup.wait()
+                    elif delay_ms > 0:
+                        with anyio.move_on_after(delay_ms / 1000.0):
+                            await self._wakeup.wait()
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _turn(self) -> float | None:
+        """One scheduling pass; returns ms to sleep (None: until woken)."""
+        cluster, state = self.cluster, self.state
+        now = cluster.clock()
+        assert self._tg is not None
+        wake_at: float | None = None
+        committed = state.committed_lookups_due(now)
+        if committed:
+            if self.committed_lookup is None:
+                for tp in committed:       # no group to ask: behave as "nothing committed"
+                    state.on_committed(tp, state.partitions[tp].generation, None)
+            else:
+                self._tg.start_soon(self._lookup_committed, state.begin_lookup(committed))
+        resets = state.resets_due(now)
+        if resets:
+            snapshot = cluster.metadata.snapshot
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in resets:
+                lead = snapshot.leader_of(tp)
+                if lead is None:
+                    cluster.request_metadata_refresh("reset-unknown-leader")
+                    continue
+                by_node.setdefault(lead[0], []).append(tp)
+            for node, tps in by_node.items():
+                self._tg.start_soon(self._list_offsets, node, state.begin_lookup(tps))
+        plan = state.plan_fetches(now, cluster.metadata.snapshot)
+        if plan.needs_metadata:
+            cluster.request_metadata_refresh("fetch-unknown-leader")
+        for request in plan.requests:
+            state.begin_fetch(request)
+            self._tg.start_soon(self._fetch, request)
+        if plan.wake_at is not None:
+            wake_at = plan.wake_at
+        for st in state.partitions.values():     # lookups backing off
+            if (st.reset is not None or st.awaiting_committed) and not st.lookup_in_flight:
+                at = st.retry.next_allowed_at
+                if at is not None and at > now and (wake_at is None or at < wake_at):
+                    wake_at = at
+        if wake_at is None:
+            return None
+        return max(0.0, wake_at - now)
+
+    # ------------------------------------------------------------------ fetch
+    async def _fetch(self, request: FetchRequest) -> None:
+        cluster, state = self.cluster, self.state
+        node = request.node
+        try:
+            try:
+                await cluster.wait_sendable(node)         # KIP-219 mute, reconnect backoff
+                conn = await cluster.connection(node)
+                broker_max = conn.versions.get(ApiKey.FETCH)
+                if broker_max is None:
+                    raise errors.UnsupportedVersionError(f"node {node} does not support Fetch")
+                version = min(broker_max, request.max_version)
+                body = state.build_request_body(request, version, max_wait_ms=self.config.fetch_max_wait_ms,
+                                                min_bytes=self._min_bytes)
+                node_state = cluster.node(node)
+                node_state.on_request_sent(cluster.clock())
+                try:
+                    response = await conn.request(ApiKey.FETCH, body, version=version, timeout_ms=self._timeout_ms)
+                finally:
+                    node_state.on_request_done(cluster.clock())
+            except _TRANSPORT_ERRORS as exc:
+                log.debug("Fetch to node %s failed: %s", node, exc)
+                cluster.disconnect(node, exc)
+                state.on_fetch_failed(request, cluster.clock())
+                cluster.request_metadata_refresh("fetch-connection-error")
+                return
+            except errors.ClientClosedError:
+                state.on_fetch_failed(request, cluster.clock())
+                return
+            except errors.UnsupportedVersionError as exc:
+                state.on_fetch_failed(request, cluster.clock())
+                self._fail(exc)
+                return
+            except errors.KafkaError as exc:              # connect failures and the like: back off, refresh
+                log.debug("Fetch to node %s failed: %s", node, exc)
+                state.on_fetch_failed(request, cluster.clock())
+                cluster.request_metadata_refresh("fetch-error")
+                return
+            now = cluster.clock()
+            cluster.node(node).on_response(int(ApiKey.FETCH), version, response.get("throttle_time_ms") or 0, now)
+            try:
+                outcome = state.on_fetch_response(request, response, now, cluster.metadata)
+            except errors.KafkaError as exc:             # corrupt batch (CRC), malformed records
+                self._fail_partitions(request, exc)
+                return
+            if outcome.refresh is not None:
+                cluster.request_metadata_refresh(outcome.refresh)
+            if outcome.data:
+                self.signal_data()
+        finally:
+            self.wake()
+
+    def _fail_partitions(self, request: FetchRequest, exc: BaseException) -> None:
+        for p in request.partitions:
+            st = self.state.partitions.get(p.tp)
+            if st is not None and st.generation == p.generation:
+                st.error = exc
+        self.signal_data()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.fatal_error = exc
+        self.signal_data()
+
+    # ------------------------------------------------------------------ offset lookups
+    async def _lookup_committed(self, generations: dict[TopicPartition, int]) -> None:
+        state, cluster = self.state, self.cluster
+        assert self.committed_lookup is not None
+        try:
+            found = await self.committed_lookup(list(generations))
+        except (errors.KafkaError, OSError) as exc:
+            log.debug("committed offset lookup failed: %s", exc)
+            now = cluster.clock()
+            for tp, gen in generations.items():
+                state.on_lookup_failed(tp, gen, now, exc if not _retriable(exc) else None)
+        else:
+            for tp, gen in generations.items():
+                value = found.get(tp)
+                if value is None:
+                    state.on_committed(tp, gen, None)
+                else:
+                    offset, epoch = value
+                    state.on_committed(tp, gen, offset, epoch)
+        finally:
+            self.signal_data()
+            self.wake()
+
+    async def _list_offsets(self, node: int, generations: dict[TopicPartition, int]) -> None:
+        state, cluster = self.state, self.cluster
+        snapshot = cluster.metadata.snapshot
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in generations:
+            st = state.partitions.get(tp)
+            lead = snapshot.leader_of(tp)
+            topics.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "current_leader_epoch": -1 if lead is None else lead[1],
+                "timestamp": TIMESTAMP_FOR[st.reset] if st is not None and st.reset else -1, "max_num_offsets": 1})
+        body = {"replica_id": -1, "isolation_level": 1 if state.read_committed else 0, "timeout_ms": self.config.request_timeout_ms,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        answered: set[TopicPartition] = set()
+        refresh = False
+        try:
+            _, response = await cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
+        except (errors.KafkaError, OSError) as exc:
+            log.debug("ListOffsets to node %s failed: %s", node, exc)
+            now = cluster.clock()
+            for tp, gen in generations.items():
+                state.on_lookup_failed(tp, gen, now, None if _retriable(exc) or isinstance(exc, OSError) else exc)
+            cluster.request_metadata_refresh("list-offsets-error")
+            return
+        else:
+            now = cluster.clock()
+            for t in response.get("topics") or ():
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    gen = generations.get(tp)
+                    if gen is None:
+                        continue
+                    answered.add(tp)
+                    code = p.get("error_code", 0)
+                    if code == 0:
+                        state.on_reset_offset(tp, gen, p["offset"], p.get("leader_epoch", -1))
+                        continue
+                    err = errors.error_for_code(code)
+                    if code in _LEADER_ERRORS or err.invalid_metadata:
+                        refresh = True
+                    retriable = err.retriable or err.invalid_metadata
+                    state.on_lookup_failed(tp, gen, now, None if retriable else err(
+                        f"ListOffsets for {tp.topic}-{tp.partition} on node {node}: {err.description}"))
+            for tp, gen in generations.items():
+                if tp not in answered:
+                    state.on_lookup_failed(tp, gen, now)
+            if refresh:
+                cluster.request_metadata_refresh("list-offsets-not-leader")
+        finally:
+            self.signal_data()
+            self.wake()
+
+
+def _retriable(exc: BaseException) -> bool:
+    return bool(getattr(exc, "retriable", False) or getattr(exc, "invalid_metadata", False))
+

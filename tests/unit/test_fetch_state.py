@@ -1,0 +1,458 @@
+"""The consumer's sans-IO fetch core driven by plain method calls and an explicit clock (no I/O, no sleeps)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
+
+from akresil import errors
+from akresil.core.fetch_state import FetchRequest, FetchState, NoOffsetForPartitionError
+from akresil.core.metadata import MetadataCache
+from akresil.types import ConsumerRecord, TopicPartition
+
+T = "t"
+TP0, TP1, TP2 = TopicPartition(T, 0), TopicPartition(T, 1), TopicPartition(T, 2)
+TID = b"\x01" * 16
+
+
+def batch(base: int, values: list[bytes | None], *, key: bytes | None = b"k", epoch: int = 0,
+          producer_id: int = -1, transactional: bool = False, headers: list[tuple[str, bytes]] | None = None,
+          timestamp: int = 1_000) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, int(transactional), producer_id, 0 if producer_id >= 0 else -1,
+                                  0 if producer_id >= 0 else -1, 1 << 20)
+    for i, v in enumerate(values):
+        b.append(i, timestamp + i, key, v, headers or [])
+    raw = bytearray(b.build())
+    struct.pack_into(">q", raw, 0, base)                 # BaseOffset (outside the CRC)
+    struct.pack_into(">i", raw, 12, epoch)               # PartitionLeaderEpoch (outside the CRC)
+    return bytes(raw)
+
+
+def control(base: int, producer_id: int, *, commit: bool) -> bytes:
+    """A transaction marker batch: control + transactional attributes, key = (version 0, type)."""
+    raw = bytearray(batch(base, [b""], key=struct.pack(">hh", 0, 1 if commit else 0), producer_id=producer_id,
+                          transactional=True))
+    attributes = struct.unpack_from(">h", raw, 21)[0] | 0x20
+    struct.pack_into(">h", raw, 21, attributes)
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+def metadata(leaders: dict[int, tuple[int, int]], topic_id: bytes = TID, nodes: tuple[int, ...] = (1, 2, 3)
+             ) -> MetadataCache:
+    cache = MetadataCache(rng=random.Random(0))
+    cache.update_from_metadata({
+        "brokers": [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n} for n in nodes],
+        "topics": [{"name": T, "topic_id": topic_id, "error_code": 0, "partitions": [
+            {"partition_index": p, "leader_id": lead, "leader_epoch": ep} for p, (lead, ep) in leaders.items()]}],
+    }, 0.0)
+    return cache
+
+
+def fetch_state(**kw: Any) -> FetchState:
+    kw.setdefault("retry_backoff_ms", 100)
+    kw.setdefault("retry_backoff_max_ms", 1000)
+    kw.setdefault("rng", random.Random(0))
+    return FetchState(**kw)
+
+
+def response(parts: dict[TopicPartition, dict[str, Any]], *, by_id: bool = False, **top: Any) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, fields in parts.items():
+        p = {"partition_index": tp.partition, "error_code": 0, "high_watermark": 100, "last_stable_offset": -1,
+             "log_start_offset": 0, "aborted_transactions": None, "current_leader": None, "records": b""}
+        p.update(fields)
+        topics.setdefault(tp.topic, []).append(p)
+    key = "topic_id" if by_id else "topic"
+    return {"error_code": 0, "responses": [{key: TID if by_id else t, "partitions": ps} for t, ps in topics.items()],
+            **top}
+
+
+def only_request(st: FetchState, now: float, cache: MetadataCache) -> FetchRequest:
+    plan = st.plan_fetches(now, cache.snapshot)
+    assert len(plan.requests) == 1, plan
+    st.begin_fetch(plan.requests[0])
+    return plan.requests[0]
+
+
+# ------------------------------------------------------------------------------------------ planning
+def test_plan_groups_partitions_by_leader_with_epochs_and_one_fetch_per_node() -> None:
+    cache = metadata({0: (1, 5), 1: (2, 7), 2: (1, 5)})
+    st = fetch_state()
+    st.assign([TP0, TP1, TP2])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 10 + tp.partition)
+    plan = st.plan_fetches(0, cache.snapshot)
+    by_node = {r.node: r for r in plan.requests}
+    assert set(by_node) == {1, 2}
+    assert [(p.tp, p.fetch_offset, p.current_leader_epoch) for p in by_node[1].partitions] == [
+        (TP0, 10, 5), (TP2, 12, 5)]
+    assert by_node[2].partitions[0].current_leader_epoch == 7
+    st.begin_fetch(by_node[1])
+    # node 1 is busy: nothing more goes there, node 2 still may
+    again = st.plan_fetches(0, cache.snapshot)
+    assert [r.node for r in again.requests] == [2]
+
+
+def test_partitions_without_position_or_leader_are_not_fetched() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP1, 0)                      # TP1 has no leader in metadata
+    plan = st.plan_fetches(0, cache.snapshot)
+    assert plan.requests == [] and plan.needs_metadata      # TP0 has no position yet
+
+
+def test_body_names_topics_by_id_from_v13_and_caps_version_without_ids() -> None:
+    st = fetch_state(isolation_level="read_committed", max_partition_fetch_bytes=4096, fetch_max_bytes=8192)
+    st.assign([TP0])
+    st.seek(TP0, 3)
+    req = only_request(st, 0, metadata({0: (1, 2)}))
+    assert req.max_version == 17
+    body = st.build_request_body(req, 16, max_wait_ms=250, min_bytes=1)
+    assert body["topics"] == [{"topic_id": TID, "partitions": [{
+        "partition": 0, "current_leader_epoch": 2, "fetch_offset": 3, "last_fetched_epoch": -1,
+        "log_start_offset": -1, "partition_max_bytes": 4096}]}]
+    assert (body["replica_id"], body["isolation_level"], body["session_id"], body["session_epoch"],
+            body["max_bytes"], body["max_wait_ms"]) == (-1, 1, 0, -1, 8192, 250)
+    assert st.build_request_body(req, 12, max_wait_ms=250, min_bytes=1)["topics"][0]["topic"] == T
+
+    st2 = fetch_state()
+    st2.assign([TP0])
+    st2.seek(TP0, 0)
+    req2 = only_request(st2, 0, metadata({0: (1, 2)}, topic_id=bytes(16)))   # noida-db: all-zero id
+    assert req2.max_version == 12
+    with pytest.raises(errors.UnsupportedVersionError, match="topic ids"):
+        st2.build_request_body(req2, 13, max_wait_ms=1, min_bytes=1)
+
+
+# ------------------------------------------------------------------------------------------ records
+def test_records_become_consumer_records_and_position_advances() -> None:
+    cache = metadata({0: (1, 4)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 2)
+    req = only_request(st, 0, cache)
+    blob = batch(0, [b"a", b"b", b"c", b"d"], epoch=4, headers=[("h", b"v")]) + batch(4, [None], key=None)
+    out = st.on_fetch_response(req, response({TP0: {"records": blob, "high_watermark": 9}}), 1, cache)
+    assert out.data and out.refresh is None
+    got = st.drain(100)[TP0]
+    # offsets 0 and 1 are below the fetch position inside the first batch: skipped
+    assert [r.offset for r in got] == [2, 3, 4]
+    assert got[0] == ConsumerRecord(T, 0, 2, b"k", b"c", [("h", b"v")], 1_002, 0, 4)
+    assert got[2].key is None and got[2].value is None and got[2].headers == ()
+    assert st.position(TP0) == 5
+    assert st.partitions[TP0].high_watermark == 9
+    assert st.consumed_offsets() == {TP0: (5, 0)}
+
+
+def test_max_records_splits_batches_and_keeps_the_rest() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"%d" % i for i in range(10)])}}), 0, cache)
+    assert [r.offset for r in st.drain(4)[TP0]] == [0, 1, 2, 3]
+    assert st.position(TP0) == 4
+    assert [r.offset for r in st.drain(4)[TP0]] == [4, 5, 6, 7]
+    assert [r.offset for r in st.drain(4)[TP0]] == [8, 9]
+    assert st.drain(4) == {} and st.position(TP0) == 10 and st.buffered_bytes == 0
+
+
+def test_control_batches_are_skipped_and_the_position_steps_over_them() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    blob = batch(0, [b"x"], producer_id=7, transactional=True) + control(1, 7, commit=True)
+    st.on_fetch_response(req, response({TP0: {"records": blob}}), 0, cache)
+    assert [r.value for r in st.drain(10)[TP0]] == [b"x"]
+    assert st.drain(10) == {}
+    assert st.position(TP0) == 2            # over the marker: a commit now does not leave a lag of 1
+    plan = st.plan_fetches(0, cache.snapshot)
+    assert plan.requests[0].partitions[0].fetch_offset == 2
+
+
+def test_read_committed_skips_aborted_transactions() -> None:
+    cache = metadata({0: (1, 0)})
+    blob = (batch(0, [b"aborted-1", b"aborted-2"], producer_id=5, transactional=True)
+            + batch(2, [b"committed"], producer_id=6, transactional=True)
+            + control(3, 5, commit=False)
+            + control(4, 6, commit=True)
+            + batch(5, [b"later-5"], producer_id=5, transactional=True))      # a new txn of pid 5: kept
+    aborted = [{"producer_id": 5, "first_offset": 0}]
+    for level, expected in (("read_committed", [b"committed", b"later-5"]),
+                            ("read_uncommitted", [b"aborted-1", b"aborted-2", b"committed", b"later-5"])):
+        st = fetch_state(isolation_level=level)
+        st.assign([TP0])
+        st.seek(TP0, 0)
+        req = only_request(st, 0, cache)
+        st.on_fetch_response(req, response({TP0: {"records": blob, "aborted_transactions": aborted}}), 0, cache)
+        assert [r.value for r in st.drain(100)[TP0]] == expected, level
+        assert st.position(TP0) == 6
+
+
+def test_deserializers_apply_to_non_null_keys_and_values() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state(key_deserializer=bytes.decode, value_deserializer=lambda b: int(b))
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"41", None])}}), 0, cache)
+    got = st.drain(10)[TP0]
+    assert [(r.key, r.value) for r in got] == [("k", 41), ("k", None)]
+
+
+def test_corrupt_batch_is_reported_when_crcs_are_checked() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state(check_crcs=True)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    raw = bytearray(batch(0, [b"payload"]))
+    raw[-3] ^= 0xFF
+    with pytest.raises(errors.CorruptRecordError, match="CRC"):
+        st.on_fetch_response(req, response({TP0: {"records": bytes(raw)}}), 0, cache)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_accepted_leader_hint_refetches_from_the_new_leader_at_once() -> None:
+    cache = metadata({0: (1, 3)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    resp = response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno,
+                           "current_leader": {"leader_id": 2, "leader_epoch": 4}}},
+                    node_endpoints=[{"node_id": 2, "host": "127.0.0.1", "port": 9002, "rack": None}])
+    out = st.on_fetch_response(req, resp, 50.0, cache)
+    assert out.replan and out.refresh == "fetch-not-leader"
+    assert cache.snapshot.leader_of(TP0) == (2, 4)
+    plan = st.plan_fetches(50.0, cache.snapshot)             # same instant: no backoff
+    assert [(r.node, r.partitions[0].current_leader_epoch) for r in plan.requests] == [(2, 4)]
+
+
+@pytest.mark.parametrize("hint", [None, {"leader_id": 1, "leader_epoch": 3}])   # absent, or not advancing
+def test_leader_error_without_usable_hint_backs_off(hint: dict[str, int] | None) -> None:
+    cache = metadata({0: (1, 3)})
+    st = fetch_state(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    out = st.on_fetch_response(req, response({TP0: {"error_code": errors.FencedLeaderEpochError.errno,
+                                                    "current_leader": hint}}), 1000.0, cache)
+    assert not out.replan and out.refresh == "fetch-not-leader"
+    plan = st.plan_fetches(1000.0, cache.snapshot)
+    assert plan.requests == [] and plan.wake_at is not None and 1080.0 <= plan.wake_at <= 1120.0
+    assert [r.node for r in st.plan_fetches(plan.wake_at, cache.snapshot).requests] == [1]
+    # a second failure doubles the backoff (KIP-580: 200 ms +-20%)
+    req = only_request(st, plan.wake_at, cache)
+    st.on_fetch_response(req, response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno}}), 2000.0, cache)
+    assert 2160.0 <= st.plan_fetches(2000.0, cache.snapshot).wake_at <= 2240.0
+
+
+def test_unknown_topic_backs_off_and_refreshes_and_success_resets_backoff() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    out = st.on_fetch_response(req, response({TP0: {"error_code": errors.UnknownTopicOrPartitionError.errno}}),
+                               0, cache)
+    assert out.refresh is not None
+    assert st.partitions[TP0].retry.failures == 1
+    req = only_request(st, 500, cache)
+    st.on_fetch_response(req, response({TP0: {}}), 500, cache)
+    assert st.partitions[TP0].retry.failures == 0
+
+
+def test_offset_out_of_range_resets_by_policy() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state(auto_offset_reset="earliest")
+    st.assign([TP0])
+    st.seek(TP0, 500)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"error_code": errors.OffsetOutOfRangeError.errno}}), 0, cache)
+    assert st.resets_due(0) == [TP0] and st.partitions[TP0].reset == "earliest"
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    gens = st.begin_lookup([TP0])
+    assert st.resets_due(0) == []                            # lookup outstanding
+    st.on_reset_offset(TP0, gens[TP0], 17)
+    assert st.position(TP0) == 17
+    assert st.plan_fetches(0, cache.snapshot).requests[0].partitions[0].fetch_offset == 17
+
+
+def test_offset_out_of_range_with_policy_none_is_raised_until_seek() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state(auto_offset_reset="none")
+    st.assign([TP0])
+    st.seek(TP0, 500)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"error_code": errors.OffsetOutOfRangeError.errno}}), 0, cache)
+    for _ in range(2):
+        with pytest.raises(errors.OffsetOutOfRangeError, match="t-0: offset 500 is out of range"):
+            st.drain(10)
+    st.seek(TP0, 0)
+    assert st.drain(10) == {}
+
+
+def test_no_committed_offset_falls_back_to_reset_policy_or_fails_with_none() -> None:
+    st = fetch_state(auto_offset_reset="latest")
+    st.assign([TP0, TP1])
+    st.need_committed([TP0, TP1])
+    gens = st.begin_lookup(st.committed_lookups_due(0))
+    st.on_committed(TP0, gens[TP0], 42, 3)
+    st.on_committed(TP1, gens[TP1], None)
+    assert st.position(TP0) == 42 and st.partitions[TP0].position_epoch == 3
+    assert st.position(TP1) is None and st.partitions[TP1].reset == "latest"
+
+    strict = fetch_state(auto_offset_reset="none")
+    strict.assign([TP0])
+    strict.need_committed([TP0])
+    gens = strict.begin_lookup(strict.committed_lookups_due(0))
+    strict.on_committed(TP0, gens[TP0], None)
+    with pytest.raises(NoOffsetForPartitionError, match="auto_offset_reset='none'"):
+        strict.drain(1)
+
+
+def test_lookup_failure_backs_off_or_surfaces_fatal_errors() -> None:
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.request_reset(TP0, "earliest")
+    st.request_reset(TP1, "latest")
+    gens = st.begin_lookup([TP0, TP1])
+    st.on_lookup_failed(TP0, gens[TP0], 0, None)
+    st.on_lookup_failed(TP1, gens[TP1], 0, errors.TopicAuthorizationFailedError("denied"))
+    assert st.resets_due(0) == [] and st.resets_due(200) == [TP0]
+    with pytest.raises(errors.TopicAuthorizationFailedError):
+        st.drain(5)
+
+
+def test_seek_during_a_fetch_drops_the_stale_answer() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    st.seek(TP0, 100)
+    out = st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"old"])}}), 0, cache)
+    assert not out.data and st.drain(10) == {} and st.position(TP0) == 100
+    assert st.plan_fetches(0, cache.snapshot).requests[0].partitions[0].fetch_offset == 100
+
+
+def test_seek_drops_buffered_data() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a", b"b"])}}), 0, cache)
+    assert st.buffered_bytes > 0
+    st.seek(TP0, 1)
+    assert st.buffered_bytes == 0 and st.drain(10) == {}
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a", b"b"])}}), 0, cache)
+    assert [r.value for r in st.drain(10)[TP0]] == [b"b"]
+
+
+def test_pause_stops_fetching_and_returning_until_resume() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"])},
+                                        TP1: {"records": batch(0, [b"b"])}}), 0, cache)
+    st.pause([TP0])
+    assert st.paused() == {TP0}
+    assert set(st.drain(10)) == {TP1}
+    plan = st.plan_fetches(0, cache.snapshot)
+    assert [p.tp for p in plan.requests[0].partitions] == [TP1]
+    st.resume([TP0])
+    assert [r.value for r in st.drain(10)[TP0]] == [b"a"]
+
+
+def test_prefetch_is_bounded_per_partition_and_overall() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    blob = batch(0, [b"x" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(blob) - 1, max_buffered_bytes=10 * len(blob))
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": blob}}), 0, cache)
+    plan = st.plan_fetches(0, cache.snapshot)
+    assert [p.tp for p in plan.requests[0].partitions] == [TP1]     # TP0 holds a full fetch's worth
+    st.drain(1, [TP0])                                                # decoding its batch frees the bytes
+    assert {p.tp for p in st.plan_fetches(0, cache.snapshot).requests[0].partitions} == {TP0, TP1}
+
+    tight = fetch_state(max_partition_fetch_bytes=10 * len(blob), max_buffered_bytes=len(blob))
+    tight.assign([TP0, TP1])
+    tight.seek(TP0, 0)
+    tight.seek(TP1, 0)
+    req = only_request(tight, 0, cache)
+    tight.on_fetch_response(req, response({TP0: {"records": blob}}), 0, cache)
+    # the overall cap is reached: TP0 waits, TP1 (nothing buffered) may still fetch
+    assert [p.tp for p in tight.plan_fetches(0, cache.snapshot).requests[0].partitions] == [TP1]
+
+
+def test_drain_rotates_partitions_so_none_starves() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"] * 5)},
+                                        TP1: {"records": batch(0, [b"b"] * 5)}}), 0, cache)
+    firsts = [next(iter(st.drain(2))) for _ in range(4)]
+    assert set(firsts) == {TP0, TP1}
+
+
+def test_failed_request_backs_off_every_partition_in_it() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_failed(req, 0)
+    assert st.busy_nodes == set()
+    plan = st.plan_fetches(0, cache.snapshot)
+    assert plan.requests == [] and plan.wake_at is not None
+
+
+def test_topic_id_responses_map_back_to_names_and_top_level_errors_back_off() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"id"])}}, by_id=True), 0, cache)
+    assert [r.value for r in st.drain(5)[TP0]] == [b"id"]
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, {"error_code": errors.UnknownServerError.errno, "responses": []}, 0, cache)
+    assert st.partitions[TP0].retry.failures == 1
+
+
+def test_bad_input_is_named() -> None:
+    st = fetch_state()
+    with pytest.raises(TypeError, match="TopicPartition"):
+        st.assign(["t-0"])  # type: ignore[list-item]
+    st.assign([TP0])
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        st.seek(TP0, -1)
+    with pytest.raises(errors.IllegalStateError, match="not assigned"):
+        st.seek(TP1, 0)
+    with pytest.raises(ValueError, match="max_records"):
+        st.drain(0)
+    with pytest.raises(errors.ConfigError, match="auto_offset_reset"):
+        FetchState(auto_offset_reset="smallest")
