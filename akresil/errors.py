@@ -89,6 +89,10 @@ class NoBrokersAvailableError(KafkaError):
     retriable = True
 
 
+class NoOffsetForPartitionError(KafkaError):
+    """A partition has no committed offset (or its offset is out of range) and ``auto_offset_reset='none'``."""
+
+
 class TaskTimeoutError(KafkaError):
     """A runner task kept timing out for longer than ``task_timeout_ms`` (KIP-572)."""
 

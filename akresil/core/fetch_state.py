@@ -51,8 +51,7 @@ Deserializer = Callable[[bytes], Any]
 _NO_HEADERS: tuple[()] = ()
 
 
-class NoOffsetForPartitionError(errors.KafkaError):
-    """A partition has no committed offset (or its offset is out of range) and ``auto_offset_reset='none'``."""
+NoOffsetForPartitionError = errors.NoOffsetForPartitionError
 
 
 class FetchPartition(NamedTuple):

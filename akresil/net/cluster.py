@@ -169,7 +169,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ requests
     async def request(self, node_id: int, api_key: ApiKey, body: dict[str, Any] | BodyBuilder, *,
-                      min_version: int = 0, timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
+                      min_version: int = 0, max_version: int | None = None,
+                      timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
         """Send one request to ``node_id`` and return ``(version, response)``.
 
         ``body`` may be a function of the negotiated version.  Throttle time in the response is fed to the
@@ -182,6 +183,8 @@ class Cluster:
         if version is None or version < min_version:
             raise errors.UnsupportedVersionError(
                 f"node {node_id} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
+        if max_version is not None and version > max_version:
+            version = max_version
         payload = body(version) if callable(body) else body
         state = self.node(node_id)
         state.on_request_sent(self.clock())
