@@ -1,0 +1,121 @@
+"""The ``akresil`` command as a user runs it: subprocesses against an embedded broker."""
+
+from __future__ import annotations
+
+import base64
+import io
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from akresil.cli import main
+from akresil.testing import EmbeddedBroker
+
+pytestmark = pytest.mark.broker
+
+CLI = [sys.executable, "-m", "akresil.cli"]
+
+
+def akresil(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=timeout)
+
+
+def test_topics_create_list_describe_delete(broker: EmbeddedBroker) -> None:
+    bs = ["-b", broker.bootstrap_servers]
+    created = akresil("topics", "create", "cli-topics-a", "--partitions", "3", *bs)
+    assert created.returncode == 0, created.stderr
+    assert akresil("topics", "create", "cli-topics-a", *bs).returncode == 1     # exists: a runtime error
+    assert akresil("topics", "create", "cli-topics-a", "--if-not-exists", *bs).returncode == 0
+    listed = akresil("topics", "list", *bs)
+    assert "cli-topics-a" in listed.stdout.decode().split()
+    described = akresil("topics", "describe", "cli-topics-a", *bs)
+    desc = orjson.loads(described.stdout)
+    assert desc["name"] == "cli-topics-a" and [p["partition"] for p in desc["partitions"]] == [0, 1, 2]
+    assert all(p["leader"] >= 0 for p in desc["partitions"])
+    assert akresil("topics", "delete", "cli-topics-a", *bs).returncode == 0
+
+
+def test_produce_consume_round_trips_json_lines(broker: EmbeddedBroker) -> None:
+    bs = ["-b", broker.bootstrap_servers]
+    topic = "cli-roundtrip"
+    assert akresil("topics", "create", topic, "-p", "2", *bs).returncode == 0
+    binary = bytes(range(250, 256))
+    records = [
+        {"key": "k1", "value": "hello", "headers": [["h", "1"], ["h", "2"]], "partition": 0},
+        {"key": None, "value": '{"nested": true}', "headers": [], "partition": 1},
+        {"key": "k3", "value": None, "headers": [["bin", {"base64": base64.b64encode(binary).decode()}]],
+         "partition": 0},
+        {"key": {"base64": base64.b64encode(binary).decode()}, "value": "ünïcødé", "headers": [], "partition": 1},
+    ]
+    lines = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    produced = akresil("produce", topic, "--json", *bs, stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    assert b"produced 4 record(s)" in produced.stderr
+
+    consumed = akresil("consume", topic, "--from-beginning", "--max-messages", "4", *bs)
+    assert consumed.returncode == 0, consumed.stderr
+    out = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert len(out) == 4
+    in_log_order = [{k: r[k] for k in ("key", "value", "headers", "partition")}
+                    for r in sorted(out, key=lambda r: (r["partition"], r["offset"]))]
+    assert in_log_order == sorted(records, key=lambda r: r["partition"])    # stable: input order per partition
+    assert all(r["topic"] == topic and r["offset"] >= 0 for r in out)
+
+    # the consumer's output feeds produce --json unchanged (topic/offset/timestamp are ignored)
+    copy = akresil("produce", topic + "-copy", "--json", *bs, stdin=consumed.stdout)
+    assert copy.returncode == 0, copy.stderr
+
+
+def test_plain_lines_with_key_and_headers(broker: EmbeddedBroker) -> None:
+    bs = ["-b", broker.bootstrap_servers]
+    topic = "cli-plain"
+    assert akresil("topics", "create", topic, *bs).returncode == 0
+    produced = akresil("produce", topic, "--key", "K", "--header", "src=cli", *bs, stdin=b"one\ntwo\r\nthree")
+    assert produced.returncode == 0, produced.stderr
+    consumed = akresil("consume", topic, "--from-beginning", "--max-messages", "3", *bs)
+    out = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert [r["value"] for r in out] == ["one", "two", "three"]
+    assert {r["key"] for r in out} == {"K"} and all(r["headers"] == [["src", "cli"]] for r in out)
+
+
+def test_consume_stops_after_idle_timeout(broker: EmbeddedBroker) -> None:
+    bs = ["-b", broker.bootstrap_servers]
+    topic = "cli-timeout"
+    assert akresil("topics", "create", topic, *bs).returncode == 0
+    assert akresil("produce", topic, *bs, stdin=b"a\nb\n").returncode == 0
+    started = time.monotonic()
+    consumed = akresil("consume", topic, "--from-beginning", "--timeout-ms", "1500", *bs)
+    assert consumed.returncode == 0, consumed.stderr
+    assert [orjson.loads(line)["value"] for line in consumed.stdout.splitlines()] == ["a", "b"]
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("args, stdin, message", [
+    (["produce", "t", "--json"], b'{"value": "ok"}\nnot json\n', "stdin line 2: not valid JSON"),
+    (["produce", "t", "--json"], b'{"value": "v", "partiton": 1}\n', "unknown field(s) partiton"),
+    (["produce", "t", "--json"], b'{"value": "v", "partition": -1}\n', "partition must be a non-negative"),
+    (["produce", "t", "--json"], b'{"value": {"base64": "!!"}}\n', "not valid base64"),
+    (["produce", "t", "--json"], b'[1, 2]\n', "expected a JSON object"),
+    (["produce", "t", "--header", "novalue"], b"x\n", "--header 'novalue': expected name=value"),
+    (["produce", "t", "-X", "linger_ms=-5"], b"x\n", "linger_ms"),
+    (["produce", "t", "-X", "lingerms=5"], b"x\n", "did you mean 'linger_ms'"),
+    (["consume", "bad topic!", "--from-beginning"], b"", "illegal characters"),
+    (["consume", "t", "--max-messages", "0"], b"", "expected a positive integer"),
+    (["demo", "--duration", "0"], b"", "between 1 and 3600"),
+    (["nonsense"], b"", "invalid choice"),
+])
+def test_bad_input_exits_2_naming_the_problem(broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str], args: list[str], stdin: bytes,
+                                               message: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    if args[0] in ("produce", "consume"):
+        args = [*args, "-b", broker.bootstrap_servers]
+    try:
+        code = main(args)
+    except SystemExit as exc:      # argparse's own usage errors
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
