@@ -126,7 +126,7 @@ class Admin:
         """Create topics; raises the first per-topic error (e.g. ``TopicAlreadyExistsError``)."""
         new = list(topics)
         for t in new:
-            _check_topic_name(t.name)
+            check_topic_name(t.name)
             if t.replica_assignment is None and (t.num_partitions < 1 and t.num_partitions != -1):
                 raise errors.ConfigError(f"NewTopic({t.name!r}).num_partitions: must be >= 1 (or -1 for default)")
 
@@ -236,7 +236,7 @@ class Admin:
 _LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def _check_topic_name(name: str) -> None:
+def check_topic_name(name: str) -> None:
     """Kafka's topic name rules, checked before a round trip so the error names the problem."""
     if not isinstance(name, str) or not name:
         raise errors.InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")

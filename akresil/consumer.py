@@ -66,7 +66,7 @@ class Consumer:
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):
             raise errors.ConfigError(f"max_buffered_bytes: must be an int >= 1, got {max_buffered!r}")
-        from .admin import _check_topic_name
+        from .admin import check_topic_name as _check_topic_name
         for t in topics:
             _check_topic_name(t)
         if topics and pattern is not None:

@@ -260,7 +260,7 @@ class Producer:
     def _serialize(self, topic: str, key: Any, value: Any,
                    headers: Sequence[Header] | None) -> tuple[bytes | None, bytes | None, Sequence[Header]]:
         if topic not in self._checked_topics:
-            from .admin import _check_topic_name
+            from .admin import check_topic_name as _check_topic_name
             _check_topic_name(topic)
             self._checked_topics.add(topic)
         if self._key_serializer is not None and key is not None:

@@ -416,6 +416,7 @@ class RecordAccumulator:
             self._requeue(pq, batch)
             self._hooks.emit(events.BATCH_RETRY, topic=batch.tp.topic, partition=batch.tp.partition,
                              attempt=batch.attempts, reason=decision.reason, skip_backoff=decision.skip_backoff,
+                             records=batch.record_count,
                              backoff_ms=decision.retry_at - now)
         else:
             batch.fail(error)

@@ -32,6 +32,11 @@ BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records,
 BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
 BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
 
+REQUEST_DONE = "request_done"                # node_id, in_flight                       [NodeState]
+BATCH_SENT = "batch_sent"                    # node_id, topic, partition, records, size_bytes, attempt, queue_ms [Sender]
+RECORDS_CONSUMED = "records_consumed"        # topic, partition, records, bytes, lag      [Consumer]
+REBALANCE = "rebalance"                      # group_id, generation, assigned, revoked, duration_ms [group]
+REBALANCE_FAILED = "rebalance_failed"        # group_id, error                            [group]
 PRODUCER_ID = "producer_id"                  # producer_id, producer_epoch               [net.Sender]
 RESPONSE_RECEIVED = "response_received"      # node_id, api_key, version, latency_ms, response [Connection]
 CONNECTION_BYTES_SENT = "connection_bytes_sent"          # node_id, nbytes                [Connection]
@@ -40,7 +45,8 @@ CONNECTION_BYTES_RECEIVED = "connection_bytes_received"  # node_id, nbytes      
 ALL_EVENTS = frozenset({
     REQUEST_SENT, THROTTLED, RECONNECT_BACKOFF, NODE_STATE, METADATA_REQUEST, METADATA_REFRESH_REQUESTED,
     METADATA_REFRESH, METADATA_REFRESH_FAILED, STALE_METADATA_IGNORED, LEADER_HINT, BATCH_RETRY, BATCH_EXPIRED,
-    BATCH_COMPLETED, BUFFER_EXHAUSTED, PRODUCER_ID, RESPONSE_RECEIVED, CONNECTION_BYTES_SENT,
+    BATCH_COMPLETED, BUFFER_EXHAUSTED, REQUEST_DONE, BATCH_SENT, RECORDS_CONSUMED, REBALANCE, REBALANCE_FAILED,
+    PRODUCER_ID, RESPONSE_RECEIVED, CONNECTION_BYTES_SENT,
     CONNECTION_BYTES_RECEIVED,
 })
 

@@ -144,6 +144,7 @@ class NodeState:
         if self.in_flight <= 0:
             raise IllegalStateError(f"node {self.node_id}: request completed with none in flight")
         self.in_flight -= 1
+        self._hooks.emit(events.REQUEST_DONE, node_id=self.node_id, in_flight=self.in_flight)
 
     def on_response(self, api_key: int, version: int, throttle_time_ms: float, now: float) -> bool:
         """Apply a response's throttle; returns True when it muted (or extended the mute of) the node."""

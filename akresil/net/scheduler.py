@@ -27,7 +27,7 @@ from ..config import Config
 from ..core import events
 from ..core.accumulator import RecordAccumulator
 from ..core.backoff import ExponentialBackoff
-from ..core.batch import ProducerBatch
+from ..core.batch import BatchState, ProducerBatch
 from ..core.metadata import BrokerInfo, LeaderHint
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
@@ -37,8 +37,17 @@ log = logging.getLogger(__name__)
 
 _LEADER_ERRORS = (errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno)
 _DUPLICATE_SEQUENCE = errors.DuplicateSequenceNumberError.errno
+_OUT_OF_ORDER_SEQUENCE = errors.OutOfOrderSequenceNumberError.errno
 #: InitProducerId: versions below 3 cannot bump an epoch; Tansu answers v0-v2 with errors (DESIGN.md)
 _INIT_PID_MIN_VERSION = 0
+
+
+class OutOfOrderBehindRetryError(errors.OutOfOrderSequenceNumberError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER for a batch pipelined behind an older batch of its partition that failed and
+    will be resent first: the broker saw a gap that the older batch's retry closes, so this batch is retried
+    (keeping its sequence) instead of failing its records, as the Java producer does."""
+
+    retriable = True
 
 
 class Sender:
@@ -58,6 +67,9 @@ class Sender:
         self._init_pid_backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms,
                                                     rng=cluster.rng)
         self._init_pid_at = 0.0
+        #: a batch that had a sequence number failed: the partition's sequence has a gap the broker will never
+        #: see closed, so a new producer identity (sequences from 0) is needed before sending more
+        self._identity_reset_wanted = False
         self.fatal_error: BaseException | None = None
         self._stopping = False
         cluster.on_metadata_change(self.wake)
@@ -100,11 +112,18 @@ class Sender:
         """One scheduling pass; returns ms to sleep (None: until woken)."""
         cluster, acc = self.cluster, self.acc
         now = cluster.clock()
-        if acc.expire(now):
+        expired = acc.expire(now)
+        if expired:
             self._signal_progress()
+            if any(e.batch.base_sequence >= 0 for e in expired):
+                self._sequence_gap("expired batch")
         wake_at: float | None = None
+        if self._identity_reset_wanted and not self._has_in_flight():
+            # like Java, wait for in-flight batches first: they keep their order when re-sequenced
+            self._identity_reset_wanted = False
+            acc.set_producer_identity(-1, -1)
         if acc.idempotent and acc.producer_id < 0:
-            if not self._init_pid_running and acc.incomplete_batches:
+            if not self._init_pid_running and acc.incomplete_batches and not self._identity_reset_wanted:
                 if now >= self._init_pid_at:
                     self._init_pid_running = True
                     assert self._tg is not None
@@ -143,6 +162,17 @@ class Sender:
         if wake_at is None:
             return None
         return max(0.0, wake_at - now)
+
+    def _sequence_gap(self, cause: str) -> None:
+        """An idempotent batch with a sequence number failed for good: reset the producer identity (KIP-360's
+        recovery; a fresh id here) so later batches do not all fail with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        if self.acc.idempotent and not self._identity_reset_wanted:
+            log.info("idempotent producer: %s left a sequence gap; requesting a new producer id", cause)
+            self._identity_reset_wanted = True
+            self.wake()
+
+    def _has_in_flight(self) -> bool:
+        return any(batch.state is BatchState.IN_FLIGHT for batch in self.acc.batches())
 
     async def _connect(self, node_id: int) -> None:
         try:
@@ -200,9 +230,14 @@ class Sender:
             self._fail_all(errors.UnsupportedVersionError(f"node {node_id} does not support Produce"))
             return
         topics: dict[str, list[dict[str, Any]]] = {}
+        hooks = self.cluster.hooks
         for batch in batches:
-            topics.setdefault(batch.tp.topic, []).append(
-                {"index": batch.tp.partition, "records": batch.payload.build()})
+            records = batch.payload.build()
+            topics.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition, "records": records})
+            if hooks:
+                hooks.emit(events.BATCH_SENT, node_id=node_id, topic=batch.tp.topic, partition=batch.tp.partition,
+                           records=batch.record_count, size_bytes=len(records), attempt=batch.attempts,
+                           queue_ms=now - batch.created_at)
         body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
         state = self.cluster.node(node_id)
@@ -249,8 +284,15 @@ class Sender:
             lead = leader_of(batch.tp)
             decision = self.acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
             refresh = refresh or bool(decision and decision.refresh_metadata)
+            if decision is not None and not decision.retry and batch.base_sequence >= 0:
+                self._sequence_gap(f"failed batch ({type(error).__name__})")
         if refresh:
             self.cluster.request_metadata_refresh("produce-error")
+
+    def _older_batch_pending(self, batch: ProducerBatch) -> bool:
+        """An older batch of the same partition is still queued for retry or in flight (error path only)."""
+        return any(other.tp == batch.tp and other.index < batch.index and not other.done
+                   for other in self.acc.batches())
 
     def _handle_response(self, node_id: int, response: dict[str, Any], batches: list[ProducerBatch],
                          now: float) -> None:
@@ -273,8 +315,14 @@ class Sender:
                     acc.on_batch_success(batch, part["base_offset"] if code == 0 else -1, now,
                                          log_append_time_ms=part.get("log_append_time_ms", -1))
                     continue
-                error = errors.error_for_code(code)(
-                    f"{name}-{tp.partition} on node {node_id}: {part.get('error_message') or errors.error_for_code(code).description}")
+                error_class = errors.error_for_code(code)
+                if code == _OUT_OF_ORDER_SEQUENCE and (
+                        self._older_batch_pending(batch) or self._identity_reset_wanted
+                        or (batch.producer_id, batch.producer_epoch) != (acc.producer_id, acc.producer_epoch)):
+                    # the gap is an older batch's doing: resent, or re-sequenced under a new identity
+                    error_class = OutOfOrderBehindRetryError
+                error = error_class(
+                    f"{name}-{tp.partition} on node {node_id}: {part.get('error_message') or error_class.description}")
                 if code in _LEADER_ERRORS:
                     hint = part.get("current_leader")
                     if hint is not None and hint.get("leader_id", -1) >= 0:
@@ -285,6 +333,8 @@ class Sender:
                             self.wake()
                 lead = cluster.metadata.snapshot.leader_of(tp)
                 decision = acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
+                if decision is not None and not decision.retry and batch.base_sequence >= 0:
+                    self._sequence_gap(f"failed batch ({error_class.__name__})")
                 if decision is not None and decision.refresh_metadata:
                     refresh_cause = "not-leader" if code in _LEADER_ERRORS else "produce-error"
         missing = [b for tp, b in by_tp.items() if tp not in answered]
