@@ -151,6 +151,8 @@ class Sender:
                     self._connecting.add(node_id)
                     assert self._tg is not None
                     self._tg.start_soon(self._connect, node_id)
+        if self._identity_reset_wanted:
+            sendable.clear()     # more batches under the old identity would only meet the sequence gap
         drained = acc.drain(now, sendable=sendable, leader_of=leader_of)
         if drained.unknown_leaders:
             cluster.request_metadata_refresh("unknown-leader")
