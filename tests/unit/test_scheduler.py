@@ -69,8 +69,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def make(**overrides: Any) -> tuple[Sender, FakeClock, TaskRecorder, list[Any]]:
-    cfg = resolve("producer", {"enable_idempotence": False, "acks": 1, "linger_ms": 5,
+async def make(idempotent: bool = False, **overrides: Any) -> tuple[Sender, FakeClock, TaskRecorder, list[Any]]:
+    cfg = resolve("producer", {"enable_idempotence": idempotent, "acks": -1 if idempotent else 1, "linger_ms": 5,
                                "delivery_timeout_ms": 3_000, "request_timeout_ms": 1_000,
                                "retry_backoff_ms": 100, "retry_backoff_max_ms": 1_000, **overrides})
     clock = FakeClock()
@@ -83,7 +83,9 @@ async def make(**overrides: Any) -> tuple[Sender, FakeClock, TaskRecorder, list[
     acc = RecordAccumulator(batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
                             delivery_timeout_ms=cfg.delivery_timeout_ms, request_timeout_ms=cfg.request_timeout_ms,
                             retry_backoff_ms=cfg.retry_backoff_ms, retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-                            rng=NoJitter())
+                            enable_idempotence=idempotent, rng=NoJitter())
+    if idempotent:
+        acc.set_producer_identity(1000, 0)
     sender = Sender(cluster, acc, cfg)
     tasks = TaskRecorder()
     sender._tg = tasks                              # type: ignore[assignment]  # noqa: SLF001
@@ -241,3 +243,57 @@ async def test_unknown_leader_requests_a_metadata_refresh() -> None:
     sender._turn()                                   # noqa: SLF001
     assert tasks.produces() == []
     assert "unknown-leader" in sender.cluster.metadata.refresh_causes and "unknown-leader" not in before
+
+
+def error_response(code: int) -> dict[str, Any]:
+    response = ok_response()
+    part = response["responses"][0]["partition_responses"][0]
+    part["error_code"], part["base_offset"] = code, -1
+    return response
+
+
+async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequence() -> None:
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    append(sender, clock, results, b"a" * 40)      # batch 0
+    append(sender, clock, results, b"b" * 40)      # batch 1 (batch 0 is full)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001 - batch 0 goes out
+    sender._turn()                                  # noqa: SLF001 - batch 1 pipelined behind it
+    sent = tasks.produces()
+    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1]
+    first, second = sent[0][1], sent[1][1]
+    finish(sender, 1, first, error_response(errors.NotEnoughReplicasError.errno), clock)   # retriable
+    finish(sender, 1, second, error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
+    assert results == []                            # nothing failed: both will be resent in order
+    assert second[0].base_sequence == 1 and not second[0].done
+
+
+async def test_a_failed_sequenced_batch_resets_the_producer_identity() -> None:
+    sender, clock, tasks, results = await make(idempotent=True)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, error_response(errors.InvalidRecordError.errno), clock)   # not retriable
+    assert isinstance(results[0], errors.InvalidRecordError)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001 - nothing in flight: identity is dropped
+    assert sender.acc.producer_id == -1
+    assert tasks.produces() == []                   # no send under the gapped identity
+    assert any(c[0] == "_init_producer_id" for c in tasks.calls)
+
+
+async def test_an_expired_sequenced_batch_resets_the_producer_identity() -> None:
+    sender, clock, tasks, results = await make(idempotent=True)
+    created = clock.now
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, error_response(errors.NotEnoughReplicasError.errno), clock)  # retried later
+    clock.now = created + 3_000
+    sender._turn()                                  # noqa: SLF001 - expires while backing off
+    assert isinstance(results[0], errors.DeliveryTimeoutError)
+    sender._turn()                                  # noqa: SLF001
+    assert sender.acc.producer_id == -1
