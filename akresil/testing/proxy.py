@@ -600,12 +600,15 @@ class FaultProxy:
         for node in self._nodes.values():
             if node.server is not None:
                 node.server.close()
+        # close connections before waiting for the servers: since Python 3.11.5 (and in 3.12)
+        # Server.wait_closed() also waits for every accepted connection to end, so the reverse order hangs
+        # while a client keeps its socket open
+        for conn in list(self._conns.values()):
+            conn.close("proxy stopped")
         for node in self._nodes.values():
             if node.server is not None:
                 await node.server.wait_closed()
                 node.server = None
-        for conn in list(self._conns.values()):
-            conn.close("proxy stopped")
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -799,12 +802,13 @@ class FaultProxy:
     async def astop_node(self, node: int) -> None:
         """Take a virtual node down: its port refuses connections and its connections are closed."""
         n = self._node(node)
-        if n.server is not None:
-            n.server.close()
-            await n.server.wait_closed()
-            n.server = None
+        server, n.server = n.server, None
+        if server is not None:
+            server.close()
         for c in [c for c in self._conns.values() if c.node_id == node]:
             c.close("node stopped", abort=True)
+        if server is not None:
+            await server.wait_closed()     # after closing its connections (see astop)
 
     def stop_node(self, node: int) -> None:
         self._run_sync(lambda: self.astop_node(node), "stop_node")
