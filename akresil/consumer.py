@@ -133,7 +133,8 @@ class Consumer:
                 if self._subscribed:
                     self._group = self._offsets = GroupCoordinator(
                         cluster, self.config, subscription=self._subscription, listener=_ListenerBridge(self),
-                        on_assignment_changed=self._sync_group_assignment)
+                        on_assignment_changed=self._sync_group_assignment,
+                        committed_offsets_for_revoke=self._positions_for_revoke)
                 else:
                     self._offsets = GroupCoordinator(cluster, self.config, subscription=set, listener=None,
                                                      on_assignment_changed=_nothing)
@@ -468,6 +469,13 @@ class Consumer:
                 offsets[tp] = (offset, epoch if epoch >= 0 else None, None)
         return offsets
 
+    def _positions_for_revoke(self) -> dict[TopicPartition, int]:
+        """What the group commits before revoking partitions (with auto-commit, as Java does): every
+        position; the coordinator keeps the revoked ones and commits them before on_partitions_revoked."""
+        if not self.config.enable_auto_commit:
+            return {}
+        return {tp: offset for tp, (offset, _, _) in self._current_offsets().items()}
+
     async def commit(self, offsets: Mapping[TopicPartition, CommitValue] | None = None) -> None:
         """Commit offsets to the group and wait for the answer (default: every assigned partition's position).
 
@@ -529,7 +537,9 @@ class Consumer:
 
 
 class _ListenerBridge:
-    """The consumer's side of rebalances: commit before revoke, sync the fetch state, then the user's callback."""
+    """The consumer's side of rebalances: sync the fetch state, then the user's callback. The commit on
+    revoke is the coordinator's (``committed_offsets_for_revoke``): it runs before on_partitions_revoked,
+    for the generation that still owns the partitions."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
@@ -541,13 +551,6 @@ class _ListenerBridge:
             await callback(tps)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        c = self._consumer
-        if c.config.enable_auto_commit and revoked:
-            offsets = {tp: v for tp, v in c._current_offsets().items() if tp in revoked}
-            try:
-                await c._commit_offsets(offsets, only_changed=True)
-            except (errors.KafkaError, OSError) as exc:
-                log.warning("commit on revoke of %d partition(s) failed: %s", len(revoked), exc)
         await self._user_call("on_partitions_revoked", revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:

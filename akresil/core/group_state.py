@@ -60,6 +60,7 @@ class Action(enum.Enum):
 
 _COORDINATOR_CODES = frozenset({_E.CoordinatorNotAvailableError.errno, _E.NotCoordinatorError.errno})
 _RESET_CODES = frozenset({_E.UnknownMemberIdError.errno, _E.IllegalGenerationError.errno})
+_ILLEGAL_GENERATION = _E.IllegalGenerationError.errno
 _FENCED = _E.FencedInstanceIdError.errno
 _LOADING = _E.CoordinatorLoadInProgressError.errno
 _REBALANCING = _E.RebalanceInProgressError.errno
@@ -237,9 +238,14 @@ class GroupMembership:
         if self.rejoin_reason is None:
             self.rejoin_reason = reason
 
-    def reset_generation(self, reason: str) -> None:
-        """Forget generation and member id (Java's resetStateAndGeneration): whatever the member owned is lost."""
-        self.generation = NO_GENERATION
+    def reset_generation(self, reason: str, *, keep_member_id: bool = False) -> None:
+        """Forget the generation (Java's resetStateAndGeneration): whatever the member owned is lost.
+
+        ``keep_member_id`` (ILLEGAL_GENERATION): the coordinator still knows the member id, so the rejoin must
+        reuse it; joining as a new member would leave the old id in the group and the coordinator would wait
+        for it to rejoin until the rebalance timeout. UNKNOWN_MEMBER_ID and session expiry drop the id."""
+        member_id = self.generation.member_id if keep_member_id else ""
+        self.generation = Generation(-1, member_id) if member_id else NO_GENERATION
         self.state = MemberState.UNJOINED
         self._heartbeat_in_flight = False
         self.request_rejoin(reason)
@@ -311,14 +317,15 @@ class GroupMembership:
         self.state = MemberState.STABLE
         self._last_heartbeat_ok = now
 
-    def rebalance_failed(self, action: Action, now: float, error: KafkaError | None = None) -> None:
-        """A JoinGroup or SyncGroup attempt failed with ``action`` (from the classify functions)."""
+    def rebalance_failed(self, action: Action, now: float, error: KafkaError | None = None, *,
+                         code: int = 0) -> None:
+        """A JoinGroup or SyncGroup attempt failed with ``action`` (from the classify functions) for ``code``."""
         if action is Action.FATAL:
             assert error is not None
             self.fail(error)
             return
         if action is Action.RESET:
-            self.reset_generation("member reset by the coordinator")
+            self.reset_generation("member reset by the coordinator", keep_member_id=code == _ILLEGAL_GENERATION)
         else:
             self.state = MemberState.UNJOINED
             self.request_rejoin("rebalance retry")
@@ -362,7 +369,8 @@ class GroupMembership:
             self._last_heartbeat_ok = now  # the coordinator knows us: the session is alive
             self.request_rejoin("group is rebalancing")
         elif action is Action.RESET:
-            self.reset_generation(f"heartbeat: {_E.error_for_code(code).__name__}")
+            self.reset_generation(f"heartbeat: {_E.error_for_code(code).__name__}",
+                                  keep_member_id=code == _ILLEGAL_GENERATION)
         elif action is Action.COORDINATOR:
             self.coordinator_dead(now)
         elif action is Action.RETRY:

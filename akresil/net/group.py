@@ -452,7 +452,7 @@ class GroupCoordinator:
         error = error_for(code, f"{api} for group {self.group_id}") if action is Action.FATAL else None
         if action is Action.COORDINATOR:
             self._coordinator_dead(f"{api} error {code}")
-        self._core.rebalance_failed(action, self._cluster.clock(), error)
+        self._core.rebalance_failed(action, self._cluster.clock(), error, code=code)
         self._notify()
 
     # ------------------------------------------------------------------ assignment changes and callbacks
@@ -471,7 +471,7 @@ class GroupCoordinator:
                 positions = self._commit_for_revoke()
                 offsets = {tp: (off, None, None) for tp, off in positions.items() if tp in partitions}
                 if offsets:
-                    await self.commit(offsets)
+                    await self._commit_on_revoke(offsets)
             except errors.KafkaError as exc:
                 log.warning("group %s: commit before revoking %d partition(s) failed: %r", self.group_id,
                             len(partitions), exc)
@@ -634,6 +634,14 @@ class GroupCoordinator:
             return
         self._raise_if_unusable_for_offsets()
         generation = self._commit_generation()
+        try:
+            await self._commit_at(pending, generation)
+        except _GenerationMoved as moved:
+            self._settle_commit_failure(moved, generation)
+
+    async def _commit_at(self, pending: dict[TopicPartition, tuple[int, int, str]], generation: Generation) -> None:
+        """OffsetCommit of ``pending`` for ``generation`` until done; raises ``_GenerationMoved`` (the caller
+        decides what it means for the member) or what must not be retried."""
         deadline = self._cluster.clock() + self._config.request_timeout_ms
         retry = RetryState(self._backoff)
         last: BaseException | None = None
@@ -647,7 +655,7 @@ class GroupCoordinator:
                 self._coordinator_dead(exc)
                 last = exc
             else:
-                last = self._commit_response(response, pending, generation)
+                last = self._commit_response(response, pending)
             if pending:
                 delay = retry.on_failure(self._cluster.clock())
                 if self._cluster.clock() + delay > deadline:
@@ -656,10 +664,54 @@ class GroupCoordinator:
                         f"request_timeout_ms={self._config.request_timeout_ms}: {last!r}") from last
                 await anyio.sleep(delay / 1000.0)
 
-    def _commit_response(self, response: dict[str, Any], pending: dict[TopicPartition, tuple[int, int, str]],
-                         generation: Generation) -> BaseException | None:
+    def _settle_commit_failure(self, moved: _GenerationMoved, generation: Generation) -> None:
+        """A commit learnt that the group moved on: reset (ILLEGAL_GENERATION keeps the member id) or rejoin,
+        then raise ``CommitFailedError`` (Java's OffsetCommitResponseHandler)."""
+        core, error = self._core, moved.error
+        if moved.action is Action.RESET and core.generation == generation and generation is not NO_GENERATION:
+            core.reset_generation(f"commit: {type(error).__name__}",
+                                  keep_member_id=isinstance(error, errors.IllegalGenerationError))
+        else:
+            core.request_rejoin(f"commit: {type(error).__name__}")
+        self._notify()
+        raise errors.CommitFailedError(
+            f"group {self.group_id}: commit failed, the group rebalanced ({type(error).__name__}); "
+            "the partitions may have moved and their records will be redelivered") from error
+
+    async def _commit_on_revoke(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]]) -> None:
+        """Commit positions of partitions about to be revoked, while the member still owns them.
+
+        Kafka keeps the generation unchanged while a rebalance is being prepared (it only moves on when
+        every member has rejoined), so the current generation is accepted here. A broker that starts the
+        next generation as soon as a rebalance begins (noida-db) answers ILLEGAL_GENERATION for it; our
+        JoinGroup has not gone out, so that generation cannot be complete and no one else owns these
+        partitions yet: the commit is retried once for the next generation id. Kafka rejects that retry
+        (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID), and the original failure applies as before."""
+        pending = _check_offsets(offsets)
+        if not pending:
+            return
+        self._raise_if_unusable_for_offsets()
+        generation = self._commit_generation()
+        try:
+            await self._commit_at(pending, generation)
+            return
+        except _GenerationMoved as moved:
+            if not (isinstance(moved.error, errors.IllegalGenerationError) and self._core.generation == generation
+                    and generation.generation_id >= 0 and self._core.rejoin_needed):
+                self._settle_commit_failure(moved, generation)
+            first = moved
+        following = Generation(generation.generation_id + 1, generation.member_id, generation.protocol)
+        try:
+            await self._commit_at(pending, following)
+        except _GenerationMoved:
+            self._settle_commit_failure(first, generation)
+        log.debug("group %s: revoke commit accepted for generation %d (broker started it before our rejoin)",
+                  self.group_id, following.generation_id)
+
+    def _commit_response(self, response: dict[str, Any],
+                         pending: dict[TopicPartition, tuple[int, int, str]]) -> BaseException | None:
         """Apply an OffsetCommit response: drop committed partitions from ``pending``; raise what must not
-        be retried; return the last retriable error."""
+        be retried (``_GenerationMoved`` when the group moved on); return the last retriable error."""
         core = self._core
         last: BaseException | None = None
         for topic in response.get("topics") or ():
@@ -672,14 +724,7 @@ class GroupCoordinator:
                     continue
                 error = error_for(code, f"OffsetCommit {tp.topic}[{tp.partition}] for group {self.group_id}")
                 if action is Action.RESET or action is Action.REJOIN:
-                    if action is Action.RESET and core.generation == generation and generation is not NO_GENERATION:
-                        core.reset_generation(f"commit: {type(error).__name__}")
-                    else:
-                        core.request_rejoin(f"commit: {type(error).__name__}")
-                    self._notify()
-                    raise errors.CommitFailedError(
-                        f"group {self.group_id}: commit failed, the group rebalanced ({type(error).__name__}); "
-                        "the partitions may have moved and their records will be redelivered") from error
+                    raise _GenerationMoved(action, error)
                 if action is Action.FATAL:
                     core.fail(error)
                     self._notify()
@@ -769,6 +814,15 @@ class GroupCoordinator:
                         raise error
                     last = error
         return last
+
+
+class _GenerationMoved(Exception):
+    """An OffsetCommit answer saying the group moved on (RESET or REJOIN ``action``, with the broker's error)."""
+
+    def __init__(self, action: Action, error: errors.KafkaError) -> None:
+        super().__init__(repr(error))
+        self.action = action
+        self.error = error
 
 
 # ---------------------------------------------------------------------------- request bodies

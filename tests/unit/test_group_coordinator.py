@@ -287,6 +287,30 @@ async def test_rebalance_in_progress_eager_commits_then_revokes_then_rejoins() -
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("second_code, committed", [(0, {TP("t", 1): 42}),
+                                                    (E.IllegalGenerationError.errno, {})])
+async def test_revoke_commit_retries_next_generation_when_broker_bumped_it_early(
+        second_code: int, committed: dict[TP, int]) -> None:
+    """noida-db starts generation N+1 when a rebalance begins: the revoke commit for N is ILLEGAL_GENERATION
+    and is retried once for N+1; if that fails too (Kafka), the member rejoins with the same member id."""
+    cluster, events = FakeCluster(), []
+    group = FakeGroup(cluster)
+    gc = coordinator(cluster, events, positions={TP("t", 1): 42})
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+        group.commit_errors = [E.IllegalGenerationError.errno, second_code]
+        group.heartbeat_errors = [E.RebalanceInProgressError.errno]
+        await until(lambda: gc.generation_id == 2 and gc.state is MemberState.STABLE)
+        commits = cluster.sent(ApiKey.OFFSET_COMMIT)
+        assert [c["generation_id_or_member_epoch"] for c in commits] == [1, 2]
+        assert group.committed == committed
+        assert cluster.sent(ApiKey.JOIN_GROUP)[-1]["member_id"] == "member-1"  # no ghost member left behind
+        await gc.leave()
+        tg.cancel_scope.cancel()
+
+
 async def test_cooperative_keeps_partitions_and_revokes_only_what_moved() -> None:
     cluster, events = FakeCluster(), []
     group = FakeGroup(cluster)
@@ -453,6 +477,10 @@ async def test_commit_after_rebalance_raises_commit_failed(code: int, rejoin_onl
             assert cluster.sent(ApiKey.JOIN_GROUP)[-1]["member_id"] == "member-1"
         else:
             await until(lambda: ("lost", ALL4) in events)
+            await until(lambda: gc.generation_id == 2)
+            # ILLEGAL_GENERATION keeps the member id (the coordinator still knows it); UNKNOWN_MEMBER_ID drops it
+            keep = code == E.IllegalGenerationError.errno
+            assert (cluster.sent(ApiKey.JOIN_GROUP)[-1]["member_id"] == "member-1") is keep
         await gc.leave()
         tg.cancel_scope.cancel()
 

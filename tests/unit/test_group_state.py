@@ -138,6 +138,19 @@ def test_reset_drops_generation_and_member_id() -> None:
     assert m.generation == NO_GENERATION and m.state is MemberState.UNJOINED and m.rejoin_needed
 
 
+def test_illegal_generation_keeps_member_id_unknown_member_drops_it() -> None:
+    m = joined()
+    member = m.generation.member_id
+    sent = m.heartbeat_sent(0)
+    assert m.heartbeat_answered(E.IllegalGenerationError.errno, sent, 0) is Action.RESET
+    assert m.generation.generation_id == -1 and m.generation.member_id == member and m.rejoin_needed
+    m = joined()
+    m.rebalance_failed(Action.RESET, 0, code=E.IllegalGenerationError.errno)
+    assert m.generation.member_id == member and m.state is MemberState.UNJOINED
+    m.rebalance_failed(Action.RESET, 0, code=E.UnknownMemberIdError.errno)
+    assert m.generation == NO_GENERATION
+
+
 def test_fatal_stops_joining_and_heartbeats() -> None:
     m = joined()
     err = E.FencedInstanceIdError("fenced")
@@ -210,7 +223,9 @@ def test_heartbeat_unknown_member_resets(code: int) -> None:
     m = joined(0)
     sent = m.heartbeat_sent(100)
     assert m.heartbeat_answered(code, sent, 110) is Action.RESET
-    assert m.generation == NO_GENERATION and m.rejoin_needed
+    assert m.generation.generation_id == -1 and m.state is MemberState.UNJOINED and m.rejoin_needed
+    # the coordinator still knows the member after ILLEGAL_GENERATION: the rejoin reuses the id
+    assert m.generation.member_id == (sent.member_id if code == E.IllegalGenerationError.errno else "")
 
 
 def test_heartbeat_fenced_instance_is_fatal() -> None:
