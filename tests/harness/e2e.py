@@ -58,8 +58,12 @@ def gaps(times: Sequence[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:])]
 
 
+#: wall-clock allowance for the event loop and the round trip on a loaded 2-core machine; lower bounds stay exact
+SLACK_MS = 120.0
+
+
 def check_backoff_gaps(observed: Sequence[float], expected: Sequence[float], *, jitter: float = 0.2,
-                       slack_ms: float = 30.0) -> list[str]:
+                       slack_ms: float = SLACK_MS) -> list[str]:
     """Problems with observed retry gaps vs KIP-580 backoffs (empty list: within bounds).
 
     Each gap must lie in ``[b * (1 - jitter), b * (1 + jitter) + slack]``: the lower bound is exact (a

@@ -65,7 +65,7 @@ async def test_fetch_follows_leader_hint_without_waiting_for_metadata(kind: str,
         first_new = next(i for i, r in enumerate(fetches) if r.node == 2)
         assert first_new > 0 and fetches[first_new - 1].node == 1, fetches
         # one long poll on the old leader at most, then straight to the new one: no backoff, no metadata wait
-        assert fetches[first_new].time_ms - fetches[first_new - 1].time_ms < MAX_WAIT_MS + 60, fetches
+        assert fetches[first_new].time_ms - fetches[first_new - 1].time_ms < MAX_WAIT_MS + 150, fetches
         md_requests = h.requests(METADATA, since_ms=start)
         if md_requests:
             assert fetches[first_new].time_ms < md_requests[0].time_ms + METADATA_DELAY_MS
@@ -73,7 +73,7 @@ async def test_fetch_follows_leader_hint_without_waiting_for_metadata(kind: str,
         if kind == "proxy":
             refused = h.proxy.responses(FETCH, node=1, since_ms=start, error_code=NotLeaderOrFollowerError.errno)
             assert refused and refused[0].hints[0].leader_id == 2
-            assert fetches[first_new].time_ms - refused[0].time_ms < 60
+            assert fetches[first_new].time_ms - refused[0].time_ms < 150
 
 
 async def test_throttled_fetch_node_gets_nothing_inside_window(broker: EmbeddedBroker) -> None:
