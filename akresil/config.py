@@ -132,7 +132,7 @@ OPTIONS: tuple[Option, ...] = (
            minimum=1, maximum=_MAX_INT),
     Option("compression_type", (str,), "none", "batch compression codec", clients=_P,
            choices=("none", "gzip", "snappy", "lz4", "zstd")),
-    Option("partitioner", (object,), None, "callable(topic, key, num_partitions) -> partition", clients=_P,
+    Option("partitioner", (object,), None, "callable(topic, key, num_partitions, available_partitions) -> partition", clients=_P,
            nullable=True),
     Option("partitioner_ignore_keys", (bool,), False, "sticky-partition keyed records too", clients=_P),
     Option("transactional_id", (str,), None, "not supported yet", clients=_P, nullable=True,
