@@ -29,8 +29,8 @@ from typing import Any, Callable, Coroutine, Iterable, Sequence, TypeVar
 from ..errors import ProtocolError
 from ..protocol import api as codec
 from .faults import (API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE,
-                     FaultState, PartitionAnswer, collect_error_codes, partition_errors, request_partitions,
-                     throttle_mutes_client)
+                     AppendedBatches, BatchKey, FaultState, PartitionAnswer, collect_error_codes,
+                     idempotent_batches, partition_errors, request_partitions, throttle_mutes_client)
 from .recorder import (ConnectionEvent, LeaderHint, RecordedRequest, RecordedResponse, Recorder,
                        TopicPartition)
 
@@ -47,6 +47,8 @@ _PARTITIONED_REQUESTS = frozenset({PRODUCE, FETCH, LIST_OFFSETS})
 MAX_API_KEY = 127
 MAX_API_VERSION = 63
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+#: how long a dropped connection keeps reading the broker's answers to requests it had forwarded
+UPSTREAM_DRAIN_TIMEOUT_S = 5.0
 
 
 def now_ms() -> float:
@@ -55,6 +57,9 @@ def now_ms() -> float:
 
 
 # ---------------------------------------------------------------------------------------------- framing
+#: how long stop() waits for connections to close by themselves before aborting them
+_STOP_GRACE_S = 2.0
+
 class RequestHeader:
     """The parsed request header of one frame, plus where its body starts."""
 
@@ -161,7 +166,7 @@ class _Slot:
     """One request awaiting its response on a client connection (responses go back in request order)."""
 
     __slots__ = ("api_key", "version", "corr", "client_id", "arrival_ms", "answers", "raw", "body", "ready",
-                 "release_ms", "throttle_ms", "delayed", "synthesized", "request_body")
+                 "release_ms", "throttle_ms", "delayed", "synthesized", "request_body", "sent")
 
     def __init__(self, api_key: int, version: int, corr: int, client_id: str | None, arrival_ms: float) -> None:
         self.api_key = api_key
@@ -178,6 +183,8 @@ class _Slot:
         self.delayed = False
         self.synthesized = False
         self.request_body: dict[str, Any] | None = None
+        #: idempotent batches of a forwarded Produce request, per partition (see ``AppendedBatches``)
+        self.sent: dict[tuple[str, int], BatchKey] | None = None
 
 
 class _Pending:
@@ -208,6 +215,9 @@ class _Connection:
         self.backlog: deque[_Pending] = deque()  # requests held while the connection is muted
         self.mute_until_ms = 0.0
         self.closed = False
+        #: the client side is gone but requests already forwarded are still read from the broker, as a real
+        #: broker still appends (and remembers) a Produce whose client disconnected
+        self._draining = False
         self._close_reason = ""
         self._flush_timer: asyncio.TimerHandle | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -229,6 +239,9 @@ class _Connection:
                 await self._client_loop()
             finally:
                 self.close(self._close_reason or "client closed")
+                if self._draining:
+                    await asyncio.wait({up_task}, timeout=UPSTREAM_DRAIN_TIMEOUT_S)
+                    self._stop_draining()
                 up_task.cancel()
                 await asyncio.gather(up_task, return_exceptions=True)
         except Exception:   # never let one connection take the proxy down
@@ -237,15 +250,20 @@ class _Connection:
         finally:
             await self._wait_closed()
 
-    def close(self, reason: str, *, abort: bool = False) -> None:
+    def close(self, reason: str, *, abort: bool = False, drain_upstream: bool = False) -> None:
+        """``drain_upstream``: keep reading the broker's answers to requests already forwarded (the client
+        never sees them) so idempotent batches appended meanwhile are remembered, then close that side too."""
         if self.closed:
+            if not drain_upstream:
+                self._stop_draining()
             return
         self.closed = True
         self._close_reason = reason
         for timer in (self._flush_timer, self._drain_timer):
             if timer is not None:
                 timer.cancel()
-        for w in (self.writer, self.up_writer):
+        self._draining = drain_upstream and bool(self.upstream) and self.up_writer is not None
+        for w in (self.writer,) if self._draining else (self.writer, self.up_writer):
             if w is None:
                 continue
             try:
@@ -256,6 +274,20 @@ class _Connection:
             except Exception:  # already torn down
                 pass
         self.proxy._connection_closed(self, reason)
+
+    def abort_transports(self) -> None:
+        for w in (self.writer, self.up_writer):
+            if w is not None:
+                try:
+                    w.transport.abort()
+                except Exception:  # already torn down
+                    pass
+
+    def _stop_draining(self) -> None:
+        if self._draining:
+            self._draining = False
+            if self.up_writer is not None:
+                self.up_writer.transport.abort()
 
     async def _wait_closed(self) -> None:
         for w in (self.writer, self.up_writer):
@@ -295,6 +327,7 @@ class _Connection:
                 api_key = header.api_key
                 if header.body_offset >= 0 and (
                         (api_key in _PARTITIONED_REQUESTS and proxy.record_partitions)
+                        or api_key == PRODUCE
                         or (api_key in (PRODUCE, FETCH) and state.needs_partition_plan(api_key))
                         or state.has_fail_rule(api_key)):
                     body = codec.decode_request(frame)[1]
@@ -341,6 +374,8 @@ class _Connection:
         slot = _Slot(api_key, h.api_version, h.correlation_id, h.client_id, p.arrival_ms)
         slot.release_ms = p.arrival_ms + state.latency_ms(self.node_id, api_key) if state.has_latency() else 0.0
         expects_response = not (api_key == PRODUCE and produce_acks(p.frame, h) == 0)
+        if api_key == PRODUCE and expects_response and p.body is not None:
+            slot.sent = idempotent_batches(p.body) or None
         if p.body is not None and api_key in (PRODUCE, FETCH) and state.needs_partition_plan(api_key):
             plan = state.plan_partitions(api_key, h.api_version, self.node_id, p.body)
             if plan.modified:
@@ -384,7 +419,7 @@ class _Connection:
         reader = self.up_reader
         assert reader is not None
         try:
-            while not self.closed:
+            while not self.closed or (self._draining and self.upstream):
                 size_bytes = await reader.readexactly(4)
                 (size,) = _SIZE.unpack(size_bytes)
                 if size < 4:
@@ -398,7 +433,10 @@ class _Connection:
                     raise ProtocolError(f"broker answered correlation id {corr}, expected {slot.corr}")
                 slot.raw = frame
                 slot.ready = True
+                if slot.sent:
+                    self._remember_produce(slot)
                 self._flush()
+            self._stop_draining()
         except (asyncio.IncompleteReadError, ConnectionError):
             self.close("broker closed the connection")
         except ProtocolError as exc:
@@ -409,6 +447,19 @@ class _Connection:
         except Exception:
             log.exception("fault proxy conn %d: upstream loop failed", self.conn_id)
             self.close("internal error")
+
+    def _remember_produce(self, slot: _Slot) -> None:
+        """Feed ``AppendedBatches`` with a Produce answer and give a retried duplicate Kafka's answer."""
+        assert slot.raw is not None and slot.sent is not None
+        try:
+            body = codec.decode_response(PRODUCE, slot.version, slot.raw)
+        except Exception as exc:
+            log.warning("fault proxy: cannot decode Produce v%d response (%s)", slot.version, exc)
+            return
+        appended = self.proxy.appended
+        if appended.rewrite_duplicates(slot.sent, body):
+            slot.body = body
+        appended.note_response(slot.sent, body)
 
     # -------------------------------------------------------------- proxy -> client
     def _flush(self) -> None:
@@ -538,6 +589,8 @@ class FaultProxy:
             raise ValueError(f"max_frame_bytes: must be >= 64, got {max_frame_bytes}")
         self.state = FaultState(node_ids, coordinator_node=coordinator_node, controller_node=controller_node)
         self.recorder = Recorder()
+        #: answers to recent idempotent batches, shared by every connection (a retry arrives on a new one)
+        self.appended = AppendedBatches()
         self.host = host
         self.record_partitions = record_partitions
         self.inspect_responses = inspect_responses
@@ -603,12 +656,29 @@ class FaultProxy:
         # close connections before waiting for the servers: since Python 3.11.5 (and in 3.12)
         # Server.wait_closed() also waits for every accepted connection to end, so the reverse order hangs
         # while a client keeps its socket open
-        for conn in list(self._conns.values()):
+        conns = list(self._conns.values())
+        for conn in conns:
             conn.close("proxy stopped")
+        # Orderly shutdown first; a peer that never reads (or a transport that never reports connection_lost)
+        # must not hang stop(): after a grace period, abort the transports and cancel what is left.
+        servers = [node.server for node in self._nodes.values() if node.server is not None]
         for node in self._nodes.values():
-            if node.server is not None:
-                await node.server.wait_closed()
-                node.server = None
+            node.server = None
+        try:
+            await asyncio.wait_for(self._drain_tasks(servers), _STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            log.warning("fault proxy: %d connection task(s) did not finish in %.1f s; aborting them",
+                        len(self._tasks), _STOP_GRACE_S)
+            for conn in conns:
+                conn.abort_transports()
+            for task in list(self._tasks):
+                task.cancel()
+            while self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _drain_tasks(self, servers: list[asyncio.base_events.Server]) -> None:
+        for server in servers:
+            await server.wait_closed()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -792,7 +862,7 @@ class FaultProxy:
             self._node(node)
         victims = [c for c in self._conns.values() if node is None or c.node_id == node]
         for c in victims:
-            c.close("dropped by script", abort=True)
+            c.close("dropped by script", abort=True, drain_upstream=True)
         await asyncio.sleep(0)
         return len(victims)
 
