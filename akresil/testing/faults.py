@@ -12,6 +12,7 @@ called from the test's thread while the proxy reads on its loop thread, so every
 
 from __future__ import annotations
 
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -706,3 +707,95 @@ def request_partitions(api_key: int, version: int, body: Body, state: FaultState
             continue
         out.extend((name, p[index_key]) for p in entry.get(parts_key) or ())
     return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------ idempotent retries
+DUPLICATE_SEQUENCE_NUMBER = 46
+#: Kafka's broker keeps the metadata of this many recent batches per producer and partition
+#: (ProducerStateManager); a duplicate of one of them is answered with its original offset
+RETAINED_BATCHES = 5
+_BATCH_HEADER = 61
+#: (offset, format) of the batch-header fields the duplicate check reads
+_LAST_OFFSET_DELTA = (23, ">i")
+_PRODUCER_ID = (43, ">q")
+_PRODUCER_EPOCH = (51, ">h")
+_BASE_SEQUENCE = (53, ">i")
+
+#: (producer id, producer epoch, base sequence, last offset delta): one idempotent batch's identity
+BatchKey = tuple[int, int, int, int]
+
+
+def idempotent_batches(body: Body) -> dict[TopicPartition, BatchKey]:
+    """Per partition of a Produce request (topics by name), the identity of its first record batch when it
+    carries a producer id; partitions without one (or with unreadable records) are left out."""
+    import struct
+    out: dict[TopicPartition, BatchKey] = {}
+    for topic in body.get("topic_data") or ():
+        name = topic.get("name")
+        if not name:
+            continue       # Produce v13+ names topics by id: not tracked
+        for part in topic.get("partition_data") or ():
+            records = part.get("records")
+            if not records or len(records) < _BATCH_HEADER or records[16] != 2:
+                continue
+            pid = struct.unpack_from(_PRODUCER_ID[1], records, _PRODUCER_ID[0])[0]
+            if pid < 0:
+                continue
+            out[(name, part["index"])] = (
+                pid, struct.unpack_from(_PRODUCER_EPOCH[1], records, _PRODUCER_EPOCH[0])[0],
+                struct.unpack_from(_BASE_SEQUENCE[1], records, _BASE_SEQUENCE[0])[0],
+                struct.unpack_from(_LAST_OFFSET_DELTA[1], records, _LAST_OFFSET_DELTA[0])[0])
+    return out
+
+
+class AppendedBatches:
+    """What the broker answered for recent idempotent batches, so a retried duplicate gets Kafka's answer.
+
+    A Kafka broker answers a retry of one of a producer's last five batches with that batch's original offset
+    (error NONE).  Tansu answers DUPLICATE_SEQUENCE_NUMBER instead, and a client can then only report offset
+    -1 (as Java does).  That retry is the normal outcome of a connection the proxy dropped with a Produce in
+    flight, so the proxy remembers successful answers and rewrites the duplicate answer into Kafka's.
+    """
+
+    def __init__(self, retained: int = RETAINED_BATCHES) -> None:
+        self._retained = retained
+        self._lock = threading.Lock()
+        self._appended: dict[tuple[TopicPartition, int], list[tuple[BatchKey, Body]]] = {}
+
+    def note_response(self, sent: dict[TopicPartition, BatchKey], body: Body) -> None:
+        """Remember the successful partition answers of a Produce response to a request holding ``sent``."""
+        with self._lock:
+            for tp, part in _produce_partitions(body):
+                key = sent.get(tp)
+                if key is None or part.get("error_code", 0) != NONE:
+                    continue
+                kept = self._appended.setdefault((tp, key[0]), [])
+                if all(k != key for k, _ in kept):
+                    kept.append((key, {f: part.get(f) for f in ("base_offset", "log_append_time_ms",
+                                                                 "log_start_offset")}))
+                    del kept[:-self._retained]
+
+    def rewrite_duplicates(self, sent: dict[TopicPartition, BatchKey], body: Body) -> bool:
+        """Turn DUPLICATE_SEQUENCE_NUMBER answers for remembered batches into their original success answer;
+        True when ``body`` changed.  A duplicate the proxy never saw answered is left as the broker said."""
+        changed = False
+        with self._lock:
+            for tp, part in _produce_partitions(body):
+                key = sent.get(tp)
+                if key is None or part.get("error_code") != DUPLICATE_SEQUENCE_NUMBER:
+                    continue
+                for k, original in self._appended.get((tp, key[0]), ()):
+                    if k == key:
+                        part.update({f: v for f, v in original.items() if v is not None})
+                        part["error_code"] = NONE
+                        part["error_message"] = None
+                        changed = True
+                        break
+        return changed
+
+
+def _produce_partitions(body: Body) -> Iterable[tuple[TopicPartition, Body]]:
+    for topic in body.get("responses") or ():
+        name = topic.get("name")
+        for part in topic.get("partition_responses") or ():
+            yield (name, part["index"]), part
