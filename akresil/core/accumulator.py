@@ -523,13 +523,21 @@ class RecordAccumulator:
         return best
 
     def ready_nodes(self, now: float, leader_of: LeaderOf) -> set[int]:
-        """Leaders with at least one ready partition (ignores node sendability)."""
+        """Leaders with at least one ready partition (ignores node sendability).
+
+        Observes each head's leader epoch first, exactly as ``drain`` does: a risen epoch makes a backing-off
+        retry ready at once (KIP-951), and readiness must be judged on the same view the drain will use —
+        otherwise the retry's node is left out of the sendable set, the drain skips it, and no timer remains
+        to wake the scheduler for it.
+        """
         nodes: set[int] = set()
         for pq in self._partitions.values():
             if pq.queue and not self._blocked(pq):
                 lead = leader_of(pq.tp)
-                if lead is not None and lead[0] >= 0 and self._head_ready(pq, now):
-                    nodes.add(lead[0])
+                if lead is not None and lead[0] >= 0:
+                    observe_leader_epoch(pq.queue[0], lead[1])
+                    if self._head_ready(pq, now):
+                        nodes.add(lead[0])
         return nodes
 
     def partitions_with_data(self) -> Iterable[TopicPartition]:

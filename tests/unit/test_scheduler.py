@@ -297,3 +297,19 @@ async def test_an_expired_sequenced_batch_resets_the_producer_identity() -> None
     assert isinstance(results[0], errors.DeliveryTimeoutError)
     sender._turn()                                  # noqa: SLF001
     assert sender.acc.producer_id == -1
+
+
+async def test_retry_whose_leader_moved_by_metadata_is_sent_in_the_same_turn() -> None:
+    """A backing-off retry becomes ready when a metadata refresh raises its partition's epoch (no hint): the
+    turn that sees the new epoch must send it, or no timer is left to wake the scheduler for it."""
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, not_leader_response(leader=None, epoch=-1), clock)   # no hint: backs off
+    assert sender._turn() == pytest.approx(100.0)    # noqa: SLF001
+    sender.cluster.metadata.update_from_metadata(metadata(leader=2, epoch=6), clock())   # refresh: moved
+    delay = sender._turn()                           # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [2]
+    assert delay is None or delay > 0
