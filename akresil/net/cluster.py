@@ -24,6 +24,7 @@ from ..core.node_state import NodeState
 from ..protocol.api import ApiKey
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
+from .signals import Broadcast
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class Cluster:
         self._topics: set[str] = set()
         self._all_topics = False
         self._refresh_wanted = anyio.Event()
-        self._metadata_changed = anyio.Event()
+        self._metadata_changed = Broadcast()
         self._metadata_listeners: list[Callable[[], None]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -80,7 +81,7 @@ class Cluster:
             with anyio.CancelScope(shield=True):
                 await conn.close(errors.ClientClosedError("client closed"))
         self._refresh_wanted.set()
-        self._metadata_changed.set()
+        self._metadata_changed.fire()
 
     # ------------------------------------------------------------------ nodes and connections
     def node(self, node_id: int) -> NodeState:
@@ -259,7 +260,7 @@ class Cluster:
             while not until():
                 if self._closed:
                     raise errors.ClientClosedError("client closed")
-                changed = self._metadata_changed
+                changed = self._metadata_changed.current()
                 self.request_metadata_refresh("wait")
                 await changed.wait()
 
@@ -300,8 +301,7 @@ class Cluster:
         self._metadata_listeners.append(callback)
 
     def _announce_metadata(self) -> None:
-        changed, self._metadata_changed = self._metadata_changed, anyio.Event()
-        changed.set()
+        self._metadata_changed.fire()
         for callback in self._metadata_listeners:
             callback()
 

@@ -24,6 +24,7 @@ from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
+from .signals import Broadcast, TurnLoop
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ class Fetcher:
         self.state = state
         self.config = config
         self.committed_lookup = committed_lookup
-        self._wakeup = anyio.Event()
-        self._data = anyio.Event()
+        self._loop = TurnLoop()
+        self._data = Broadcast()
         self._tg: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self.fatal_error: BaseException | None = None
@@ -56,16 +57,15 @@ class Fetcher:
 
     # ------------------------------------------------------------------ signals
     def wake(self) -> None:
-        self._wakeup.set()
+        self._loop.wake()
 
     def signal_data(self) -> None:
         """Wake everybody waiting for records (new data, a new error, a reset resolved, close)."""
-        data, self._data = self._data, anyio.Event()
-        data.set()
+        self._data.fire()
 
     def data_event(self) -> anyio.Event:
         """The event the next ``signal_data`` sets; take it *before* checking the buffer, then wait on it."""
-        return self._data
+        return self._data.current()
 
     def stop(self) -> None:
         self._stopping = True
@@ -78,14 +78,7 @@ class Fetcher:
             self._tg = tg
             task_status.started()
             try:
-                while not self._stopping:
-                    self._wakeup = anyio.Event()
-                    delay_ms = self._turn()
-                    if delay_ms is None:
-                        await self._wakeup.wait()
-                    elif delay_ms > 0:
-                        with anyio.move_on_after(delay_ms / 1000.0):
-                            await self._wakeup.wait()
+                await self._loop.run(self._turn, done=lambda: self._stopping)
             finally:
                 tg.cancel_scope.cancel()
 

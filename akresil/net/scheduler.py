@@ -18,7 +18,7 @@ leader-related error still requests a metadata refresh.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable
 
 import anyio
 
@@ -32,6 +32,7 @@ from ..core.metadata import BrokerInfo, LeaderHint
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
+from .signals import Broadcast, TurnLoop
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ class Sender:
         self.acc = accumulator
         self.config = config
         self.acks: int = config.acks
-        self._wakeup = anyio.Event()
-        self._progress = anyio.Event()
+        self._loop = TurnLoop()
+        self._progress = Broadcast()
         self._tg: anyio.abc.TaskGroup | None = None
         self._connecting: set[int] = set()
         self._init_pid_running = False
@@ -76,15 +77,14 @@ class Sender:
 
     # ------------------------------------------------------------------ signals
     def wake(self) -> None:
-        self._wakeup.set()
+        self._loop.wake()
 
     def _signal_progress(self) -> None:
-        progress, self._progress = self._progress, anyio.Event()
-        progress.set()
+        self._progress.fire()
 
-    async def wait_progress(self) -> None:
-        """Wait until some batch completes or the sender stops (used by flush/close)."""
-        await self._progress.wait()
+    def wait_progress(self) -> Awaitable[None]:
+        """Wait until some batch completes or the sender stops (used by flush/close); the event is taken now."""
+        return self._progress.current().wait()
 
     def stop(self) -> None:
         self._stopping = True
@@ -96,14 +96,8 @@ class Sender:
             self._tg = tg
             task_status.started()
             try:
-                while not (self._stopping and self.acc.incomplete_batches == 0):
-                    self._wakeup = anyio.Event()
-                    delay_ms = self._turn()
-                    if delay_ms is None:
-                        await self._wakeup.wait()
-                    elif delay_ms > 0:
-                        with anyio.move_on_after(delay_ms / 1000.0):
-                            await self._wakeup.wait()
+                await self._loop.run(self._turn,
+                                     done=lambda: self._stopping and self.acc.incomplete_batches == 0)
             finally:
                 self._signal_progress()
                 tg.cancel_scope.cancel()

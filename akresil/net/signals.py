@@ -1,0 +1,54 @@
+"""The two wake-up primitives of the I/O shell's scheduling tasks.
+
+``TurnLoop`` is the loop every scheduler runs (the producer's ``Sender``, the consumer's ``Fetcher``): call a
+synchronous ``turn()`` that asks the core what to do now and returns how long until its earliest timer, then
+sleep exactly that long or until ``wake()`` — never a polling interval.  ``Broadcast`` is a re-arming event for
+waiters of "something changed" (batches completed, records arrived): take ``current()`` *before* checking the
+condition, then wait on it, and no notification can slip in between.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import anyio
+
+
+class TurnLoop:
+    """Run ``turn()`` until ``done()``, sleeping the ms each turn returns (None: until ``wake()``)."""
+
+    __slots__ = ("_wakeup",)
+
+    def __init__(self) -> None:
+        self._wakeup = anyio.Event()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self, turn: Callable[[], float | None], *, done: Callable[[], bool]) -> None:
+        while not done():
+            # re-armed before the turn: a wake() during or after the turn is never lost
+            self._wakeup = anyio.Event()
+            delay_ms = turn()
+            if delay_ms is None:
+                await self._wakeup.wait()
+            elif delay_ms > 0:
+                with anyio.move_on_after(delay_ms / 1000.0):
+                    await self._wakeup.wait()
+
+
+class Broadcast:
+    """An event that re-arms when fired: ``fire()`` wakes everyone waiting on the current generation."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def current(self) -> anyio.Event:
+        """The event the next ``fire()`` sets."""
+        return self._event
+
+    def fire(self) -> None:
+        event, self._event = self._event, anyio.Event()
+        event.set()
