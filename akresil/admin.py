@@ -16,7 +16,7 @@ import anyio
 from . import errors
 from .config import resolve
 from .core.backoff import ExponentialBackoff
-from .net.cluster import Cluster
+from .net.cluster import Cluster, metadata_request_body
 from .protocol.api import ApiKey
 from .types import NewTopic, TopicPartition
 
@@ -91,10 +91,7 @@ class Admin:
 
     # ------------------------------------------------------------------ helpers
     async def _metadata(self, topics: list[str] | None) -> dict[str, Any]:
-        body = lambda v: {  # noqa: E731
-            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+        body = metadata_request_body(topics, allow_auto_topic_creation=False)
         _, _, response = await self._cluster.request_any(ApiKey.METADATA, body, min_version=1)
         self._cluster.metadata.update_from_metadata(response, self._cluster.clock())
         return response

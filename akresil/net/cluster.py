@@ -192,14 +192,13 @@ class Cluster:
         try:
             response = await conn.request(api_key, payload, version=version, timeout_ms=timeout_ms)
         except errors.RequestTimeoutError as exc:
-            state.on_request_done(self.clock())
             self.disconnect(node_id, exc)
             raise
         except (errors.KafkaConnectionError, errors.ProtocolError) as exc:
-            state.on_request_done(self.clock())
             self.disconnect(node_id, exc)
             raise errors.KafkaConnectionError(str(exc)) from exc
-        state.on_request_done(self.clock())
+        finally:
+            state.on_request_done(self.clock())
         throttle = response.get("throttle_time_ms") or 0
         state.on_response(int(api_key), version, throttle, self.clock())
         return version, response
@@ -282,12 +281,8 @@ class Cluster:
             f"no bootstrap server answered ({', '.join(self.config.bootstrap_servers)}): {last}")
 
     def _metadata_body(self, version: int) -> dict[str, Any]:
-        if self._all_topics:
-            topics = None
-        else:
-            topics = [{"name": t, "topic_id": ZERO_UUID} for t in sorted(self._topics)]
-        return {"topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation,
-                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+        return metadata_request_body(None if self._all_topics else sorted(self._topics),
+                                     allow_auto_topic_creation=self.allow_auto_topic_creation)
 
     async def _refresh_from(self, node_id: int) -> None:
         self.hooks.emit(events.METADATA_REQUEST, node_id=node_id)
@@ -326,6 +321,13 @@ class Cluster:
             with anyio.move_on_after(wait_s if wait_s is not None else 3600.0):
                 await self._refresh_wanted.wait()
             self._refresh_wanted = anyio.Event()
+
+
+def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_creation: bool) -> dict[str, Any]:
+    """A Metadata request body for any version: ``topics=None`` asks for every topic, ``[]`` for none."""
+    return {"topics": None if topics is None else [{"name": t, "topic_id": ZERO_UUID} for t in topics],
+            "allow_auto_topic_creation": allow_auto_topic_creation,
+            "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
 
 
 def _split_host_port(server: str) -> tuple[str, int]:

@@ -5,8 +5,8 @@ one outstanding), the offset lookups due (committed offsets from the group, rese
 starts a task for each, then sleeps until the earliest backoff the core names or a wake-up (records drained,
 seek/pause/resume, a response, a metadata change). No polling.
 
-Requests go out only when the node may receive them: ``Cluster.wait_sendable`` waits out a KIP-219 mute and
-the reconnect backoff first, and the throttle time of every answer is fed back to the node state. The Fetch
+Requests go out through ``Cluster.request``, so only when the node may receive them (it waits out a KIP-219
+mute and the reconnect backoff first), and the throttle time of every answer is fed back to the node state. The Fetch
 version is the highest both sides support, capped at 12 when a topic's id is unknown (Fetch 13+ names topics
 by id only; noida-db advertises Fetch 13 yet hands out all-zero topic ids).
 """
@@ -130,23 +130,15 @@ class Fetcher:
         node = request.node
         try:
             try:
-                await cluster.wait_sendable(node)         # KIP-219 mute, reconnect backoff
-                conn = await cluster.connection(node)
-                broker_max = conn.versions.get(ApiKey.FETCH)
-                if broker_max is None:
-                    raise errors.UnsupportedVersionError(f"node {node} does not support Fetch")
-                version = min(broker_max, request.max_version)
-                body = state.build_request_body(request, version, max_wait_ms=self.config.fetch_max_wait_ms,
-                                                min_bytes=self._min_bytes)
-                node_state = cluster.node(node)
-                node_state.on_request_sent(cluster.clock())
-                try:
-                    response = await conn.request(ApiKey.FETCH, body, version=version, timeout_ms=self._timeout_ms)
-                finally:
-                    node_state.on_request_done(cluster.clock())
+                # waits out a KIP-219 mute and reconnect backoff, applies the response's throttle, and
+                # closes the connection on transport errors
+                version, response = await cluster.request(
+                    node, ApiKey.FETCH,
+                    lambda v: state.build_request_body(request, v, max_wait_ms=self.config.fetch_max_wait_ms,
+                                                       min_bytes=self._min_bytes),
+                    max_version=request.max_version, timeout_ms=self._timeout_ms)
             except _TRANSPORT_ERRORS as exc:
                 log.debug("Fetch to node %s failed: %s", node, exc)
-                cluster.disconnect(node, exc)
                 state.on_fetch_failed(request, cluster.clock())
                 cluster.request_metadata_refresh("fetch-connection-error")
                 return
@@ -163,7 +155,6 @@ class Fetcher:
                 cluster.request_metadata_refresh("fetch-error")
                 return
             now = cluster.clock()
-            cluster.node(node).on_response(int(ApiKey.FETCH), version, response.get("throttle_time_ms") or 0, now)
             try:
                 outcome = state.on_fetch_response(request, response, now, cluster.metadata)
             except errors.KafkaError as exc:             # corrupt batch (CRC), malformed records
