@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import anyio
@@ -191,7 +192,7 @@ class Producer:
         self._acc.begin_flush()
         try:
             self._sender.wake()
-            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
                 await self._wait_all_done()
         finally:
             self._acc.end_flush()
@@ -358,13 +359,3 @@ class Producer:
     @property
     def buffered_bytes(self) -> int:
         return self._acc.buffered_bytes
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
