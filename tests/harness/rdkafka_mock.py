@@ -24,8 +24,9 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from enum import IntEnum
 from typing import NamedTuple
+
+from akresil.protocol.api import ApiKey   # re-exported: fault scripts name APIs with it
 
 __all__ = [
     "ApiKey",
@@ -44,26 +45,6 @@ _RD_KAFKA_PRODUCER = 0
 _ERRSTR_SIZE = 512
 _INT16_MAX = 0x7FFF
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
-
-class ApiKey(IntEnum):
-    """Kafka request API keys used in fault scripts and request-tracking assertions."""
-
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
 
 
 class MockRequest(NamedTuple):
