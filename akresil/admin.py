@@ -121,11 +121,11 @@ class Admin:
     async def create_topics(self, topics: Iterable[NewTopic], *, timeout_ms: int = 30_000,
                             validate_only: bool = False, ignore_existing: bool = False) -> None:
         """Create topics; raises the first per-topic error (e.g. ``TopicAlreadyExistsError``)."""
-        new = list(topics)
+        new = _items(topics, "create_topics", "NewTopic objects")
         for t in new:
-            check_topic_name(t.name)
-            if t.replica_assignment is None and (t.num_partitions < 1 and t.num_partitions != -1):
-                raise errors.ConfigError(f"NewTopic({t.name!r}).num_partitions: must be >= 1 (or -1 for default)")
+            check_new_topic(t)
+        _no_duplicates([t.name for t in new], "create_topics")
+        _check_timeout(timeout_ms)
 
         def body(version: int) -> dict[str, Any]:
             return {"topics": [{
@@ -161,7 +161,8 @@ class Admin:
                 await anyio.sleep(self._backoff.backoff_ms(failures) / 1000.0)
 
     async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> None:
-        names = list(names)
+        names = _topic_names(names, "delete_topics")
+        _check_timeout(timeout_ms)
 
         def body(version: int) -> dict[str, Any]:
             return {"topic_names": names, "topics": [{"name": n, "topic_id": bytes(16)} for n in names],
@@ -176,7 +177,7 @@ class Admin:
         return sorted(t["name"] for t in md["topics"] if not t.get("is_internal"))
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
-        names = list(names)
+        names = _topic_names(names, "describe_topics")
         md = await self._metadata(names)
         out: dict[str, TopicDescription] = {}
         for t in md["topics"]:
@@ -199,6 +200,18 @@ class Admin:
     async def list_offsets(self, requests: Mapping[TopicPartition, int], *,
                            isolation_level: str = "read_uncommitted") -> dict[TopicPartition, tuple[int, int]]:
         """``{tp: timestamp or EARLIEST/LATEST}`` -> ``{tp: (offset, timestamp)}`` via each partition's leader."""
+        if not isinstance(requests, Mapping):
+            raise TypeError(f"list_offsets: expected a mapping {{TopicPartition: timestamp}}, got "
+                            f"{type(requests).__name__}")
+        for tp, ts in requests.items():
+            if not (isinstance(tp, tuple) and len(tp) == 2 and _is_int(tp[1]) and tp[1] >= 0):
+                raise TypeError(f"list_offsets: expected TopicPartition(topic, partition >= 0) keys, got {tp!r}")
+            check_topic_name(tp[0])
+            if not _is_int(ts) or ts < -2:
+                raise ValueError(f"list_offsets: timestamp for {tp[0]}-{tp[1]} must be an int >= 0, "
+                                 f"EARLIEST (-2) or LATEST (-1), got {ts!r}")
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"isolation_level: {isolation_level!r} is not 'read_uncommitted' or 'read_committed'")
         topics = sorted({tp.topic for tp in requests})
         md = await self._metadata(topics)
         leaders: dict[TopicPartition, int] = {}
@@ -240,8 +253,94 @@ def check_topic_name(name: str) -> None:
     if name in (".", ".."):
         raise errors.InvalidTopicError(f"topic name cannot be {name!r}")
     if len(name) > 249:
-        raise errors.InvalidTopicError(f"topic name is {len(name)} characters; the maximum is 249")
+        raise errors.InvalidTopicError(f"topic name {name[:20]!r}... is {len(name)} characters; the maximum is 249")
     bad = sorted(set(name) - _LEGAL)
     if bad:
         raise errors.InvalidTopicError(
             f"topic name {name!r} has illegal characters {''.join(bad)!r}; use ASCII letters, digits, '.', '_', '-'")
+
+
+_INT16_MAX = 2**15 - 1
+_INT32_MAX = 2**31 - 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _items(values: object, call: str, what: str) -> list[Any]:
+    """A list from an iterable argument; a lone str/NewTopic is refused (iterating it would split it up)."""
+    if isinstance(values, (str, bytes, NewTopic)):
+        raise TypeError(f"{call}: expected an iterable of {what}, got a single {type(values).__name__} "
+                        f"{values!r}; wrap it in a list")
+    try:
+        return list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{call}: expected an iterable of {what}, got {type(values).__name__}") from None
+
+
+def _topic_names(names: object, call: str) -> list[str]:
+    out = _items(names, call, "topic names")
+    for name in out:
+        check_topic_name(name)
+    _no_duplicates(out, call)
+    return out
+
+
+def _no_duplicates(names: list[str], call: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise errors.InvalidRequestError(f"{call}: topic {name!r} is listed twice")
+        seen.add(name)
+
+
+def _check_timeout(timeout_ms: object) -> None:
+    if not _is_int(timeout_ms) or not 0 <= timeout_ms <= _INT32_MAX:  # type: ignore[operator]
+        raise ValueError(f"timeout_ms: must be an int in 0..{_INT32_MAX}, got {timeout_ms!r}")
+
+
+def check_new_topic(t: object) -> None:
+    """Everything about a ``NewTopic`` that can be judged without the broker, each error naming the field."""
+    if not isinstance(t, NewTopic):
+        raise TypeError(f"expected a NewTopic, got {type(t).__name__} {t!r}")
+    check_topic_name(t.name)
+    where = f"NewTopic({t.name!r})"
+    for field_name, value in (("num_partitions", t.num_partitions), ("replication_factor", t.replication_factor)):
+        if not _is_int(value):
+            raise TypeError(f"{where}.{field_name}: expected an int, got {type(value).__name__} {value!r}")
+    if t.replica_assignment is None:
+        if not (t.num_partitions == -1 or 1 <= t.num_partitions <= _INT32_MAX):
+            raise errors.InvalidPartitionsError(
+                f"{where}.num_partitions: must be >= 1 (or -1 for the broker default), got {t.num_partitions}")
+        if not (t.replication_factor == -1 or 1 <= t.replication_factor <= _INT16_MAX):
+            raise errors.InvalidReplicationFactorError(
+                f"{where}.replication_factor: must be in 1..{_INT16_MAX} (or -1 for the broker default), "
+                f"got {t.replication_factor}")
+    else:
+        _check_assignment(where, t.replica_assignment)
+    if t.configs is not None:
+        if not isinstance(t.configs, Mapping):
+            raise TypeError(f"{where}.configs: expected a dict of str -> str, got {type(t.configs).__name__}")
+        for key, value in t.configs.items():
+            if not isinstance(key, str) or not key or not (value is None or isinstance(value, str)):
+                raise TypeError(f"{where}.configs: {key!r}: {value!r} is not a str -> str (or None) entry")
+
+
+def _check_assignment(where: str, assignment: object) -> None:
+    if not isinstance(assignment, Mapping) or not assignment:
+        raise errors.InvalidReplicaAssignmentError(
+            f"{where}.replica_assignment: expected a non-empty dict {{partition: [broker ids]}}, got {assignment!r}")
+    if sorted(assignment) != list(range(len(assignment))):
+        raise errors.InvalidReplicaAssignmentError(
+            f"{where}.replica_assignment: partitions must be 0..{len(assignment) - 1}, got {sorted(assignment)!r}")
+    sizes = set()
+    for p, brokers in assignment.items():
+        ids = list(brokers) if isinstance(brokers, (list, tuple)) else None
+        if not ids or not all(_is_int(b) and b >= 0 for b in ids) or len(set(ids)) != len(ids):
+            raise errors.InvalidReplicaAssignmentError(
+                f"{where}.replica_assignment[{p}]: expected distinct broker ids >= 0, got {brokers!r}")
+        sizes.add(len(ids))
+    if len(sizes) > 1:
+        raise errors.InvalidReplicaAssignmentError(
+            f"{where}.replica_assignment: every partition needs the same number of replicas, got {sorted(sizes)}")

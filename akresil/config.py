@@ -78,6 +78,48 @@ def _bootstrap_check(value: Any) -> str | None:
     return None
 
 
+def _callable_check(value: Any) -> str | None:
+    return None if callable(value) else f"must be callable, got {type(value).__name__}"
+
+
+def _client_id_check(value: str) -> str | None:
+    # sent as an int16-length string in every request header
+    try:
+        n = len(value.encode())
+    except UnicodeEncodeError as exc:
+        return f"is not encodable as UTF-8 ({exc.reason})"
+    return None if n <= 0x7FFF else f"is {n} UTF-8 bytes; the protocol allows at most 32767"
+
+
+def _registry_check(value: Any) -> str | None:
+    if callable(getattr(value, "register", None)) and callable(getattr(value, "unregister", None)):
+        return None
+    return f"expected a prometheus_client CollectorRegistry, got {type(value).__name__}"
+
+
+def _assignors_check(value: Any) -> str | None:
+    from .core.assignors import ASSIGNORS  # here: the assignors module is heavier than the config table
+
+    names = _assignor_names(value)
+    if not names:
+        return "needs at least one assignor"
+    for name in names:
+        if not isinstance(name, str):
+            return f"{name!r} is not an assignor name (str)"
+        if name not in ASSIGNORS:
+            hint = get_close_matches(name, list(ASSIGNORS), n=1)
+            return (f"unknown assignor {name!r}; known: {', '.join(ASSIGNORS)}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    return None
+
+
+def _assignor_names(value: Any) -> tuple[Any, ...]:
+    """``"range, cooperative-sticky"`` (Java's comma-separated form) or a list/tuple of names."""
+    if isinstance(value, str):
+        return tuple(n.strip() for n in value.split(",") if n.strip())
+    return tuple(value)
+
+
 _INT = (int,)
 _P, _C = frozenset({_PRODUCER}), frozenset({_CONSUMER})
 _MAX_INT = 2**31 - 1
@@ -86,7 +128,8 @@ OPTIONS: tuple[Option, ...] = (
     # ---- common
     Option("bootstrap_servers", (str, list, tuple), "127.0.0.1:9092", "host:port list to discover the cluster from",
            check=_bootstrap_check),
-    Option("client_id", (str,), "akresil", "sent with every request; a label in metrics and broker logs"),
+    Option("client_id", (str,), "akresil", "sent with every request; a label in metrics and broker logs",
+           check=_client_id_check),
     Option("request_timeout_ms", _INT, 30_000, "how long to wait for a response once a request is written",
            minimum=1, maximum=_MAX_INT, kip="KIP-91"),
     Option("retry_backoff_ms", _INT, 100, "first retry backoff (exponential, ±20% jitter)", minimum=0,
@@ -113,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("sasl_plain_username", (str,), None, "SASL user name", nullable=True),
     Option("sasl_plain_password", (str,), None, "SASL password (never logged)", nullable=True),
     Option("metrics_registry", (object,), None, "prometheus_client CollectorRegistry; None disables metrics",
-           nullable=True),
+           nullable=True, check=_registry_check),
     # ---- producer
     Option("acks", (int, str), "all", "acknowledgements the leader waits for", clients=_P,
            choices=(0, 1, -1, "all", "0", "1", "-1")),
@@ -133,7 +176,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("compression_type", (str,), "none", "batch compression codec", clients=_P,
            choices=("none", "gzip", "snappy", "lz4", "zstd")),
     Option("partitioner", (object,), None, "callable(topic, key, num_partitions, available_partitions) -> partition", clients=_P,
-           nullable=True),
+           nullable=True, check=_callable_check),
     Option("partitioner_ignore_keys", (bool,), False, "sticky-partition keyed records too", clients=_P),
     Option("transactional_id", (str,), None, "not supported yet", clients=_P, nullable=True,
            check=lambda v: "transactions are not supported yet"),
@@ -148,7 +191,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("rebalance_timeout_ms", _INT, None, "defaults to max_poll_interval_ms", clients=_C, nullable=True,
            minimum=1, maximum=_MAX_INT),
     Option("partition_assignment_strategy", (str, list, tuple), ("range", "cooperative-sticky"),
-           "assignors in preference order", clients=_C),
+           "assignors in preference order", clients=_C, check=_assignors_check),
     Option("fetch_min_bytes", _INT, 1, "broker waits for this many bytes", clients=_C, minimum=0,
            maximum=_MAX_INT),
     Option("fetch_max_bytes", _INT, 52_428_800, "max bytes per fetch response", clients=_C, minimum=0,
@@ -175,11 +218,13 @@ OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 class Config:
     """Resolved, validated configuration of one client (attribute access, immutable)."""
 
-    __slots__ = ("_values", "kind")
+    __slots__ = ("_values", "kind", "_set_keys")
 
-    def __init__(self, kind: str, values: Mapping[str, Any]) -> None:
+    def __init__(self, kind: str, values: Mapping[str, Any], set_keys: Iterable[str] | None = None) -> None:
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "_values", dict(values))
+        # the keys the caller gave (the rest are defaults): replace() must not turn defaults into choices
+        object.__setattr__(self, "_set_keys", frozenset(values if set_keys is None else set_keys))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -197,7 +242,7 @@ class Config:
         return resolve(self.kind, {**self._explicit(), **changes})
 
     def _explicit(self) -> dict[str, Any]:
-        return {k: v for k, v in self._values.items() if k in OPTIONS_BY_NAME}
+        return {k: v for k, v in self._values.items() if k in OPTIONS_BY_NAME and k in self._set_keys}
 
     def __repr__(self) -> str:
         shown = {k: ("***" if "password" in k and v is not None else v) for k, v in self._values.items()}
@@ -227,13 +272,15 @@ def resolve(kind: str, kwargs: Mapping[str, Any], extra: Iterable[str] = ()) -> 
             raise ConfigError(f"{key}: unknown {kind} configuration key{where}"
                               + (f"; did you mean {hint[0]!r}?" if hint else ""))
         values[key] = opt.validate(value)
+    explicit = frozenset(values)
     for name, opt in allowed.items():
         values.setdefault(name, opt.default)
-    _cross_check(kind, values)
-    return Config(kind, values)
+    _cross_check(kind, values, explicit)
+    return Config(kind, values, explicit)
 
 
-def _cross_check(kind: str, v: dict[str, Any]) -> None:
+def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozenset()) -> None:
+    """Rules that involve several keys; ``explicit`` holds the keys the caller set (not defaulted)."""
     if isinstance(v["bootstrap_servers"], str):
         v["bootstrap_servers"] = [s.strip() for s in v["bootstrap_servers"].split(",") if s.strip()]
     else:
@@ -255,10 +302,19 @@ def _cross_check(kind: str, v: dict[str, Any]) -> None:
                                   f"{v['acks']}); set enable_idempotence=False to use weaker acks")
             if v["max_in_flight_requests_per_connection"] > 5:
                 raise ConfigError("max_in_flight_requests_per_connection: must be <= 5 with enable_idempotence")
+    if v["ssl_context"] is not None and v["security_protocol"] not in ("SSL", "SASL_SSL"):
+        raise ConfigError(f"ssl_context: given, but security_protocol={v['security_protocol']!r} does not use "
+                          f"TLS; set security_protocol='SSL' or 'SASL_SSL'")
     if kind == _CONSUMER:
         if v["heartbeat_interval_ms"] >= v["session_timeout_ms"]:
             raise ConfigError("heartbeat_interval_ms: must be lower than session_timeout_ms")
         if v["rebalance_timeout_ms"] is None:
             v["rebalance_timeout_ms"] = v["max_poll_interval_ms"]
-        strategies = v["partition_assignment_strategy"]
-        v["partition_assignment_strategy"] = (strategies,) if isinstance(strategies, str) else tuple(strategies)
+        v["partition_assignment_strategy"] = _assignor_names(v["partition_assignment_strategy"])
+        if v["group_id"] is None:
+            # as the Java consumer: these only mean something inside a group
+            if v["group_instance_id"] is not None:
+                raise ConfigError("group_instance_id: static membership needs a group_id")
+            if "enable_auto_commit" in explicit and v["enable_auto_commit"]:
+                raise ConfigError("enable_auto_commit: cannot be True without a group_id (offsets are "
+                                  "committed to the group coordinator)")

@@ -255,7 +255,7 @@ class Consumer:
             raise errors.IllegalStateError("assign() is for consumers created without topics or a pattern")
         if self._closed:
             raise errors.ClientClosedError("consumer is closed")
-        tps = list(partitions)
+        tps = _checked_partitions(partitions, "assign")  # before any state changes: a bad call changes nothing
         self._manual = True
         current = set(self._state.partitions)
         self._rewind_pending(current)
@@ -563,6 +563,24 @@ class _ListenerBridge:
             await self._user_call("on_partitions_revoked", lost)
         else:
             await self._user_call("on_partitions_lost", lost)
+
+
+def _checked_partitions(partitions: Iterable[TopicPartition], call: str) -> list[TopicPartition]:
+    """``partitions`` as TopicPartitions, each with a legal topic name and an int partition >= 0."""
+    from .admin import check_topic_name
+
+    if isinstance(partitions, (str, bytes, TopicPartition)):
+        raise TypeError(f"{call}: expected an iterable of TopicPartition, got a single {partitions!r}; "
+                        "wrap it in a list")
+    out = []
+    for tp in partitions:
+        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[1], int) and not isinstance(tp[1], bool)):
+            raise TypeError(f"{call}: expected TopicPartition(topic, partition), got {tp!r}")
+        check_topic_name(tp[0])
+        if tp[1] < 0:
+            raise ValueError(f"{call}: {tp[0]}-{tp[1]}: partition must be >= 0")
+        out.append(TopicPartition(tp[0], tp[1]))
+    return out
 
 
 def _commit_value(tp: TopicPartition, value: CommitValue) -> tuple[int, int | None, str | None]:

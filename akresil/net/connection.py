@@ -143,6 +143,12 @@ class Connection:
         """
         address = f"{host}:{port}"
         where = f"node {node_id} at {address}" if node_id is not None else address
+        # Addresses come from Metadata responses too: a broken or hostile broker can advertise any int32
+        # port, which the socket layer would reject with an error outside the Kafka hierarchy.
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise errors.KafkaConnectionError(f"cannot connect to {where}: port {port!r} is not in 1..65535")
+        if not isinstance(host, str) or not host or "\x00" in host:
+            raise errors.KafkaConnectionError(f"cannot connect to {where}: host {host!r} is not a host name")
         stream: anyio.abc.ByteStream
         try:
             with anyio.fail_after(connect_timeout_ms / 1000.0):
