@@ -36,25 +36,29 @@ class Option:
     #: extra check returning an error message or None
     check: Callable[[Any], str | None] | None = field(default=None, compare=False)
 
+    def _show(self, value: Any) -> str:
+        """The value for an error message; secrets (passwords) are never quoted."""
+        return "<redacted>" if "password" in self.name else repr(value)
+
     def validate(self, value: Any) -> Any:
         if value is None:
             if self.nullable:
                 return None
             raise ConfigError(f"{self.name}: must not be None")
         if isinstance(value, bool) and bool not in self.types:
-            raise ConfigError(f"{self.name}: expected {self._type_names()}, got bool {value!r}")
+            raise ConfigError(f"{self.name}: expected {self._type_names()}, got bool {self._show(value)}")
         if not isinstance(value, self.types):
             if float in self.types and isinstance(value, int):
                 value = float(value)
             else:
                 raise ConfigError(
-                    f"{self.name}: expected {self._type_names()}, got {type(value).__name__} {value!r}")
+                    f"{self.name}: expected {self._type_names()}, got {type(value).__name__} {self._show(value)}")
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{self.name}: {value!r} is not one of {', '.join(map(repr, self.choices))}")
+            raise ConfigError(f"{self.name}: {self._show(value)} is not one of {', '.join(map(repr, self.choices))}")
         if self.minimum is not None and value < self.minimum:
-            raise ConfigError(f"{self.name}: {value!r} is below the minimum {self.minimum:g}")
+            raise ConfigError(f"{self.name}: {self._show(value)} is below the minimum {self.minimum:g}")
         if self.maximum is not None and value > self.maximum:
-            raise ConfigError(f"{self.name}: {value!r} is above the maximum {self.maximum:g}")
+            raise ConfigError(f"{self.name}: {self._show(value)} is above the maximum {self.maximum:g}")
         if self.check is not None:
             problem = self.check(value)
             if problem:

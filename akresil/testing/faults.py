@@ -12,10 +12,14 @@ called from the test's thread while the proxy reads on its loop thread, so every
 
 from __future__ import annotations
 
+import enum
 import struct
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
+
+from ..errors import AuthenticationError
+from ..net.sasl import SaslServer, SaslUserTable, failure_message
 
 TopicPartition = tuple[str, int]
 Body = dict[str, Any]
@@ -30,6 +34,13 @@ UNKNOWN_LEADER_EPOCH = 76
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 10, 11, 12, 13, 14
 API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 18, 19, 22, 60
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+# SASL error codes (Kafka's protocol error table)
+UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = 33, 34, 58
+#: SASL versions the proxy answers itself when it authenticates clients (SaslAuthenticate v2 is flexible)
+SASL_VERSIONS: dict[int, tuple[int, int]] = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
+#: largest frame accepted before authentication completes (Kafka bounds unauthenticated receives too)
+SASL_MAX_RECEIVE_BYTES = 512 * 1024
 
 #: first version whose response carries ``throttle_time_ms`` (from Kafka's message specs); others: from v0
 THROTTLE_FIELD_SINCE: dict[int, int] = {
@@ -799,3 +810,153 @@ def _produce_partitions(body: Body) -> Iterable[tuple[TopicPartition, Body]]:
         name = topic.get("name")
         for part in topic.get("partition_responses") or ():
             yield (name, part["index"]), part
+
+
+# ------------------------------------------------------------------------------------------ SASL front
+class GateAction(enum.Enum):
+    FORWARD = "forward"   # pass the request to the broker (ApiVersions during the handshake, all after it)
+    ANSWER = "answer"     # answer it here with ``body`` (or ``raw`` token bytes), then maybe close
+    CLOSE = "close"       # close the connection without an answer
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    action: GateAction
+    #: response body (Kafka request) to send, for ANSWER
+    body: Body | None = None
+    #: size-prefix-less token bytes to send for a SaslHandshake v0 exchange, for ANSWER
+    raw: bytes | None = None
+    #: close the connection once the answer is written (every failed authentication)
+    close_after: bool = False
+    #: why the connection closes (recorded with the close event; never holds credentials)
+    reason: str = ""
+
+
+_FORWARD = GateDecision(GateAction.FORWARD)
+
+
+class SaslGate:
+    """One client connection's server-side SASL state, following a Kafka broker's rules (KIP-43, KIP-152).
+
+    Before the handshake only ApiVersions and SaslHandshake are accepted; anything else closes the connection
+    unanswered, as Kafka does for a client that skipped authentication (e.g. a PLAINTEXT client on a SASL
+    listener).  A handshake naming a disabled mechanism is answered UNSUPPORTED_SASL_MECHANISM with the enabled
+    list, then closed.  After SaslHandshake v1 the tokens travel in SaslAuthenticate requests: another request
+    is answered ILLEGAL_SASL_STATE and closed, refused credentials SASL_AUTHENTICATION_FAILED and closed.
+    After SaslHandshake v0 the tokens travel as bare size-prefixed frames and a refusal closes the connection.
+    Once authenticated everything is forwarded; a further handshake is answered ILLEGAL_SASL_STATE (this front
+    grants no session lifetime, so clients never re-authenticate).  ApiVersions may repeat before the handshake
+    (a client retries it after UNSUPPORTED_VERSION), a little more lenient than Kafka's single one.
+    """
+
+    __slots__ = ("users", "_state", "_server", "username", "failure")
+
+    def __init__(self, users: SaslUserTable) -> None:
+        self.users = users
+        self._state = "handshake"
+        self._server: SaslServer | None = None
+        #: the authenticated user, once authenticated
+        self.username: str | None = None
+        #: why authentication failed (for logs and tests; holds no credential)
+        self.failure: str | None = None
+
+    def __repr__(self) -> str:
+        return f"SaslGate(state={self._state}, username={self.username!r})"
+
+    @property
+    def authenticated(self) -> bool:
+        return self._state == "done"
+
+    @property
+    def expects_raw_token(self) -> bool:
+        """The next frame is a bare SASL token (after SaslHandshake v0), not a Kafka request."""
+        return self._state == "raw"
+
+    def on_request(self, api_key: int, version: int, body: Body | None) -> GateDecision:
+        """Decide one Kafka request (``body`` decoded, or None when the codec does not know the API)."""
+        state = self._state
+        if state == "done":
+            if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                return GateDecision(GateAction.ANSWER, body=self._error_body(api_key, ILLEGAL_SASL_STATE))
+            return _FORWARD
+        if state == "failed":
+            return self._fail("request after a failed authentication")
+        if state == "handshake":
+            if api_key == API_VERSIONS:
+                return _FORWARD
+            if api_key != SASL_HANDSHAKE or body is None:
+                return self._fail(f"api_key {api_key} sent before SASL authentication")
+            mechanism = body.get("mechanism") or ""
+            if mechanism not in self.users.mechanisms:
+                self._state = "failed"
+                self.failure = f"mechanism {mechanism[:64]!r} is not enabled"
+                return GateDecision(GateAction.ANSWER, body={"error_code": UNSUPPORTED_SASL_MECHANISM,
+                                                             "mechanisms": list(self.users.mechanisms)},
+                                    close_after=True, reason=f"SASL {self.failure}")
+            self._server = self.users.new_server(mechanism)
+            self._state = "authenticate" if version >= 1 else "raw"
+            return GateDecision(GateAction.ANSWER, body={"error_code": 0, "mechanisms": list(self.users.mechanisms)})
+        if state == "raw":
+            return self._fail("Kafka request where a SASL token was expected")
+        # state == "authenticate"
+        if api_key != SASL_AUTHENTICATE or body is None:
+            self._state = "failed"
+            self.failure = f"api_key {api_key} sent during SASL authentication"
+            try:
+                error = self._error_body(api_key, ILLEGAL_SASL_STATE, version, body)
+            except (ValueError, KeyError, TypeError):
+                return self._fail(self.failure)
+            return GateDecision(GateAction.ANSWER, body=error, close_after=True, reason=self.failure)
+        assert self._server is not None
+        try:
+            token = self._server.step(bytes(body.get("auth_bytes") or b""))
+        except AuthenticationError as exc:
+            self._state = "failed"
+            self.failure = str(exc)
+            return GateDecision(GateAction.ANSWER, body={
+                "error_code": SASL_AUTHENTICATION_FAILED, "error_message": failure_message(self._server.mechanism),
+                "auth_bytes": b"", "session_lifetime_ms": 0}, close_after=True,
+                reason=f"SASL authentication failed: {exc}")
+        self._after_step()
+        return GateDecision(GateAction.ANSWER, body={"error_code": 0, "error_message": None, "auth_bytes": token,
+                                                     "session_lifetime_ms": 0})
+
+    def on_raw_token(self, token: bytes) -> GateDecision:
+        """Decide a bare SASL token (SaslHandshake v0): answer with the server's token or close."""
+        if self._state != "raw" or self._server is None:
+            return self._fail("unexpected SASL token")
+        try:
+            answer = self._server.step(token)
+        except AuthenticationError as exc:
+            return self._fail(f"SASL authentication failed: {exc}")
+        self._after_step()
+        # Kafka answers every v0 token, even with an empty one (PLAIN's verdict): a zero size prefix.
+        return GateDecision(GateAction.ANSWER, raw=answer)
+
+    def rewrite_api_versions(self, body: Body) -> Body:
+        """Advertise the SASL versions this front answers itself, whatever the broker behind it offers."""
+        entries = [e for e in body.get("api_keys") or () if e["api_key"] not in SASL_VERSIONS]
+        entries += [{"api_key": key, "min_version": lo, "max_version": hi} for key, (lo, hi) in SASL_VERSIONS.items()]
+        body["api_keys"] = sorted(entries, key=lambda e: e["api_key"])
+        return body
+
+    def _after_step(self) -> None:
+        assert self._server is not None
+        if self._server.complete:
+            self._state = "done"
+            self.username = self._server.username
+
+    def _fail(self, reason: str) -> GateDecision:
+        self._state = "failed"
+        self.failure = reason
+        return GateDecision(GateAction.CLOSE, reason=reason)
+
+    @staticmethod
+    def _error_body(api_key: int, code: int, version: int = 0, request: Body | None = None) -> Body:
+        if api_key == SASL_HANDSHAKE:
+            return {"error_code": code, "mechanisms": []}
+        if api_key == SASL_AUTHENTICATE:
+            return {"error_code": code, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+        if request is None:
+            raise ValueError(f"no request body to answer api_key {api_key}")
+        return error_response_body(api_key, version, code, request)

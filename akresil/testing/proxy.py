@@ -13,6 +13,11 @@ Two ways to run it:
 * sync: ``proxy.start()`` / ``proxy.stop()`` run a private loop in a daemon thread.
 
 Every script method has a plain (sync, thread-safe) form and an ``a``-prefixed coroutine form.
+
+It can also be the secure front of a broker that has none (Tansu 0.6 serves neither TLS nor SASL PLAIN):
+``ssl_context`` makes every virtual node a TLS listener, and ``sasl_users`` makes the proxy authenticate each
+client connection itself (PLAIN, SCRAM-SHA-256/512; ``faults.SaslGate`` holds Kafka's rules) before anything
+reaches the broker.
 """
 
 from __future__ import annotations
@@ -20,17 +25,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import ProtocolError
+from ..net.sasl import MECHANISMS, SaslUserTable
 from ..protocol import api as codec
 from .faults import (API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE,
-                     AppendedBatches, BatchKey, FaultState, PartitionAnswer, collect_error_codes,
-                     idempotent_batches, partition_errors, request_partitions, throttle_mutes_client)
+                     SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_MAX_RECEIVE_BYTES, AppendedBatches, BatchKey,
+                     FaultState, GateAction, PartitionAnswer, SaslGate, collect_error_codes, idempotent_batches,
+                     partition_errors, request_partitions, throttle_mutes_client)
 from .recorder import (ConnectionEvent, LeaderHint, RecordedRequest, RecordedResponse, Recorder,
                        TopicPartition)
 
@@ -166,7 +174,8 @@ class _Slot:
     """One request awaiting its response on a client connection (responses go back in request order)."""
 
     __slots__ = ("api_key", "version", "corr", "client_id", "arrival_ms", "answers", "raw", "body", "ready",
-                 "release_ms", "throttle_ms", "delayed", "synthesized", "request_body", "sent")
+                 "release_ms", "throttle_ms", "delayed", "synthesized", "request_body", "sent", "reply",
+                 "close_reason")
 
     def __init__(self, api_key: int, version: int, corr: int, client_id: str | None, arrival_ms: float) -> None:
         self.api_key = api_key
@@ -185,6 +194,10 @@ class _Slot:
         self.request_body: dict[str, Any] | None = None
         #: idempotent batches of a forwarded Produce request, per partition (see ``AppendedBatches``)
         self.sent: dict[tuple[str, int], BatchKey] | None = None
+        #: bytes to send as they are (a bare SASL token after SaslHandshake v0), bypassing the codec
+        self.reply: bytes | None = None
+        #: close the connection once this answer is written (a failed authentication), with this reason
+        self.close_reason: str | None = None
 
 
 class _Pending:
@@ -222,6 +235,8 @@ class _Connection:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        #: server-side SASL state when the proxy authenticates clients, else None
+        self.gate: SaslGate | None = SaslGate(proxy.sasl) if proxy.sasl is not None else None
 
     # -------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -305,6 +320,7 @@ class _Connection:
         state = self.state
         recorder = proxy.recorder
         max_frame = proxy.max_frame_bytes
+        gate = self.gate
         while not self.closed:
             try:
                 size_bytes = await reader.readexactly(4)
@@ -312,7 +328,10 @@ class _Connection:
                 self._close_reason = "client closed"
                 return
             (size,) = _SIZE.unpack(size_bytes)
-            if size < _HEADER.size or size > max_frame:
+            authenticating = gate is not None and not gate.authenticated
+            raw_token = gate is not None and gate.expects_raw_token
+            if (size < (0 if raw_token else _HEADER.size)
+                    or size > (SASL_MAX_RECEIVE_BYTES if authenticating else max_frame)):
                 self._close_reason = f"bad frame size {size}"
                 return
             try:
@@ -320,13 +339,18 @@ class _Connection:
             except (asyncio.IncompleteReadError, ConnectionError):
                 self._close_reason = "client closed mid-frame"
                 return
+            if raw_token:
+                assert gate is not None
+                self._raw_token(gate, frame)
+                continue
             arrival = now_ms()
             try:
                 header = parse_request_header(frame)
                 body = None
                 api_key = header.api_key
                 if header.body_offset >= 0 and (
-                        (api_key in _PARTITIONED_REQUESTS and proxy.record_partitions)
+                        (authenticating or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE)) and gate is not None
+                        or (api_key in _PARTITIONED_REQUESTS and proxy.record_partitions)
                         or api_key == PRODUCE
                         or (api_key in (PRODUCE, FETCH) and state.needs_partition_plan(api_key))
                         or state.has_fail_rule(api_key)):
@@ -364,6 +388,19 @@ class _Connection:
                 return
             self._process(self.backlog.popleft())
 
+    def _raw_token(self, gate: SaslGate, token: bytes) -> None:
+        """A bare SASL token (after SaslHandshake v0): answer it with a bare token, or close."""
+        decision = gate.on_raw_token(token)
+        if decision.action is not GateAction.ANSWER:
+            log.debug("fault proxy node %d conn %d: closing, %s", self.node_id, self.conn_id, decision.reason)
+            self._close_reason = decision.reason
+            self.close(decision.reason)
+            return
+        slot = _Slot(SASL_AUTHENTICATE, 0, -1, None, now_ms())
+        slot.reply = _SIZE.pack(len(decision.raw or b"")) + (decision.raw or b"")
+        slot.throttle_ms = 0
+        self._answer_locally(slot)
+
     def _process(self, p: _Pending) -> None:
         """Decide one request: forward it as is, forward part of it, or answer it here."""
         if self.closed:
@@ -372,6 +409,21 @@ class _Connection:
         state = self.state
         api_key = h.api_key
         slot = _Slot(api_key, h.api_version, h.correlation_id, h.client_id, p.arrival_ms)
+        gate = self.gate
+        if gate is not None and (not gate.authenticated or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE)):
+            decision = gate.on_request(api_key, h.api_version, p.body)
+            if decision.action is GateAction.CLOSE:
+                log.debug("fault proxy node %d conn %d: closing, %s", self.node_id, self.conn_id, decision.reason)
+                self._close_reason = decision.reason
+                self.close(decision.reason)
+                return
+            if decision.action is GateAction.ANSWER:
+                slot.body = decision.body
+                slot.synthesized = True
+                if decision.close_after:
+                    slot.close_reason = decision.reason
+                self._answer_locally(slot)
+                return
         slot.release_ms = p.arrival_ms + state.latency_ms(self.node_id, api_key) if state.has_latency() else 0.0
         expects_response = not (api_key == PRODUCE and produce_acks(p.frame, h) == 0)
         if api_key == PRODUCE and expects_response and p.body is not None:
@@ -491,19 +543,29 @@ class _Connection:
                 self.close("internal error building a response")
                 return
             self.writer.write(data)
+            if slot.close_reason is not None:
+                # Kafka closes a connection whose authentication failed once the answer is out; close()
+                # still flushes what was just written
+                log.debug("fault proxy node %d conn %d: closing, %s", self.node_id, self.conn_id,
+                          slot.close_reason)
+                self._close_reason = slot.close_reason
+                self.close(slot.close_reason)
+                return
             if slot.throttle_ms:
                 # the window starts when the throttled response leaves; a mute only moves forward
                 self.mute_until_ms = max(self.mute_until_ms, now_ms() + (0 if slot.delayed else slot.throttle_ms))
 
     def _finish(self, slot: _Slot, now: float) -> bytes:
         """Rewrite a response as the scripted faults require and record it; returns the bytes to send."""
+        if slot.reply is not None:
+            return slot.reply
         state = self.state
         proxy = self.proxy
         api_key, version = slot.api_key, slot.version
         throttle = slot.throttle_ms or 0
         body = slot.body
         must_rewrite = (body is not None or bool(slot.answers) or throttle > 0 or api_key in _REWRITTEN
-                        or (api_key == API_VERSIONS and state.has_version_caps()))
+                        or (api_key == API_VERSIONS and (state.has_version_caps() or self.gate is not None)))
         if body is None and (must_rewrite or proxy.inspect_responses):
             assert slot.raw is not None
             try:
@@ -525,6 +587,8 @@ class _Connection:
                 state.rewrite_describe_cluster(body, version)
             elif api_key == API_VERSIONS:
                 state.rewrite_api_versions(body)
+                if self.gate is not None and not body.get("error_code"):
+                    self.gate.rewrite_api_versions(body)
             if throttle:
                 body["throttle_time_ms"] = throttle
             data = codec.encode_response(api_key, version, slot.corr, body)
@@ -569,13 +633,19 @@ class FaultProxy:
     ones).  ``coordinator_node`` / ``controller_node``: the node FindCoordinator and Metadata/DescribeCluster
     name (default: the first node).  ``inspect_responses``: decode every response to record its error codes
     (turn off for benchmarks: then only rewritten responses are inspected).
+
+    Secure front: ``ssl_context`` (a server-side ``ssl.SSLContext`` with its certificate loaded) makes every
+    node a TLS listener; ``sasl_users`` (user name -> password, hashed at once and not kept) makes the proxy
+    authenticate every connection itself with ``sasl_mechanisms`` before forwarding anything.
     """
 
     def __init__(self, upstream: str | tuple[str, int], nodes: int | Sequence[int] = 3, *,
                  host: str = "127.0.0.1", ports: Sequence[int] | None = None, coordinator_node: int | None = None,
                  controller_node: int | None = None, record_partitions: bool = True,
                  inspect_responses: bool = True, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 connect_timeout_s: float = 5.0) -> None:
+                 connect_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+                 sasl_users: Mapping[str, str] | None = None,
+                 sasl_mechanisms: Sequence[str] = MECHANISMS) -> None:
         self.upstream_host, self.upstream_port = _parse_upstream(upstream)
         if isinstance(nodes, int) and not isinstance(nodes, bool):
             if nodes < 1:
@@ -596,6 +666,14 @@ class FaultProxy:
         self.inspect_responses = inspect_responses
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_s = connect_timeout_s
+        if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
+            raise ValueError(f"ssl_context: expected an ssl.SSLContext, got {type(ssl_context).__name__}")
+        self.ssl_context = ssl_context
+        if isinstance(sasl_mechanisms, str):
+            raise ValueError(f"sasl_mechanisms: expected a sequence of mechanism names, got {sasl_mechanisms!r}")
+        #: the users the proxy authenticates (None: no SASL, connections are forwarded unauthenticated)
+        self.sasl: SaslUserTable | None = (
+            SaslUserTable(sasl_users, mechanisms=sasl_mechanisms) if sasl_users is not None else None)
         self._nodes = {n: _Node(n, ports[i] if ports else 0) for i, n in enumerate(node_ids)}
         self._conns: dict[int, _Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -692,7 +770,9 @@ class FaultProxy:
         def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self._accept(node.node_id, reader, writer)
 
-        node.server = await asyncio.start_server(on_connect, self.host, node.port, reuse_address=True)
+        node.server = await asyncio.start_server(
+            on_connect, self.host, node.port, reuse_address=True, ssl=self.ssl_context,
+            ssl_handshake_timeout=self.connect_timeout_s if self.ssl_context is not None else None)
         node.port = node.server.sockets[0].getsockname()[1]
         self.state.set_endpoint(node.node_id, self.host, node.port)
 
