@@ -389,11 +389,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=_positive_int, default=10_000, help="records per second (default 10000)")
     p.add_argument("--group", action="store_true", help="consume in a consumer group (default: assign every "
                    "partition)")
+
+    from .bench.command import add_arguments as _bench_arguments
+    p = sub.add_parser("bench", help="throughput and latency under failure: akresil vs aiokafka vs "
+                       "confluent-kafka",
+                       description="Runs each scenario's fault script against every client through FaultProxy "
+                       "in front of an embedded broker; writes bench.json, table.txt and PNG plots.")
+    _bench_arguments(p)
     return parser
 
 
+async def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.command import run as run_bench
+    from .bench.plots import PlotsUnavailable
+    try:
+        await run_bench(args)
+    except PlotsUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    return EXIT_OK
+
+
 _ASYNC: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo}
+    "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo, "bench": cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,365 @@
+"""One adapter per client (akresil, aiokafka, confluent-kafka) behind one small interface.
+
+Each adapter runs its client with that client's own defaults plus only what the workload fixes for everyone:
+``linger_ms`` and, where a scenario needs it, a delivery timeout (``Settings``).  Failure scenarios hand
+records over one at a time and log each record's send time, completion time, partition and error kind in a
+``DeliveryLog`` through the client's own per-record completion path; ``steady`` uses each client's fastest
+documented bulk path instead.  confluent-kafka serves its callbacks from a poll thread, as its docs advise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .stats import OTHER, TIMEOUT, DeliveryLog
+
+CLIENT_NAMES = ("akresil", "aiokafka", "confluent")
+#: librdkafka's log lines (connection refused during a bounce, ...) go here instead of stderr
+LIBRDKAFKA_LOG = logging.getLogger("akresil.bench.librdkafka")
+#: how long a confluent-kafka poll call blocks waiting for callbacks (bounds callback latency only when idle)
+POLL_S = 0.02
+
+
+def now_s() -> float:
+    """The benchmark clock: ``time.monotonic()``, the clock the fault proxy records on."""
+    return time.monotonic()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the scenario fixes for every client; everything else stays at each client's default."""
+
+    linger_ms: int = 5
+    #: bound from hand-over to success or failure (None: each client's default)
+    delivery_timeout_ms: int | None = None
+    #: per-request timeout (None: each client's default)
+    request_timeout_ms: int | None = None
+
+
+class ProducerAdapter(ABC):
+    """A producer of one client library driven by the benchmark."""
+
+    name: ClassVar[str]
+
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.settings = settings
+        self.log = log
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def produce(self, topic: str, value: bytes) -> None:
+        """Hand one record to the client (waiting only as the client itself blocks); completion goes to the log."""
+
+    @abstractmethod
+    async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
+        """Produce ``count`` records by the client's fastest documented path and wait until all are acked."""
+
+    @abstractmethod
+    async def wait_idle(self, timeout_s: float) -> None:
+        """Wait until every record handed over completed, or ``timeout_s`` passed."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+def settings_for(client: str, settings: Settings) -> dict[str, Any]:
+    """The client's own configuration for the scenario's ``Settings`` (pure, so tests can check the mapping)."""
+    if client == "akresil":
+        out: dict[str, Any] = {"linger_ms": settings.linger_ms}
+        if settings.delivery_timeout_ms is not None:
+            out["delivery_timeout_ms"] = settings.delivery_timeout_ms
+        if settings.request_timeout_ms is not None:
+            out["request_timeout_ms"] = settings.request_timeout_ms
+        return out
+    if client == "aiokafka":
+        # aiokafka has no delivery timeout: a batch expires request_timeout_ms after it was created, so that
+        # knob is its delivery timeout
+        out = {"linger_ms": settings.linger_ms}
+        timeout = settings.delivery_timeout_ms or settings.request_timeout_ms
+        if timeout is not None:
+            out["request_timeout_ms"] = timeout
+        return out
+    if client == "confluent":
+        out = {"linger.ms": settings.linger_ms}
+        if settings.delivery_timeout_ms is not None:
+            out["message.timeout.ms"] = settings.delivery_timeout_ms
+        if settings.request_timeout_ms is not None:
+            out["request.timeout.ms"] = settings.request_timeout_ms
+        return out
+    raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})")
+
+
+# ---------------------------------------------------------------------------------------------- akresil
+class AkresilProducer(ProducerAdapter):
+    name = "akresil"
+
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
+        super().__init__(bootstrap, client_id, settings, log)
+        from .. import Producer
+        self._producer = Producer(bootstrap_servers=bootstrap, client_id=client_id,
+                                  **settings_for("akresil", settings))
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def produce(self, topic: str, value: bytes) -> None:
+        from .. import errors
+        idx = self.log.begin(now_s())
+        try:
+            fut = await self._producer.enqueue(topic, value)
+        except errors.KafkaError as exc:
+            self.log.failed(idx, now_s(), _akresil_kind(exc))
+            return
+        # DeliveryFuture has no done-callback: one small task per record waits for it
+        task = asyncio.get_running_loop().create_task(self._watch(idx, fut))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, idx: int, fut: Any) -> None:
+        try:
+            md = await fut
+        except Exception as exc:   # noqa: BLE001 - every failure is a data point
+            self.log.failed(idx, now_s(), _akresil_kind(exc))
+        else:
+            self.log.succeeded(idx, now_s(), md.partition)
+
+    async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
+        chunk = 10_000
+        for start in range(0, count, chunk):
+            await self._producer.send_many(topic, [(None, value)] * min(chunk, count - start))
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        if self._watchers:
+            await asyncio.wait(set(self._watchers), timeout=timeout_s)
+
+    async def close(self) -> None:
+        await self._producer.close(timeout=1.0)
+        for task in list(self._watchers):
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+
+
+def _akresil_kind(exc: BaseException) -> str:
+    from .. import errors
+    timeouts = (errors.DeliveryTimeoutError, errors.RequestTimeoutError, errors.KafkaTimeoutError,
+                errors.RequestTimedOutError)
+    return TIMEOUT if isinstance(exc, timeouts) else OTHER
+
+
+# ---------------------------------------------------------------------------------------------- aiokafka
+class AiokafkaProducer(ProducerAdapter):
+    name = "aiokafka"
+
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
+        super().__init__(bootstrap, client_id, settings, log)
+        from aiokafka import AIOKafkaProducer
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id,
+                                          **settings_for("aiokafka", settings))
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def produce(self, topic: str, value: bytes) -> None:
+        from aiokafka.errors import KafkaError
+        idx = self.log.begin(now_s())
+        try:
+            fut = await self._producer.send(topic, value)
+        except KafkaError as exc:
+            self.log.failed(idx, now_s(), _aiokafka_kind(exc))
+            return
+        self._pending.add(fut)
+        fut.add_done_callback(functools.partial(self._done, idx))
+
+    def _done(self, idx: int, fut: asyncio.Future[Any]) -> None:
+        self._pending.discard(fut)
+        if fut.cancelled():
+            self.log.failed(idx, now_s(), OTHER)
+        elif fut.exception() is not None:
+            self.log.failed(idx, now_s(), _aiokafka_kind(fut.exception()))
+        else:
+            self.log.succeeded(idx, now_s(), fut.result().partition)
+
+    async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
+        futs = [await self._producer.send(topic, value) for _ in range(count)]
+        await asyncio.gather(*futs)
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=timeout_s)
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self._producer.stop(), timeout=10)
+        except asyncio.TimeoutError:
+            pass
+
+
+def _aiokafka_kind(exc: BaseException | None) -> str:
+    from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+    return TIMEOUT if isinstance(exc, (KafkaTimeoutError, RequestTimedOutError)) else OTHER
+
+
+# ---------------------------------------------------------------------------------------------- confluent
+class ConfluentProducer(ProducerAdapter):
+    name = "confluent"
+
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
+        super().__init__(bootstrap, client_id, settings, log)
+        import confluent_kafka
+        self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "client.id": client_id,
+                                                   "logger": LIBRDKAFKA_LOG,
+                                                   **settings_for("confluent", settings)})
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name=f"bench-poll-{client_id}", daemon=True)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(POLL_S)
+
+    async def start(self) -> None:
+        self._poller.start()
+
+    async def produce(self, topic: str, value: bytes) -> None:
+        idx = self.log.begin(now_s())
+        callback = functools.partial(self._done, idx)
+        while True:
+            try:
+                self._producer.produce(topic, value, on_delivery=callback)
+                return
+            except BufferError:     # its queue is full: wait as a blocking producer would
+                await asyncio.sleep(0.005)
+
+    def _done(self, idx: int, err: Any, msg: Any) -> None:
+        if err is None:
+            self.log.succeeded(idx, now_s(), msg.partition())
+        else:
+            self.log.failed(idx, now_s(), _confluent_kind(err))
+
+    async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
+        producer = self._producer
+
+        def run() -> None:
+            for _ in range(count):
+                while True:
+                    try:
+                        producer.produce(topic, value)
+                        break
+                    except BufferError:
+                        time.sleep(0.001)
+            if producer.flush(60):
+                raise RuntimeError("confluent-kafka left records undelivered after 60 s")
+        await asyncio.to_thread(run)
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        deadline = now_s() + timeout_s
+        while len(self._producer) > 0 and now_s() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._poller.is_alive():
+            await asyncio.to_thread(self._poller.join)
+        self._producer.purge()
+        await asyncio.to_thread(self._producer.flush, 1.0)
+
+
+def _confluent_kind(err: Any) -> str:
+    from confluent_kafka import KafkaError
+    return TIMEOUT if err.code() in (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT,
+                                     KafkaError.REQUEST_TIMED_OUT) else OTHER
+
+
+PRODUCERS: dict[str, type[ProducerAdapter]] = {
+    "akresil": AkresilProducer, "aiokafka": AiokafkaProducer, "confluent": ConfluentProducer}
+
+
+def make_producer(client: str, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog
+                  ) -> ProducerAdapter:
+    try:
+        cls = PRODUCERS[client]
+    except KeyError:
+        raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})") from None
+    return cls(bootstrap, client_id, settings, log)
+
+
+# ---------------------------------------------------------------------------------------------- consumers
+async def consume_all(client: str, bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
+                      timeout_s: float) -> int:
+    """Read ``topic`` from the beginning with manual assignment until ``expected`` records arrived (or the
+    timeout); returns how many were read."""
+    if client == "akresil":
+        return await _consume_akresil(bootstrap, client_id, topic, partitions, expected, timeout_s)
+    if client == "aiokafka":
+        return await _consume_aiokafka(bootstrap, client_id, topic, partitions, expected, timeout_s)
+    if client == "confluent":
+        return await asyncio.to_thread(_consume_confluent, bootstrap, client_id, topic, partitions, expected,
+                                       timeout_s)
+    raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})")
+
+
+async def _consume_akresil(bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
+                           timeout_s: float) -> int:
+    from .. import Consumer, TopicPartition
+    got = 0
+    deadline = now_s() + timeout_s
+    consumer = Consumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+                        enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    async with consumer:
+        while got < expected and now_s() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            got += sum(len(v) for v in batches.values())
+    return got
+
+
+async def _consume_aiokafka(bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
+                            timeout_s: float) -> int:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+    got = 0
+    deadline = now_s() + timeout_s
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        while got < expected and now_s() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            got += sum(len(v) for v in batches.values())
+    finally:
+        await consumer.stop()
+    return got
+
+
+def _consume_confluent(bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
+                       timeout_s: float) -> int:
+    import confluent_kafka
+    got = 0
+    deadline = now_s() + timeout_s
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "client.id": client_id,
+                                         "logger": LIBRDKAFKA_LOG,
+                                         "group.id": f"{client_id}-group", "enable.auto.commit": False,
+                                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                         for p in range(partitions)])
+        while got < expected and now_s() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                if msg.error() is None:
+                    got += 1
+    finally:
+        consumer.close()
+    return got

@@ -1,0 +1,104 @@
+"""PNG plots of a run: per failure scenario, throughput, p99 latency and the scenario's wire metric over time,
+one line per client, fault windows shaded and instantaneous faults (leader moves) as vertical lines; for
+``steady``, bars of msg/s per client.  matplotlib is imported here only, with the Agg backend, so the
+rest of ``akresil bench`` works without it until plots are asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+#: the wire metric shown in the third panel of each failure scenario: (series key, axis label)
+THIRD_PANEL: dict[str, tuple[str, str]] = {
+    "leader-move": ("metadata_requests_per_s", "Metadata requests/s"),
+    "throttle": ("requests_in_throttle_window_per_s", "requests/s inside throttle windows"),
+    "broker-bounce": ("connect_attempts_per_s", "connects/s to the stopped node"),
+    "retry-storm": ("produce_requests_to_node_per_s", "Produce requests/s to the failing node"),
+}
+COLORS = {"akresil": "tab:blue", "aiokafka": "tab:orange", "confluent": "tab:green"}
+
+
+class PlotsUnavailable(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def require() -> None:
+    """Fail before a long run, not after it, when plots cannot be drawn."""
+    _pyplot()
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotsUnavailable("plots need matplotlib: pip install 'akresil[bench]' (or pass --no-plots)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_failure(name: str, result: Mapping[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    key, label = THIRD_PANEL[name]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    script = result["scenario"]["script"]
+    for client, data in result["clients"].items():
+        series = data["series"]
+        xs = [i + 0.5 for i in range(len(series["acked_per_s"]))]
+        color = COLORS.get(client)
+        axes[0].plot(xs, series["acked_per_s"], label=client, color=color, marker=".")
+        axes[1].plot(xs, [v if v is not None else float("nan") for v in series["p99_ms"]], label=client,
+                     color=color, marker=".")
+        if key in series:
+            axes[2].plot(xs, series[key], label=client, color=color, marker=".")
+    for ax in axes:
+        for step in script["steps"]:
+            if step["window_s"] > 0:
+                ax.axvspan(step["at_s"], step["at_s"] + step["window_s"], color="tab:red", alpha=0.12)
+            elif step["action"] != "clear":
+                ax.axvline(step["at_s"], color="tab:red", alpha=0.5, linestyle="--", linewidth=1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("acked msg/s")
+    axes[1].set_ylabel("p99 latency ms (by send s)")
+    axes[1].set_yscale("symlog", linthresh=10)
+    axes[2].set_ylabel(label)
+    axes[2].set_xlabel("seconds into the run (red: fault)")
+    axes[0].legend(loc="lower left")
+    axes[0].set_title(f"akresil bench {name}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_steady(result: Mapping[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    clients = list(result["clients"])
+    sizes = list(result["scenario"]["sizes"])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    width = 0.8 / max(1, len(clients))
+    for ax, what in zip(axes, ("produce", "consume")):
+        for i, client in enumerate(clients):
+            vals = [result["clients"][client]["summary"].get(f"{size}B", {}).get(f"{what}_msg_per_s", 0)
+                    for size in sizes]
+            ax.bar([j + i * width for j in range(len(sizes))], vals, width, label=client, color=COLORS.get(client))
+        ax.set_xticks([j + width * (len(clients) - 1) / 2 for j in range(len(sizes))],
+                      [f"{s} B" for s in sizes])
+        ax.set_title(f"{what} msg/s (through the proxy)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_all(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per scenario in the document: ``<scenario>.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, result in doc["scenarios"].items():
+        path = out_dir / f"{name}.png"
+        written.append(plot_steady(result, path) if name == "steady" else plot_failure(name, result, path))
+    return written

@@ -1,0 +1,147 @@
+"""The run's JSON document, the ratios table and the docs update; pure apart from ``environment()`` and the
+file writers at the end.
+
+Ratios are ``akresil / other`` for each headline metric of a scenario, with the direction that is better
+(``lower`` for latencies and request counts, ``higher`` for throughput), so a reader never has to guess
+whether 0.2 is good news.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+
+from .scenarios import HEADLINES
+
+DOC_BEGIN = "<!-- bench:begin -->"
+DOC_END = "<!-- bench:end -->"
+JSON_NAME = "bench.json"
+TABLE_NAME = "table.txt"
+
+
+def environment() -> dict[str, Any]:
+    """Python, machine, load and the versions of the three clients (figures mean little without them)."""
+    from importlib.metadata import version
+
+    import confluent_kafka
+
+    from .. import __version__
+    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system(),
+            "cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()],
+            "akresil": __version__, "aiokafka": version("aiokafka"),
+            "confluent_kafka": version("confluent-kafka"), "librdkafka": confluent_kafka.libversion()[0]}
+
+
+def lookup(summary: Mapping[str, Any], path: str) -> float | None:
+    """``a.b.c`` inside nested dicts; ``None`` when any part is missing."""
+    node: Any = summary
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+
+def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str = "akresil"
+           ) -> list[dict[str, Any]]:
+    """One row per headline metric: every client's value and ``base / other`` for each other client."""
+    rows = []
+    for label, path, better in HEADLINES[scenario]:
+        values = {client: lookup(s, path) for client, s in summaries.items()}
+        row: dict[str, Any] = {"metric": label, "path": path, "better": better, "values": values, "ratios": {}}
+        if base in summaries:
+            for client in summaries:
+                if client != base:
+                    row["ratios"][client] = _ratio(values[base], values[client])
+        rows.append(row)
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> float | str | None:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return 1.0 if a == 0 else "inf"
+    return round(a / b, 3)
+
+
+def document(*, seed: int, quick: bool, env: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[str, Any]:
+    return {"benchmark": "akresil-bench", "seed": seed, "quick": quick, "environment": dict(env),
+            "scenarios": dict(scenarios)}
+
+
+def dumps(doc: Mapping[str, Any]) -> bytes:
+    """orjson with NaN / infinity made explicit strings (JSON has neither)."""
+    return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, Mapping):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "–"
+    if x == "inf":
+        return "∞"
+    if isinstance(x, float):
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def markdown_table(doc: Mapping[str, Any]) -> str:
+    """The ratios of every scenario in the document as one markdown table (pasted into docs/benchmarks.md)."""
+    scen = doc["scenarios"]
+    clients: list[str] = []
+    for s in scen.values():
+        for c in s.get("clients", {}):
+            if c not in clients:
+                clients.append(c)
+    others = [c for c in clients if c != "akresil"]
+    head = ["scenario", "metric", "better", *clients, *[f"akresil / {c}" for c in others]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in scen.items():
+        for row in s.get("ratios", []):
+            cells = [name, row["metric"], row["better"], *[_fmt(row["values"].get(c)) for c in clients],
+                     *[_fmt(row["ratios"].get(c)) for c in others]]
+            lines.append("| " + " | ".join(cells) + " |")
+    env = doc["environment"]
+    lines.append("")
+    lines.append(f"Run: seed {doc['seed']}, {'--quick' if doc['quick'] else 'full'}; Python {env['python']}, "
+                 f"{env['cpus']} CPUs, load average {', '.join(str(x) for x in env['load_avg'])}; aiokafka "
+                 f"{env['aiokafka']}, confluent-kafka {env['confluent_kafka']} (librdkafka {env['librdkafka']}).")
+    return "\n".join(lines) + "\n"
+
+
+def replace_between_markers(text: str, snippet: str) -> str:
+    """Put ``snippet`` between the bench markers of a markdown page (the markers stay)."""
+    begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    if begin < 0 or end < 0 or end < begin:
+        raise ValueError(f"docs page: needs the markers {DOC_BEGIN} and {DOC_END}, in that order")
+    return text[:begin + len(DOC_BEGIN)] + "\n" + snippet + text[end:]
+
+
+def write(doc: Mapping[str, Any], out_dir: Path, docs_page: Path | None = None) -> list[Path]:
+    """Write the JSON document and the table snippet (and update ``docs_page``); returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / JSON_NAME
+    json_path.write_bytes(dumps(doc))
+    table = markdown_table(doc)
+    table_path = out_dir / TABLE_NAME
+    table_path.write_text(table)
+    written = [json_path, table_path]
+    if docs_page is not None:
+        docs_page.write_text(replace_between_markers(docs_page.read_text(), table))
+        written.append(docs_page)
+    return written

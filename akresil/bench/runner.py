@@ -1,0 +1,263 @@
+"""The I/O shell of the benchmarks: broker, one fresh fault proxy per client phase, offered load, fault script.
+
+Clients run one after another, each against a fresh topic and a fresh ``FaultProxy`` (so the proxy's
+recordings belong to that client alone), and meet the same script at the same offsets.  The proxy runs its
+own event loop in a thread, like a separate broker process would; clients run on the caller's loop
+(confluent-kafka in its own threads).  The load is open-loop: records are offered at a fixed rate whatever
+the client does, so a stall shows as latency and a dip in acknowledgements, not as a slower generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..admin import Admin
+from ..testing import EmbeddedBroker, FaultProxy
+from ..types import NewTopic
+from . import clients as bench_clients
+from .clients import ProducerAdapter, Settings, make_producer, now_s
+from .scenarios import (PRODUCE, AppliedStep, PhaseData, Scenario, SteadyConfig, summarize)
+from .script import FaultStep
+from .stats import DeliveryLog
+
+#: how often the load generator wakes up to hand over the records that became due
+TICK_S = 0.005
+#: how long warm-up records (metadata, connections) may take before the phase gives up
+WARMUP_TIMEOUT_S = 20.0
+
+ProgressFn = Callable[[str, str, float, float, int, int], None]   # scenario, client, elapsed, duration, acked, failed
+
+
+def _no_progress(*_: Any) -> None:
+    return None
+
+
+@dataclass
+class _Listener:
+    """Accepts and resets connections on a stopped node's port, counting the attempts: the proxy cannot see
+    connects to a closed port, but this is where a reconnect storm shows."""
+
+    server: asyncio.base_events.Server
+    attempts: list[float] = field(default_factory=list)
+
+
+class Phase:
+    """One client's run of one failure scenario."""
+
+    def __init__(self, broker: str, scenario: Scenario, client: str, seed: int,
+                 progress: ProgressFn = _no_progress) -> None:
+        self.broker = broker
+        self.scenario = scenario
+        self.client = client
+        self.seed = seed
+        self.progress = progress
+        self.topic = f"bench-{scenario.name}-{client}-{seed}-{random.randrange(1 << 30):08x}"
+        self.log = DeliveryLog()
+        self.applied: list[AppliedStep] = []
+        self.listeners: dict[int, _Listener] = {}
+        self.attempts: dict[int, list[float]] = {}
+
+    async def run(self) -> PhaseData:
+        sc = self.scenario
+        await create_topic(self.broker, self.topic, sc.partitions)
+        proxy = FaultProxy(self.broker, nodes=sc.nodes)
+        await asyncio.to_thread(proxy.start)
+        producers: list[ProducerAdapter] = []
+        try:
+            warm = DeliveryLog()
+            for i in range(sc.producers):
+                cid = f"bench-{self.client}-{i}"
+                p = make_producer(self.client, proxy.bootstrap_servers, cid, sc.settings, warm)
+                producers.append(p)
+                await p.start()
+            value = random.Random(self.seed).randbytes(sc.value_size)
+            for p in producers:
+                for _ in range(sc.partitions * 2):
+                    await p.produce(self.topic, value)
+            for p in producers:
+                await p.wait_idle(WARMUP_TIMEOUT_S)
+            if len(warm.acked()) != len(warm):
+                raise RuntimeError(f"{self.client}: warm-up records were not delivered ({warm.error_counts()})")
+            for p in producers:
+                p.log = self.log
+            leaders = {p: proxy.leader(self.topic, p)[0] for p in range(sc.partitions)}
+            proxy.recorder.clear()
+            start = now_s()
+            script_task = asyncio.create_task(self._script(proxy, start))
+            try:
+                await self._offer(producers, value, start)
+            finally:
+                script_task.cancel()
+                await asyncio.gather(script_task, return_exceptions=True)
+                await self._undo_faults(proxy)
+            deadline = now_s() + sc.drain_s
+            for p in producers:
+                await p.wait_idle(max(0.0, deadline - now_s()))
+            await _close_all(producers)
+            return PhaseData(scenario=sc, client=self.client, start_s=start, log=self.log,
+                             requests=proxy.requests(), responses=proxy.responses(),
+                             connections=proxy.connections(), applied=self.applied, leaders=leaders,
+                             connect_attempts=self.attempts)
+        finally:
+            await _close_all(producers)
+            for listener in self.listeners.values():
+                listener.server.close()
+            await asyncio.to_thread(proxy.stop)
+
+    async def _offer(self, producers: list[ProducerAdapter], value: bytes, start: float) -> None:
+        sc = self.scenario
+        sent = 0
+        last_report = 0.0
+        while True:
+            elapsed = now_s() - start
+            if elapsed >= sc.duration_s:
+                break
+            due = int(sc.rate * elapsed) - sent
+            for _ in range(due):
+                await producers[sent % len(producers)].produce(self.topic, value)
+                sent += 1
+            if elapsed - last_report >= 0.25:
+                last_report = elapsed
+                counts = self.log.error_counts()
+                self.progress(sc.name, self.client, elapsed, sc.duration_s, len(self.log.acked()),
+                              counts["timeout"] + counts["other"])
+            await asyncio.sleep(TICK_S)
+
+    async def _script(self, proxy: FaultProxy, start: float) -> None:
+        cursor = self.scenario.script.cursor()
+        while not cursor.done:
+            at = cursor.next_at()
+            assert at is not None
+            await asyncio.sleep(max(0.0, start + at - now_s()))
+            for step in cursor.due(now_s() - start):
+                self.applied.append(await self._apply(proxy, step))
+
+    async def _apply(self, proxy: FaultProxy, step: FaultStep) -> AppliedStep:
+        applied = AppliedStep(step, now_s())
+        args = step.args
+        if step.action == "move_all_leaders":
+            moved = proxy.move_all_leaders(topic=self.topic)
+            applied.moved = [(tp, proxy.leader(*tp)[0]) for tp in moved]
+        elif step.action == "throttle_all_nodes":
+            for node in proxy.node_ids:
+                proxy.throttle(node, int(args["ms"]))
+        elif step.action == "stop_node":
+            node = int(args["node"])
+            await asyncio.to_thread(proxy.stop_node, node)
+            await self._listen(proxy, node)
+        elif step.action == "start_node":
+            node = int(args["node"])
+            await self._unlisten(node)
+            await asyncio.to_thread(proxy.start_node, node)
+        elif step.action == "fail_produce":
+            proxy.fail_requests(PRODUCE, int(args["error_code"]), count=None, node=int(args["node"]))
+        elif step.action == "clear":
+            proxy.clear()
+        else:   # FaultStep validates actions; this guards a new action without a handler
+            raise ValueError(f"fault step action {step.action!r} has no handler in the runner")
+        return applied
+
+    async def _listen(self, proxy: FaultProxy, node: int) -> None:
+        attempts = self.attempts.setdefault(node, [])
+
+        def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            attempts.append(now_s())
+            writer.transport.abort()
+
+        try:
+            server = await asyncio.start_server(on_connect, proxy.host, proxy.port(node), reuse_address=True)
+        except OSError:   # the port was taken meanwhile: attempts cannot be counted, the fault still holds
+            return
+        self.listeners[node] = _Listener(server, attempts)
+
+    async def _unlisten(self, node: int) -> None:
+        listener = self.listeners.pop(node, None)
+        if listener is not None:
+            listener.server.close()
+            await listener.server.wait_closed()
+
+    async def _undo_faults(self, proxy: FaultProxy) -> None:
+        proxy.clear()
+        for node in list(self.listeners):
+            await self._unlisten(node)
+        for node in proxy.node_ids:
+            if not proxy.is_node_up(node):
+                await asyncio.to_thread(proxy.start_node, node)
+
+
+async def _close_all(producers: list[ProducerAdapter]) -> None:
+    """Close in reverse start order: an akresil Producer started in a task holds a task group (a cancel scope)
+    on that task, and anyio scopes must be exited innermost first."""
+    while producers:
+        await producers.pop().close()
+
+
+async def create_topic(broker: str, topic: str, partitions: int) -> None:
+    async with Admin(bootstrap_servers=broker) as admin:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+
+
+async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
+                     progress: ProgressFn = _no_progress) -> dict[str, Any]:
+    """Produce then consume ``cfg.records`` records per size through a fault-free proxy."""
+    out: dict[str, Any] = {}
+    proxy = FaultProxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
+    await asyncio.to_thread(proxy.start)
+    try:
+        for size in cfg.sizes:
+            topic = f"bench-steady-{client}-{size}-{seed}-{random.randrange(1 << 30):08x}"
+            await create_topic(broker, topic, cfg.partitions)
+            value = random.Random(seed).randbytes(size)
+            producer = make_producer(client, proxy.bootstrap_servers, f"bench-{client}", Settings(),
+                                     DeliveryLog())
+            await producer.start()
+            try:
+                progress("steady", f"{client} {size} B produce", 0.0, 1.0, 0, 0)
+                t0 = time.perf_counter()
+                await producer.produce_bulk(topic, value, cfg.records)
+                produce_s = time.perf_counter() - t0
+            finally:
+                await producer.close()
+            progress("steady", f"{client} {size} B consume", 0.5, 1.0, cfg.records, 0)
+            t0 = time.perf_counter()
+            got = await bench_clients.consume_all(client, proxy.bootstrap_servers, f"bench-{client}-consumer",
+                                                  topic, cfg.partitions, cfg.records, timeout_s=60)
+            consume_s = time.perf_counter() - t0
+            if got < cfg.records:
+                raise RuntimeError(f"{client}: consumed {got} of {cfg.records} records of {size} B in 60 s")
+            out[f"{size}B"] = {
+                "produce_msg_per_s": round(cfg.records / produce_s), "consume_msg_per_s": round(got / consume_s),
+                "produce_mb_per_s": round(cfg.records * size / produce_s / 1e6, 2),
+                "consume_mb_per_s": round(got * size / consume_s / 1e6, 2)}
+    finally:
+        await asyncio.to_thread(proxy.stop)
+    return out
+
+
+async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,
+                      progress: ProgressFn = _no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = await Phase(broker, scenario, client, seed, progress).run()
+    return summarize(data)
+
+
+class Broker:
+    """The embedded broker for a whole run (async context manager), or an external one when given."""
+
+    def __init__(self, bootstrap: str | None = None) -> None:
+        self._external = bootstrap
+        self._embedded: EmbeddedBroker | None = None
+
+    async def __aenter__(self) -> str:
+        if self._external:
+            return self._external
+        self._embedded = EmbeddedBroker()
+        await self._embedded.__aenter__()
+        return self._embedded.bootstrap_servers
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._embedded is not None:
+            await self._embedded.__aexit__(*exc)

@@ -1,0 +1,325 @@
+"""The failure scenarios as data: load, fault script and the metrics each one reports.
+
+``build(name, quick=..., seed=...)`` returns a ``Scenario`` whose fault script is fixed by the seed, so every
+client in a run (and every run with that seed) meets the same faults at the same offsets.  ``summarize``
+turns what one client's phase produced (its ``DeliveryLog`` and the proxy's recordings) into the summary
+metrics; it is pure, so the definitions below are unit-tested on hand-made timelines.
+
+Metric definitions (times on the proxy's monotonic clock):
+
+* throughput: records acknowledged per second; latency: hand-over to acknowledgement of each record.
+* move → first success: for each leader move and each moved partition, from the client's first Produce
+  naming that partition after the move to the new leader's first error-free answer for it.
+* requests in throttle windows: requests the proxy read on a connection while that connection was muted.
+* connection attempts while down: TCP connects to a stopped node (accepted and reset by the runner).
+* recovery: from the end of a fault to the first record acknowledged on a partition the faulty node leads.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..protocol.api import ApiKey
+from ..testing.recorder import ConnectionEvent, RecordedRequest, RecordedResponse
+from . import stats
+from .clients import Settings
+from .script import FaultScript, FaultStep
+
+PRODUCE = int(ApiKey.PRODUCE)
+METADATA = int(ApiKey.METADATA)
+NOT_LEADER_OR_FOLLOWER = 6
+NOT_ENOUGH_REPLICAS = 19
+FAILURE_SCENARIOS = ("leader-move", "throttle", "broker-bounce", "retry-storm")
+SCENARIOS = ("steady", *FAILURE_SCENARIOS)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One failure scenario: offered load, client settings and the fault script."""
+
+    name: str
+    script: FaultScript
+    rate: int                      # records offered per second, over all producers
+    value_size: int = 100
+    partitions: int = 6
+    nodes: int = 3
+    producers: int = 1
+    settings: Settings = Settings()
+    #: after the load stops: how long to wait for outstanding records before counting them unfinished
+    drain_s: float = 10.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.script.duration_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rate": self.rate, "value_size": self.value_size,
+                "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
+                "settings": {"linger_ms": self.settings.linger_ms,
+                             "delivery_timeout_ms": self.settings.delivery_timeout_ms,
+                             "request_timeout_ms": self.settings.request_timeout_ms},
+                "drain_s": self.drain_s, "params": self.params, "script": self.script.as_dict()}
+
+
+@dataclass(frozen=True)
+class SteadyConfig:
+    """``steady``: produce then consume ``records`` records of each size as fast as each client can."""
+
+    records: int
+    sizes: tuple[int, ...] = (100, 1024)
+    partitions: int = 6
+    nodes: int = 3
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": "steady", "records": self.records, "sizes": list(self.sizes),
+                "partitions": self.partitions, "nodes": self.nodes}
+
+
+def steady_config(*, quick: bool) -> SteadyConfig:
+    return SteadyConfig(records=20_000 if quick else 100_000)
+
+
+def build(name: str, *, quick: bool, seed: int) -> Scenario:
+    """The scenario ``name`` with its fault script fixed by ``seed``."""
+    rng = random.Random(f"{name}:{seed}")
+    if name == "leader-move":
+        return _leader_move(quick, rng)
+    if name == "throttle":
+        return _throttle(quick)
+    if name == "broker-bounce":
+        return _broker_bounce(quick, rng)
+    if name == "retry-storm":
+        return _retry_storm(quick, rng)
+    raise ValueError(f"scenario: unknown {name!r} (known: {', '.join(SCENARIOS)})")
+
+
+def _leader_move(quick: bool, rng: random.Random) -> Scenario:
+    duration, period, rate = (8.0, 2.0, 2000) if quick else (40.0, 4.0, 5000)
+    steps = []
+    at = period
+    while at <= duration - 1.0:
+        # a little seeded jitter so moves do not line up with the 1 s buckets of the series
+        steps.append(FaultStep(round(at + rng.uniform(-0.1, 0.1) * period, 3), "move_all_leaders",
+                               label="leader move"))
+        at += period
+    return Scenario("leader-move", FaultScript(duration, tuple(steps)), rate=rate,
+                    params={"move_every_s": period})
+
+
+def _throttle(quick: bool) -> Scenario:
+    duration, period, ms, rate = (7.0, 1.5, 500, 2000) if quick else (30.0, 2.0, 800, 5000)
+    steps = []
+    at = 1.0
+    while at + ms / 1000 <= duration - 0.5:
+        steps.append(FaultStep(at, "throttle_all_nodes", {"ms": ms}, window_s=ms / 1000, label="throttle"))
+        at += period
+    return Scenario("throttle", FaultScript(duration, tuple(steps)), rate=rate,
+                    params={"throttle_ms": ms, "throttle_every_s": period})
+
+
+def _broker_bounce(quick: bool, rng: random.Random) -> Scenario:
+    # the node stays down longer than the delivery timeout, so records routed to it can expire (KIP-91)
+    duration, at, down, delivery, request, rate = ((10.0, 2.0, 4.0, 2500, 1500, 2000) if quick
+                                                    else (40.0, 5.0, 15.0, 10_000, 5000, 5000))
+    node = rng.choice((1, 2, 3))
+    steps = (FaultStep(at, "stop_node", {"node": node}, window_s=down, label=f"node {node} down"),
+             FaultStep(at + down, "start_node", {"node": node}))
+    return Scenario("broker-bounce", FaultScript(duration, steps), rate=rate,
+                    settings=Settings(delivery_timeout_ms=delivery, request_timeout_ms=request),
+                    drain_s=delivery / 1000 + 3.0, params={"node": node, "down_s": down})
+
+
+def _retry_storm(quick: bool, rng: random.Random) -> Scenario:
+    duration, at, window, producers, rate = (8.0, 2.0, 4.0, 4, 2000) if quick else (30.0, 5.0, 15.0, 8, 5000)
+    node = rng.choice((1, 2, 3))
+    steps = (FaultStep(at, "fail_produce", {"node": node, "error_code": NOT_ENOUGH_REPLICAS}, window_s=window,
+                       label=f"node {node} failing"),
+             FaultStep(at + window, "clear"))
+    return Scenario("retry-storm", FaultScript(duration, steps), rate=rate, producers=producers,
+                    params={"node": node, "error_code": NOT_ENOUGH_REPLICAS, "failing_s": window})
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+@dataclass
+class AppliedStep:
+    """A script step as the runner applied it: when, and what it did (moved partitions and their leaders)."""
+
+    step: FaultStep
+    at_s: float
+    moved: list[tuple[tuple[str, int], int]] = field(default_factory=list)
+
+
+@dataclass
+class PhaseData:
+    """Everything one client's phase left behind; ``summarize`` reads only this."""
+
+    scenario: Scenario
+    client: str
+    start_s: float
+    log: stats.DeliveryLog
+    requests: Sequence[RecordedRequest]
+    responses: Sequence[RecordedResponse]
+    connections: Sequence[ConnectionEvent]
+    applied: list[AppliedStep]
+    #: partition -> leader node when the load started
+    leaders: dict[int, int]
+    #: node -> connection attempts (monotonic s) while it was stopped
+    connect_attempts: dict[int, list[float]] = field(default_factory=dict)
+
+
+def summarize(data: PhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary metrics, per-second series) of one client's phase."""
+    sc = data.scenario
+    start, end = data.start_s, data.start_s + sc.duration_s
+    log = data.log
+    acked = log.acked()
+    errors = log.error_counts()
+    lat = stats.latency_summary([d - s for s, d, _ in acked])
+    in_run = [r for r in data.requests if start <= r.time_ms / 1000 < end]
+    opened = [c for c in data.connections if c.kind == "open" and start <= c.time_ms / 1000 < end]
+    closed_by_client = [c for c in data.connections if c.kind == "close" and c.reason.startswith("client")
+                        and start <= c.time_ms / 1000 < end]
+    summary: dict[str, Any] = {
+        "records_offered": len(log),
+        "records_acked": len(acked),
+        "failed_timeout": errors[stats.TIMEOUT],
+        "failed_other": errors[stats.OTHER],
+        "unfinished": errors[stats.UNFINISHED],
+        "throughput_msg_per_s": round(sum(1 for _, d, _ in acked if d < end) / sc.duration_s, 1),
+        "latency": lat.as_dict(),
+        "metadata_requests": sum(1 for r in in_run if r.api_key == METADATA),
+        "produce_requests": sum(1 for r in in_run if r.api_key == PRODUCE),
+        "connections_opened": len(opened),
+        "connections_closed_by_client": len(closed_by_client),
+    }
+    series: dict[str, Any] = dict(stats.delivery_series(log, start, sc.duration_s))
+    series["produce_requests_per_s"] = stats.rate_series(
+        (r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE), start, sc.duration_s)
+    extra = _EXTRA[sc.name](data, start, end, series)
+    summary.update(extra)
+    return summary, series
+
+
+def _leader_move_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
+    ok = [(r.time_ms / 1000, r.node_id, tp) for r in data.responses if r.api_key == PRODUCE
+          for tp, code in r.partition_errors.items() if code == 0]
+    tried = [(r.time_ms / 1000, tp) for r in data.requests if r.api_key == PRODUCE for tp in r.partitions]
+    delays: list[float] = []
+    missing = 0
+    moves = [a for a in data.applied if a.step.action == "move_all_leaders"]
+    for i, move in enumerate(moves):
+        until = moves[i + 1].at_s if i + 1 < len(moves) else end
+        for tp, node in move.moved:
+            # from the client's first attempt at the partition after the move, so the partitioner's idle
+            # time on that partition does not count
+            first_try = stats.first_after((t for t, p in tried if p == tp and t < until), move.at_s)
+            if first_try is None:
+                continue
+            delay = stats.first_after((t for t, n, p in ok if n == node and p == tp and t < until),
+                                      move.at_s + first_try)
+            if delay is None:
+                missing += 1
+            else:
+                delays.append(delay)
+    refused = [r.time_ms / 1000 for r in data.responses
+               if r.api_key == PRODUCE and NOT_LEADER_OR_FOLLOWER in r.partition_errors.values()]
+    series["metadata_requests_per_s"] = stats.rate_series(
+        (r.time_ms / 1000 for r in data.requests if r.api_key == METADATA), start, end - start)
+    return {"moves": len(moves), "move_to_first_success": stats.summary_of(delays),
+            "moved_partitions_without_success": missing,
+            "not_leader_responses": sum(1 for t in refused if start <= t < end)}
+
+
+def _throttle_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
+    inside = [r.time_ms / 1000 for r in data.requests if r.in_throttle_window]
+    series["requests_in_throttle_window_per_s"] = stats.rate_series(inside, start, end - start)
+    return {"requests_in_throttle_windows": sum(1 for t in inside if start <= t < end),
+            "throttled_responses": sum(1 for r in data.responses
+                                       if r.throttle_time_ms > 0 and start <= r.time_ms / 1000 < end)}
+
+
+def _fault_node(data: PhaseData) -> int:
+    return int(data.scenario.params["node"])
+
+
+def _recovery(data: PhaseData, node: int, fault_end: float) -> float | None:
+    """From ``fault_end`` to the first record acknowledged on a partition ``node`` led."""
+    led = {p for p, n in data.leaders.items() if n == node}
+    return stats.first_after((d for _, d, p in data.log.acked() if p in led), fault_end)
+
+
+def _window(data: PhaseData, action: str) -> tuple[float, float]:
+    for a in data.applied:
+        if a.step.action == action:
+            return a.at_s, a.at_s + a.step.window_s
+    raise ValueError(f"phase of {data.client}: the script step {action!r} was never applied")
+
+
+def _bounce_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
+    node = _fault_node(data)
+    down_at, up_at = _window(data, "stop_node")
+    restarted = [a.at_s for a in data.applied if a.step.action == "start_node"]
+    up_at = restarted[0] if restarted else up_at
+    attempts = data.connect_attempts.get(node, [])
+    series["connect_attempts_per_s"] = stats.rate_series(attempts, start, end - start)
+    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
+    series["produce_requests_to_node_per_s"] = stats.rate_series(to_node, start, end - start)
+    after = [t for t in to_node if up_at <= t < min(end, up_at + 1.0)]
+    recovery = _recovery(data, node, up_at)
+    down_s = max(up_at - down_at, 1e-9)
+    return {"node": node, "down_s": round(up_at - down_at, 3),
+            "connect_attempts_while_down": len(attempts),
+            "connect_attempts_per_s_while_down": round(len(attempts) / down_s, 2),
+            "produce_requests_first_s_after_return": len(after),
+            "recovery_ms": None if recovery is None else round(recovery * 1000, 1)}
+
+
+def _storm_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
+    node = _fault_node(data)
+    fail_at, fail_end = _window(data, "fail_produce")
+    cleared = [a.at_s for a in data.applied if a.step.action == "clear"]
+    fail_end = cleared[0] if cleared else fail_end
+    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
+    per_s = stats.rate_series(to_node, start, end - start)
+    series["produce_requests_to_node_per_s"] = per_s
+    during = stats.count_between(to_node, fail_at, fail_end)
+    span = max(fail_end - fail_at, 1e-9)
+    recovery = _recovery(data, node, fail_end)
+    return {"node": node, "failing_s": round(span, 3), "producers": data.scenario.producers,
+            "requests_to_failing_node": during,
+            "requests_per_s_to_failing_node": round(during / span, 1),
+            "requests_per_s_per_producer": round(during / span / data.scenario.producers, 2),
+            "peak_requests_per_s_to_node": max(stats.rate_series(to_node, fail_at, span)),
+            "recovery_ms": None if recovery is None else round(recovery * 1000, 1)}
+
+
+_EXTRA = {"leader-move": _leader_move_metrics, "throttle": _throttle_metrics,
+          "broker-bounce": _bounce_metrics, "retry-storm": _storm_metrics}
+
+#: the headline metrics of each scenario: (label, path in the summary, which direction is better)
+HEADLINES: dict[str, list[tuple[str, str, str]]] = {
+    "steady": [("produce msg/s, 100 B", "100B.produce_msg_per_s", "higher"),
+               ("produce msg/s, 1 KiB", "1024B.produce_msg_per_s", "higher"),
+               ("consume msg/s, 100 B", "100B.consume_msg_per_s", "higher"),
+               ("consume msg/s, 1 KiB", "1024B.consume_msg_per_s", "higher")],
+    "leader-move": [("p99 produce latency ms", "latency.p99_ms", "lower"),
+                    ("max produce latency ms", "latency.max_ms", "lower"),
+                    ("median move → first success ms", "move_to_first_success.median_ms", "lower"),
+                    ("Metadata requests", "metadata_requests", "lower"),
+                    ("throughput msg/s", "throughput_msg_per_s", "higher")],
+    "throttle": [("requests inside throttle windows", "requests_in_throttle_windows", "lower"),
+                 ("p99 produce latency ms", "latency.p99_ms", "lower"),
+                 ("throughput msg/s", "throughput_msg_per_s", "higher"),
+                 ("connections opened", "connections_opened", "lower")],
+    "broker-bounce": [("records failed by delivery timeout", "failed_timeout", "lower"),
+                      ("connect attempts/s while down", "connect_attempts_per_s_while_down", "lower"),
+                      ("recovery ms", "recovery_ms", "lower"),
+                      ("p99 produce latency ms", "latency.p99_ms", "lower")],
+    "retry-storm": [("requests/s to failing node", "requests_per_s_to_failing_node", "lower"),
+                    ("peak requests/s to failing node", "peak_requests_per_s_to_node", "lower"),
+                    ("recovery ms", "recovery_ms", "lower"),
+                    ("p99 produce latency ms", "latency.p99_ms", "lower")],
+}

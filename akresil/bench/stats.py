@@ -1,0 +1,171 @@
+"""Pure statistics for the failure benchmarks: delivery logs, percentiles and per-second series.
+
+Nothing here reads a clock or a socket: every function takes timestamps (seconds on ``time.monotonic()``, the
+clock the fault proxy records on) so the metrics can be unit-tested with made-up timelines and recomputed from
+a saved run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+#: error kinds a client adapter reports for a failed record
+TIMEOUT = "timeout"
+OTHER = "other"
+#: a record that neither succeeded nor failed by the end of the run
+UNFINISHED = "unfinished"
+
+
+class DeliveryLog:
+    """Send time, completion time, partition and error kind of every record one client was handed.
+
+    Slots are written by index, so a client's own callback thread (confluent-kafka's poll loop) can complete
+    records while the event loop appends new ones: a list item store is atomic in CPython.
+    """
+
+    __slots__ = ("sent_s", "done_s", "partition", "error")
+
+    def __init__(self) -> None:
+        self.sent_s: list[float] = []
+        self.done_s: list[float] = []
+        self.partition: list[int] = []
+        self.error: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.sent_s)
+
+    def begin(self, now_s: float) -> int:
+        """Note a record handed to the client at ``now_s``; returns its index."""
+        self.sent_s.append(now_s)
+        self.done_s.append(math.nan)
+        self.partition.append(-1)
+        self.error.append(None)
+        return len(self.sent_s) - 1
+
+    def succeeded(self, index: int, now_s: float, partition: int) -> None:
+        self.partition[index] = partition
+        self.done_s[index] = now_s
+
+    def failed(self, index: int, now_s: float, kind: str) -> None:
+        if kind not in (TIMEOUT, OTHER):
+            raise ValueError(f"error kind: expected {TIMEOUT!r} or {OTHER!r}, got {kind!r}")
+        self.error[index] = kind
+        self.done_s[index] = now_s
+
+    def pending(self) -> int:
+        return sum(1 for d in self.done_s if math.isnan(d))
+
+    def acked(self) -> list[tuple[float, float, int]]:
+        """(sent_s, done_s, partition) of every record that succeeded."""
+        return [(s, d, p) for s, d, p, e in zip(self.sent_s, self.done_s, self.partition, self.error)
+                if e is None and not math.isnan(d)]
+
+    def error_counts(self) -> dict[str, int]:
+        counts = {TIMEOUT: 0, OTHER: 0, UNFINISHED: 0}
+        for d, e in zip(self.done_s, self.error):
+            if e is not None:
+                counts[e] += 1
+            elif math.isnan(d):
+                counts[UNFINISHED] += 1
+        return counts
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of unsorted ``values``; ``None`` for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile: q must be within 0..100, got {q}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    count: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"count": self.count, "p50_ms": _r(self.p50_ms), "p99_ms": _r(self.p99_ms),
+                "max_ms": _r(self.max_ms)}
+
+
+def latency_summary(latencies_s: Sequence[float]) -> LatencySummary:
+    ms = [x * 1000.0 for x in latencies_s]
+    return LatencySummary(len(ms), percentile(ms, 50), percentile(ms, 99), max(ms) if ms else None)
+
+
+def bucket_count(duration_s: float, bucket_s: float) -> int:
+    if bucket_s <= 0:
+        raise ValueError(f"bucket_s: must be > 0, got {bucket_s}")
+    if duration_s < 0:
+        raise ValueError(f"duration_s: must be >= 0, got {duration_s}")
+    return max(1, math.ceil(duration_s / bucket_s - 1e-9))
+
+
+def rate_series(times_s: Iterable[float], start_s: float, duration_s: float, bucket_s: float = 1.0) -> list[float]:
+    """Events per second in consecutive buckets from ``start_s``; events outside the span are ignored."""
+    n = bucket_count(duration_s, bucket_s)
+    counts = [0] * n
+    for t in times_s:
+        i = math.floor((t - start_s) / bucket_s)
+        if 0 <= i < n:
+            counts[i] += 1
+    return [c / bucket_s for c in counts]
+
+
+def delivery_series(log: DeliveryLog, start_s: float, duration_s: float, bucket_s: float = 1.0
+                    ) -> dict[str, list[float | None]]:
+    """Per bucket: records acknowledged per second (by ack time), records failed per second, and the p50 /
+    p99 / max produce latency of records *sent* in that bucket (so a stall shows where it began)."""
+    n = bucket_count(duration_s, bucket_s)
+    acked = rate_series((d for _, d, _ in log.acked()), start_s, duration_s, bucket_s)
+    failed = rate_series((d for d, e in zip(log.done_s, log.error) if e is not None), start_s, duration_s,
+                         bucket_s)
+    by_send: list[list[float]] = [[] for _ in range(n)]
+    for s, d, _ in log.acked():
+        i = math.floor((s - start_s) / bucket_s)
+        if 0 <= i < n:
+            by_send[i].append((d - s) * 1000.0)
+    return {
+        "acked_per_s": acked,
+        "failed_per_s": failed,
+        "p50_ms": [_r(percentile(b, 50)) for b in by_send],
+        "p99_ms": [_r(percentile(b, 99)) for b in by_send],
+        "max_ms": [_r(max(b)) if b else None for b in by_send],
+    }
+
+
+def first_after(times_s: Iterable[float], after_s: float) -> float | None:
+    """Delay from ``after_s`` to the first time at or after it (``None``: nothing came)."""
+    later = [t for t in times_s if t >= after_s]
+    return min(later) - after_s if later else None
+
+
+def count_between(times_s: Iterable[float], start_s: float, end_s: float) -> int:
+    return sum(1 for t in times_s if start_s <= t < end_s)
+
+
+def summary_of(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, median and max of a list of delays in seconds, reported in ms."""
+    ms = [v * 1000.0 for v in values]
+    return {"count": len(ms), "median_ms": _r(percentile(ms, 50)), "max_ms": _r(max(ms)) if ms else None}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator`` rounded, ``None`` when either is missing; x/0 is ``inf`` unless x is 0 too
+    (then 1.0: both clients did the same nothing)."""
+    if numerator is None or denominator is None:
+        return None
+    if denominator == 0:
+        return 1.0 if numerator == 0 else math.inf
+    return round(numerator / denominator, 3)
+
+
+def _r(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)

@@ -1,0 +1,58 @@
+"""``akresil bench`` end to end on a tiny scenario: the JSON document, the table and the PNG are written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import orjson
+import pytest
+
+from akresil.bench import scenarios
+from akresil.bench.command import add_arguments, run
+from akresil.bench.progress import Progress
+from akresil.bench.script import FaultScript, FaultStep
+from akresil.testing import EmbeddedBroker
+
+pytestmark = pytest.mark.broker
+
+
+async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroker, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny = scenarios.Scenario("leader-move", FaultScript(3.0, (FaultStep(1.0, "move_all_leaders",
+                                                                          label="leader move"),)),
+                              rate=500, drain_s=5.0)
+    monkeypatch.setattr("akresil.bench.command.build", lambda name, quick, seed: tiny)
+    page = tmp_path / "page.md"
+    page.write_text("# Bench\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["leader-move", "--quick", "--clients", "akresil", "--out", str(tmp_path / "out"),
+                              "--bootstrap-servers", broker.bootstrap_servers, "--update-docs", str(page)])
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> None:
+            lines.append(text)
+
+        def flush(self) -> None:
+            pass
+
+        def isatty(self) -> bool:
+            return False
+
+    await run(args, Progress(Sink()))  # type: ignore[arg-type]
+
+    doc = orjson.loads((tmp_path / "out" / "bench.json").read_bytes())
+    assert doc["environment"]["cpus"] and doc["seed"] == 1 and doc["quick"] is True
+    result = doc["scenarios"]["leader-move"]
+    summary = result["clients"]["akresil"]["summary"]
+    assert summary["records_offered"] >= 1000                 # 500/s for 3 s, open loop
+    assert summary["records_acked"] == summary["records_offered"]
+    assert summary["moves"] == 1 and summary["move_to_first_success"]["count"] >= 1
+    assert len(result["clients"]["akresil"]["series"]["acked_per_s"]) == 3
+    assert [r["metric"] for r in result["ratios"]][0] == "p99 produce latency ms"
+    png = (tmp_path / "out" / "leader-move.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "| leader-move | p99 produce latency ms |" in page.read_text()
+    assert any("leader-move" in line for line in lines)

@@ -1,0 +1,131 @@
+"""Scenario metrics from hand-made recordings, and the report's shape: ratios, JSON, the docs table."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from akresil.bench import report, stats
+from akresil.bench.scenarios import (METADATA, PRODUCE, AppliedStep, PhaseData, build, summarize)
+from akresil.testing.recorder import ConnectionEvent, RecordedRequest, RecordedResponse
+
+T0 = 1000.0   # monotonic seconds at which the phase starts
+
+
+def req(api_key: int, t: float, node: int = 1, parts: tuple[tuple[str, int], ...] = (),
+        in_window: bool = False) -> RecordedRequest:
+    return RecordedRequest(node, 1, "c", api_key, 9, 0, (T0 + t) * 1000, parts, in_window)
+
+
+def resp(t: float, node: int, errors: dict[tuple[str, int], int], throttle: int = 0) -> RecordedResponse:
+    return RecordedResponse(node, 1, "c", PRODUCE, 9, 0, (T0 + t) * 1000, tuple(c for c in errors.values() if c),
+                            errors, throttle)
+
+
+def phase(name: str, *, requests: list[RecordedRequest] = [], responses: list[RecordedResponse] = [],
+          applied: list[AppliedStep] = [], log: stats.DeliveryLog | None = None,
+          attempts: dict[int, list[float]] | None = None) -> PhaseData:
+    sc = build(name, quick=True, seed=1)
+    return PhaseData(scenario=sc, client="akresil", start_s=T0, log=log or stats.DeliveryLog(),
+                     requests=requests, responses=responses,
+                     connections=[ConnectionEvent(1, 1, "open", (T0 + 0.5) * 1000),
+                                  ConnectionEvent(1, 1, "close", (T0 + 0.6) * 1000, "client closed")],
+                     applied=applied, leaders={0: 1, 1: 2, 2: 3}, connect_attempts=attempts or {})
+
+
+def test_leader_move_first_success_counts_from_the_clients_first_attempt() -> None:
+    sc = build("leader-move", quick=True, seed=1)
+    move = sc.script.steps[0]
+    tp = ("t", 0)
+    at = move.at_s
+    data = phase("leader-move", applied=[AppliedStep(move, T0 + at, moved=[(tp, 2)])],
+                 requests=[req(PRODUCE, at + 0.3, 1, (tp,)), req(PRODUCE, at + 0.35, 2, (tp,)),
+                           req(METADATA, at + 0.31), req(METADATA, 0.1)],
+                 responses=[resp(at + 0.31, 1, {tp: 6}), resp(at + 0.36, 2, {tp: 0})])
+    summary, series = summarize(data)
+    assert summary["move_to_first_success"] == {"count": 1, "median_ms": pytest.approx(60.0, abs=0.5),
+                                                "max_ms": pytest.approx(60.0, abs=0.5)}
+    assert summary["metadata_requests"] == 2 and summary["not_leader_responses"] == 1
+    assert sum(series["metadata_requests_per_s"]) == 2
+    assert summary["connections_opened"] == 1 and summary["connections_closed_by_client"] == 1
+
+
+def test_throttle_counts_requests_inside_windows() -> None:
+    data = phase("throttle", requests=[req(PRODUCE, 1.1, in_window=True), req(PRODUCE, 1.2),
+                                       req(METADATA, 2.6, in_window=True)],
+                 responses=[resp(1.0, 1, {("t", 0): 0}, throttle=500)])
+    summary, series = summarize(data)
+    assert summary["requests_in_throttle_windows"] == 2
+    assert summary["throttled_responses"] == 1
+    assert series["requests_in_throttle_window_per_s"][1:3] == [1.0, 1.0]
+
+
+def test_storm_and_bounce_metrics() -> None:
+    sc = build("retry-storm", quick=True, seed=1)
+    node = sc.params["node"]
+    fail, clear = sc.script.steps
+    log = stats.DeliveryLog()
+    led = next(p for p, n in {0: 1, 1: 2, 2: 3}.items() if n == node)
+    log.succeeded(log.begin(T0 + 1.0), T0 + clear.at_s + 0.25, led)
+    reqs = [req(PRODUCE, fail.at_s + 0.1 * i, node) for i in range(20)]       # 20 requests in 2 s
+    data = phase("retry-storm", requests=reqs, log=log,
+                 applied=[AppliedStep(fail, T0 + fail.at_s), AppliedStep(clear, T0 + clear.at_s)])
+    summary, _ = summarize(data)
+    assert summary["requests_to_failing_node"] == 20
+    assert summary["requests_per_s_to_failing_node"] == pytest.approx(20 / fail.window_s, rel=0.01)
+    assert summary["peak_requests_per_s_to_node"] == 10
+    assert summary["recovery_ms"] == pytest.approx(250.0, abs=0.5)
+
+    bounce = build("broker-bounce", quick=True, seed=1)
+    stop, start = bounce.script.steps
+    bnode = bounce.params["node"]
+    attempts = {bnode: [T0 + stop.at_s + 0.5, T0 + stop.at_s + 1.5]}
+    data = phase("broker-bounce", attempts=attempts,
+                 applied=[AppliedStep(stop, T0 + stop.at_s), AppliedStep(start, T0 + start.at_s)])
+    summary, series = summarize(data)
+    assert summary["connect_attempts_while_down"] == 2
+    assert summary["connect_attempts_per_s_while_down"] == pytest.approx(2 / stop.window_s, rel=0.01)
+    assert summary["recovery_ms"] is None                      # nothing was acknowledged afterwards
+    assert sum(series["connect_attempts_per_s"]) == 2
+
+
+def test_missing_step_is_reported_not_guessed() -> None:
+    with pytest.raises(ValueError, match="'fail_produce' was never applied"):
+        summarize(phase("retry-storm"))
+
+
+def test_ratios_direction_and_edge_cases() -> None:
+    summaries = {"akresil": {"requests_in_throttle_windows": 0, "latency": {"p99_ms": 20.0},
+                             "throughput_msg_per_s": 2000.0, "connections_opened": 0},
+                 "aiokafka": {"requests_in_throttle_windows": 40, "latency": {"p99_ms": 80.0},
+                              "throughput_msg_per_s": 1000.0, "connections_opened": 0}}
+    rows = {r["path"]: r for r in report.ratios("throttle", summaries)}
+    assert rows["requests_in_throttle_windows"]["ratios"] == {"aiokafka": 0.0}
+    assert rows["latency.p99_ms"]["ratios"] == {"aiokafka": 0.25}
+    assert rows["latency.p99_ms"]["better"] == "lower"
+    assert rows["throughput_msg_per_s"]["ratios"] == {"aiokafka": 2.0}
+    assert rows["connections_opened"]["ratios"] == {"aiokafka": 1.0}        # 0 / 0: the same
+    assert report._ratio(5, 0) == "inf" and report._ratio(None, 3) is None
+    assert report.lookup({"a": {"b": True}}, "a.b") is None
+
+
+def test_document_json_table_and_docs_markers(tmp_path: object) -> None:
+    summaries = {"akresil": {"latency": {"p99_ms": 20.0}}, "confluent": {"latency": {"p99_ms": 40.0}}}
+    env = {"python": "3.11", "cpus": 2, "load_avg": [1.0, 2.0, 3.0], "aiokafka": "0.14", "confluent_kafka": "2.16",
+           "librdkafka": "2.16"}
+    doc = report.document(seed=3, quick=True, env=env, scenarios={
+        "leader-move": {"clients": {c: {"summary": s} for c, s in summaries.items()},
+                        "ratios": report.ratios("leader-move", summaries), "nan": float("nan")}})
+    parsed = orjson.loads(report.dumps(doc))
+    assert parsed["seed"] == 3 and parsed["scenarios"]["leader-move"]["nan"] == "nan"
+    table = report.markdown_table(doc)
+    header, rule, first = table.splitlines()[:3]
+    assert header == "| scenario | metric | better | akresil | confluent | akresil / confluent |"
+    assert first == "| leader-move | p99 produce latency ms | lower | 20 | 40 | 0.5 |"
+    assert "seed 3, --quick" in table
+    page = f"# B\n\nintro\n{report.DOC_BEGIN}\nold\n{report.DOC_END}\ntail\n"
+    updated = report.replace_between_markers(page, table)
+    assert "old" not in updated and updated.endswith(f"{report.DOC_END}\ntail\n") and first in updated
+    assert report.replace_between_markers(updated, table) == updated          # idempotent
+    with pytest.raises(ValueError, match="needs the markers"):
+        report.replace_between_markers("# no markers", table)
