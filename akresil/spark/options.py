@@ -1,0 +1,342 @@
+"""Parse and validate the Spark options of the ``akresil`` data source (pure: no pyspark, no I/O).
+
+Spark hands a data source its options as strings in a case-insensitive map (keys arrive lower-cased), so
+every value is parsed here, once, on the driver, and every mistake is reported with the option's name
+before a task starts. Option names follow Spark's built-in Kafka source so that a pipeline switches by
+changing the format name; ``kafka.<dotted.name>`` options become akresil client configs
+(``kafka.linger.ms`` -> ``linger_ms``) and go through ``akresil.config.resolve``, which checks them again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import orjson
+
+from ..config import OPTIONS_BY_NAME, resolve
+from ..errors import ConfigError
+from ..types import TopicPartition
+
+__all__ = [
+    "EARLIEST", "LATEST", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
+    "parse_read_options", "parse_write_options", "client_config",
+]
+
+#: Spark's Kafka source spells these as -2 / -1 inside offset JSON, as Kafka's ListOffsets does
+EARLIEST, LATEST = -2, -1
+
+#: Kafka consumer settings Spark's Kafka source refuses too: offsets are tracked by Spark, not a group
+_FORBIDDEN_KAFKA = {
+    "group.id": "offsets are tracked by Spark (checkpoint or the offset options), not by a consumer group",
+    "auto.offset.reset": "use startingOffsets instead",
+    "enable.auto.commit": "offsets are tracked by Spark, nothing is committed to Kafka",
+    "key.serializer": "keys are written as bytes (binary or string column)",
+    "value.serializer": "values are written as bytes (binary or string column)",
+    "key.deserializer": "keys are read as binary; cast in Spark SQL",
+    "value.deserializer": "values are read as binary; cast in Spark SQL",
+    "interceptor.classes": "Java interceptors do not apply; attach akresil hooks instead",
+}
+#: akresil configs a string option cannot express (Python objects)
+_OBJECT_CONFIGS = {"ssl_context", "metrics_registry", "partitioner"}
+
+#: Spark Kafka source options akresil knows but does not implement (named in the error)
+_NOT_SUPPORTED = {
+    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp", "endingtimestamp",
+    "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix",
+    "fetchoffset.numretries", "fetchoffset.retryintervalms", "kafkaconsumer.cachecapacity",
+}
+
+#: Spark's spelling of every option (keys arrive lower-cased), used in error messages
+_CANONICAL = {name.lower(): name for name in (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "failOnDataLoss",
+    "kafkaConsumer.pollTimeoutMs", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
+    "includeHeaders", "topic", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
+    "endingTimestamp", "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.cacheCapacity")}
+
+_COMMON = {"kafka.bootstrap.servers"}
+_READ_KEYS = {
+    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "failondataloss",
+    "kafkaconsumer.polltimeoutms", "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
+    "includeheaders",
+}
+_WRITE_KEYS = {"topic"}
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """``earliest`` / ``latest`` for every partition, or explicit per-partition offsets (-2/-1 allowed)."""
+
+    default: int | None                       # EARLIEST / LATEST, or None when `offsets` is explicit
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+    def for_partition(self, tp: TopicPartition) -> int | None:
+        """The offset (or EARLIEST/LATEST) asked for ``tp``; None when explicit JSON does not name it."""
+        if self.default is not None:
+            return self.default
+        return self.offsets.get(tp)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Exactly one of Spark's ``subscribe`` / ``subscribePattern`` / ``assign``."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"subscribePattern={self.pattern!r}"
+        if self.partitions:
+            return "assign=" + ",".join(f"{tp.topic}-{tp.partition}" for tp in self.partitions)
+        return "subscribe=" + ",".join(self.topics)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    include_headers: bool
+    #: akresil consumer configuration (snake_case keys), already validated
+    consumer: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    topic: str | None
+    #: akresil producer configuration (snake_case keys), already validated
+    producer: Mapping[str, Any]
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Validate a read's options; ``streaming`` selects Spark's defaults and rules for readStream."""
+    opts = _lower(options)
+    _check_known(opts, _COMMON | _READ_KEYS, "read" if not streaming else "streaming read",
+                 other=_WRITE_KEYS)
+    subscription = _subscription(opts)
+    starting = _offsets(opts, "startingoffsets", "latest" if streaming else "earliest", subscription)
+    if streaming and "endingoffsets" in opts:
+        raise ConfigError("endingOffsets: only for batch reads (spark.read); a stream reads until stopped")
+    ending = _offsets(opts, "endingoffsets", "latest", subscription)
+    if not streaming:
+        if starting.default == LATEST or any(v == LATEST for v in starting.offsets.values()):
+            raise ConfigError("startingOffsets: 'latest' is not allowed for a batch read (it would read nothing)")
+        if ending.default == EARLIEST or any(v == EARLIEST for v in ending.offsets.values()):
+            raise ConfigError("endingOffsets: 'earliest' is not allowed for a batch read (it would read nothing)")
+    max_offsets = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    if max_offsets is not None and not streaming:
+        raise ConfigError("maxOffsetsPerTrigger: only for streaming reads (spark.readStream)")
+    return ReadOptions(
+        subscription=subscription, starting=starting, ending=ending,
+        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs") or 120_000,
+        max_offsets_per_trigger=max_offsets,
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition"),
+        include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
+        consumer=client_config(opts, "consumer"),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Validate a batch write's options."""
+    opts = _lower(options)
+    _check_known(opts, _COMMON | _WRITE_KEYS, "write", other=_READ_KEYS)
+    topic = opts.get("topic")
+    if topic is not None:
+        from ..admin import check_topic_name
+        try:
+            check_topic_name(topic)
+        except Exception as exc:
+            raise ConfigError(f"topic: {exc}") from None
+    return WriteOptions(topic=topic, producer=client_config(opts, "producer"))
+
+
+def client_config(opts: Mapping[str, str], kind: str) -> dict[str, Any]:
+    """``kafka.*`` options -> akresil config kwargs for ``kind`` (producer/consumer), validated by resolve().
+
+    A setting that only the other client understands is skipped (Spark passes one option map to both
+    sides); a name akresil does not know at all is an error that names it.
+    """
+    if "kafka.bootstrap.servers" not in opts:
+        raise ConfigError("kafka.bootstrap.servers: required (host:port[,host:port...])")
+    out: dict[str, Any] = {}
+    for key, raw in opts.items():
+        if not key.startswith("kafka."):
+            continue
+        dotted = key[len("kafka."):]
+        if dotted in _FORBIDDEN_KAFKA:
+            raise ConfigError(f"{key}: not supported: {_FORBIDDEN_KAFKA[dotted]}")
+        name = dotted.replace(".", "_").replace("-", "_")
+        opt = OPTIONS_BY_NAME.get(name)
+        if opt is None:
+            raise ConfigError(f"{key}: unknown Kafka client setting (akresil has no {name!r} configuration)")
+        if name in _OBJECT_CONFIGS:
+            raise ConfigError(f"{key}: cannot be set from a string option (it takes a Python object)")
+        if kind not in opt.clients:
+            continue
+        out[name] = _convert(key, raw, opt.types, opt.nullable)
+    try:
+        resolve(kind, out)
+    except ConfigError as exc:
+        raise ConfigError(f"kafka.* options: {exc}") from None
+    return out
+
+
+# ---------------------------------------------------------------------- helpers
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"option names must be strings, got {key!r}")
+        out[key.lower()] = value if isinstance(value, str) else str(value)
+    return out
+
+
+def _check_known(opts: Mapping[str, str], allowed: set[str], what: str, *, other: set[str]) -> None:
+    for key in opts:
+        if key in allowed or key.startswith("kafka."):
+            continue
+        name = _CANONICAL.get(key, key)
+        if key in _NOT_SUPPORTED:
+            raise ConfigError(f"{name}: Spark's Kafka source option is not supported by akresil")
+        if key in other:
+            raise ConfigError(f"{name}: not an option of a {what}")
+        raise ConfigError(f"{name}: unknown option of the akresil data source ({what})")
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(given) != 1:
+        raise ConfigError("exactly one of subscribe, subscribePattern, assign is required"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    key = given[0]
+    value = opts[key]
+    from ..admin import check_topic_name
+    if key == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ConfigError("subscribe: needs at least one topic name (comma-separated)")
+        for t in topics:
+            try:
+                check_topic_name(t)
+            except Exception as exc:
+                raise ConfigError(f"subscribe: {exc}") from None
+        return Subscription(topics=tuple(dict.fromkeys(topics)))
+    if key == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ConfigError(f"subscribePattern: {value!r} is not a valid regex: {exc}") from None
+        if not value:
+            raise ConfigError("subscribePattern: must not be empty")
+        return Subscription(pattern=value)
+    parsed = _json(value, "assign")
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f'assign: expected JSON like {{"topicA":[0,1]}}, got {value!r}')
+    tps: list[TopicPartition] = []
+    for topic, parts in parsed.items():
+        try:
+            check_topic_name(topic)
+        except Exception as exc:
+            raise ConfigError(f"assign: {exc}") from None
+        if not isinstance(parts, list) or not parts:
+            raise ConfigError(f"assign: partitions of {topic!r} must be a non-empty list of ints")
+        for p in parts:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+                raise ConfigError(f"assign: partition {p!r} of {topic!r} is not an int >= 0")
+            tps.append(TopicPartition(topic, p))
+    return Subscription(partitions=tuple(dict.fromkeys(tps)))
+
+
+def _offsets(opts: Mapping[str, str], key: str, default: str, subscription: Subscription) -> OffsetSpec:
+    name = {"startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets"}[key]
+    raw = opts.get(key, default).strip()
+    if raw.lower() == "earliest":
+        return OffsetSpec(EARLIEST)
+    if raw.lower() == "latest":
+        return OffsetSpec(LATEST)
+    parsed = _json(raw, name)
+    if not isinstance(parsed, dict):
+        raise ConfigError(f'{name}: expected "earliest", "latest" or JSON like {{"t":{{"0":23}}}}, got {raw!r}')
+    offsets: dict[TopicPartition, int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(f"{name}: offsets of topic {topic!r} must be an object {{partition: offset}}")
+        for p, off in parts.items():
+            try:
+                partition = int(p)
+            except ValueError:
+                raise ConfigError(f"{name}: partition {p!r} of {topic!r} is not an int") from None
+            if partition < 0:
+                raise ConfigError(f"{name}: partition {partition} of {topic!r} is negative")
+            if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
+                raise ConfigError(f"{name}: offset {off!r} of {topic}-{partition} must be an int >= 0, "
+                                  "-2 (earliest) or -1 (latest)")
+            offsets[TopicPartition(topic, partition)] = off
+    if subscription.partitions:
+        extra = sorted(set(offsets) - set(subscription.partitions))
+        if extra:
+            raise ConfigError(f"{name}: names partitions that assign does not: "
+                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in extra))
+    elif subscription.topics:
+        extra_topics = sorted({tp.topic for tp in offsets} - set(subscription.topics))
+        if extra_topics:
+            raise ConfigError(f"{name}: names topics that are not subscribed: {', '.join(extra_topics)}")
+    return OffsetSpec(None, offsets)
+
+
+def _json(raw: str, name: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{name}: not valid JSON ({exc}): {raw!r}") from None
+
+
+def _positive_int(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}: expected a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name}: must be >= 1, got {value}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise ConfigError(f"{name}: expected true or false, got {raw!r}")
+
+
+def _convert(key: str, raw: str, types: tuple[type, ...], nullable: bool) -> Any:
+    text = raw.strip()
+    if nullable and text.lower() in ("", "null", "none"):
+        return None
+    if bool in types:
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+    if int in types:
+        try:
+            return int(text)
+        except ValueError:
+            if str not in types:
+                raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
+    return text

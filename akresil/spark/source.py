@@ -1,0 +1,100 @@
+"""The ``akresil`` Python data source and its registration on a SparkSession."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from .. import errors
+from .options import parse_read_options, parse_write_options
+from .schema import kafka_schema
+from .writer import WriteSummary, read_summary
+
+__all__ = ["AkresilDataSource", "register", "last_write_summary", "summary_dir"]
+
+
+class AkresilDataSource(DataSource):
+    """Spark data source ``akresil``: batch write, batch read and streaming read of Kafka topics.
+
+    Options are validated when Spark instantiates the source (at ``load()`` / ``save()``), so a bad option
+    fails the query on the driver with a message naming it, before any task runs.
+    """
+
+    #: where driver-side commits leave write summaries; set per driver program by ``register``
+    summary_dir: str = str(Path(tempfile.gettempdir()) / "akresil-spark" / "default")
+
+    @classmethod
+    def name(cls) -> str:
+        return "akresil"
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return kafka_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .reader import AkresilBatchReader
+        self._check_schema(schema)
+        return AkresilBatchReader(parse_read_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import AkresilStreamReader
+        self._check_schema(schema)
+        return AkresilStreamReader(parse_read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .writer import AkresilWriter, check_input_schema
+        if overwrite:
+            raise errors.ConfigError("save mode: Kafka topics are append-only; use mode('append')")
+        options = parse_write_options(self.options)
+        columns = check_input_schema(schema, options.topic)
+        return AkresilWriter(options, columns, self.summary_dir)
+
+    def _check_schema(self, schema: StructType) -> None:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        if schema != kafka_schema(include):
+            raise errors.ConfigError("the akresil source has a fixed schema (Spark's Kafka source schema); "
+                                     f"do not pass .schema(...): got {schema.simpleString()}")
+
+
+_registered_dir: str | None = None
+
+
+def summary_dir() -> str:
+    """This driver program's summary directory (one per process, so concurrent programs do not mix)."""
+    global _registered_dir
+    if _registered_dir is None:
+        base = Path(tempfile.gettempdir()) / "akresil-spark"
+        _registered_dir = str(base / f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return _registered_dir
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``akresil`` format on ``spark`` (``spark.read/readStream/write.format("akresil")``).
+
+    The registered class carries this driver program's summary directory, so ``last_write_summary()``
+    finds the summaries of this program's writes and not another's.
+    """
+    cls = type("AkresilDataSource", (AkresilDataSource,), {"summary_dir": summary_dir(),
+                                                           "__module__": __name__,
+                                                           "__qualname__": "AkresilDataSource._registered"})
+    spark.dataSource.register(cls)
+
+
+def last_write_summary() -> WriteSummary | None:
+    """Summary of the most recent ``akresil`` write of this driver program (None before the first one).
+
+    Written by Spark's driver-side commit (or abort) step, which runs in its own Python process; this
+    reads it back from the program's summary directory.
+    """
+    directory = Path(summary_dir())
+    if not directory.is_dir():
+        return None
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        return None
+    return read_summary(files[-1])

@@ -1,0 +1,109 @@
+"""Streaming read: ``spark.readStream.format("akresil")`` with Spark's Kafka-source offset semantics.
+
+Offsets are ``{"topic": {"partition": next offset}}`` dicts that Spark writes to the query's checkpoint
+before a micro-batch runs; a micro-batch reads ``[start, end)`` per partition, so a restarted query
+resumes at the checkpointed end without loss or duplication. Spark's checkpoint is the only truth:
+``commit(end)`` is not guaranteed for the last batch of a run and stores nothing.
+
+Admission control: ``maxOffsetsPerTrigger`` becomes the default ``ReadMaxRows`` limit, shared across
+partitions in proportion to their backlog. ``Trigger.AvailableNow`` pins the latest offsets when the
+query starts (``prepareForTriggerAvailableNow``) and never reads past them, honouring the limit per batch.
+Partitions that appear later start at their earliest offset; a partition that disappears, or offsets
+deleted before they were read, are data loss (an error unless failOnDataLoss=false).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from ..types import TopicPartition
+from . import kafka_io
+from .offsets import DataLossError, check_starts, from_json, plan_ranges, rate_limit, resolve_spec, to_json
+from .options import ReadOptions
+from .reader import RangePartition, read_partition
+
+__all__ = ["AkresilStreamReader"]
+
+log = logging.getLogger(__name__)
+
+
+class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        #: latest offsets pinned by Trigger.AvailableNow (None: follow the log)
+        self._target: dict[TopicPartition, int] | None = None
+
+    # ------------------------------------------------------------------ offsets (driver)
+    def initialOffset(self) -> dict:
+        o = self.options
+        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+        starts = resolve_spec(o.starting, snap.partitions, snap.earliest, snap.latest, name="startingOffsets")
+        return to_json(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        o = self.options
+        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+        self._target = dict(snap.latest)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        o = self.options
+        starts = from_json(start)
+        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+        latest = dict(snap.latest) if self._target is None else dict(self._target)
+        for tp in starts:
+            if tp not in snap.latest:
+                _lost(o.fail_on_data_loss, f"partition {tp.topic}-{tp.partition} was deleted")
+        # partitions created since the start offsets were taken begin at their earliest offset
+        full_start = {tp: starts.get(tp, snap.earliest.get(tp, 0)) for tp in latest}
+        full_start = check_starts(full_start, snap.earliest, snap.latest,
+                                  fail_on_data_loss=o.fail_on_data_loss, context="streaming offsets")
+        # never move backwards (a lower latest means truncation; the range check reports it)
+        latest = {tp: max(latest[tp], full_start[tp]) for tp in latest}
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(full_start, latest, limit.max_rows)
+        elif isinstance(limit, ReadAllAvailable):
+            ends = latest
+        else:
+            raise ValueError(f"akresil stream reader: unsupported read limit {limit!r}")
+        # keep partitions of the start that vanished (with failOnDataLoss=false) so offsets stay monotonic
+        for tp, off in starts.items():
+            ends.setdefault(tp, off)
+        return to_json(ends)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        o = self.options
+        starts, ends = from_json(start), from_json(end)
+        # a partition new in `end` was planned from its earliest offset in latestOffset; find that offset
+        new = [tp for tp in ends if tp not in starts]
+        if new:
+            snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+            for tp in new:
+                starts[tp] = snap.earliest.get(tp, 0)
+        ranges = plan_ranges({tp: starts[tp] for tp in ends}, ends, min_partitions=o.min_partitions,
+                             max_records_per_partition=o.max_records_per_partition,
+                             fail_on_data_loss=o.fail_on_data_loss)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+
+def _lost(fail: bool, message: str) -> None:
+    if fail:
+        raise DataLossError(message + ". Set failOnDataLoss=false to continue past lost data.")
+    log.warning("%s; continuing because failOnDataLoss=false", message)

@@ -1,0 +1,380 @@
+"""Batch write: ``df.write.format("akresil")`` — one idempotent akresil Producer per Spark task.
+
+Each task owns a Producer on its own event loop (an anyio blocking portal thread) and sends its rows in
+the order Spark hands them over: one Arrow batch is appended and acknowledged before the next one is
+appended, while the task thread already converts the next batch, so a partition's records stay in row
+order and the producer never waits for Spark. A task returns a ``TaskDelivery`` only when every one of its
+records was acknowledged; otherwise it raises ``DeliveryFailedError`` naming the partitions, record counts
+and first rows that failed, and Spark fails (or retries) the task. A retried task sends all its rows
+again: delivery is at-least-once, never silently lossy. The job commits only when every task delivered;
+the driver-side ``commit``/``abort`` writes a ``WriteSummary`` that ``akresil.spark.last_write_summary()``
+reads back in the driver program.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import orjson
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType, BinaryType, IntegerType, LongType, ShortType, ByteType, StringType, StructType,
+)
+
+from .. import errors
+from ..types import Header, RecordMetadata
+from .options import WriteOptions
+
+__all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "group_rows", "needs_row_order",
+           "check_input_schema", "read_summary"]
+
+#: first failed rows quoted per partition in an error
+_QUOTED_ROWS = 5
+
+
+class DeliveryFailedError(errors.KafkaError):
+    """Records of a write task were not acknowledged; the message names partitions, counts and rows."""
+
+    errno = -1
+    retriable = False
+
+
+@dataclass
+class RowGroup:
+    """Consecutive-in-order rows of one Arrow batch going to one topic (and partition, if the row says)."""
+
+    topic: str
+    partition: int | None
+    pairs: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    #: per-row headers; None when the input has no headers column (then the bulk path is used)
+    headers: list[list[Header]] | None = None
+    #: row numbers within the task, for error reports
+    rows: list[int] = field(default_factory=list)
+
+
+class TaskDelivery(WriterCommitMessage):
+    """What one successful task delivered: sent back to the driver as its commit message (picklable)."""
+
+    def __init__(self, task: int, attempt: int, records: int, bytes_: int, retries: int, throttle_ms: float,
+                 partitions: dict[str, int], elapsed_s: float) -> None:
+        self.task = task
+        self.attempt = attempt
+        self.records = records
+        self.bytes = bytes_
+        self.retries = retries
+        self.throttle_ms = throttle_ms
+        self.partitions = partitions
+        self.elapsed_s = elapsed_s
+
+    def __repr__(self) -> str:
+        return f"TaskDelivery(task={self.task}, records={self.records}, partitions={self.partitions})"
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    """Delivery summary of one DataFrame write, as seen by the driver once Spark committed or aborted it."""
+
+    write_id: str
+    #: "committed" (every record acknowledged) or "aborted" (some task failed; see `tasks_delivered`)
+    status: str
+    tasks_delivered: int
+    tasks_failed: int
+    records: int
+    bytes: int
+    retries: int
+    throttle_ms: float
+    #: "topic-partition" -> records acknowledged there
+    partitions: Mapping[str, int]
+    finished_at: float
+
+    @classmethod
+    def from_messages(cls, write_id: str, status: str, messages: Sequence[Any]) -> "WriteSummary":
+        done = [m for m in messages if isinstance(m, TaskDelivery)]
+        parts: dict[str, int] = {}
+        for m in done:
+            for key, n in m.partitions.items():
+                parts[key] = parts.get(key, 0) + n
+        return cls(write_id=write_id, status=status, tasks_delivered=len(done),
+                   tasks_failed=len(messages) - len(done), records=sum(m.records for m in done),
+                   bytes=sum(m.bytes for m in done), retries=sum(m.retries for m in done),
+                   throttle_ms=sum(m.throttle_ms for m in done), partitions=dict(sorted(parts.items())),
+                   finished_at=time.time())
+
+
+def read_summary(path: Path) -> WriteSummary:
+    return WriteSummary(**orjson.loads(path.read_bytes()))
+
+
+class _DeliveryStats:
+    """Producer hook counting what the summary reports beyond records: batch retries and throttle time."""
+
+    def __init__(self) -> None:
+        self.retries = 0
+        self.throttle_ms = 0.0
+
+    def on_batch_retry(self, **_: Any) -> None:
+        self.retries += 1
+
+    def on_throttled(self, throttle_ms: float = 0, **_: Any) -> None:
+        self.throttle_ms += throttle_ms
+
+
+_INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
+_COLUMNS = ("key", "value", "topic", "partition", "headers")
+
+
+def check_input_schema(schema: StructType, default_topic: str | None) -> tuple[str, ...]:
+    """Validate the DataFrame's columns as Spark's Kafka sink does; returns the columns the writer uses.
+
+    Columns other than key/value/topic/partition/headers are ignored, as there.
+    """
+    fields = {f.name.lower(): f for f in schema.fields}
+    if "value" not in fields:
+        raise errors.ConfigError(f"input has no 'value' column (columns: {', '.join(schema.fieldNames())})")
+    for name in ("key", "value"):
+        f = fields.get(name)
+        if f is not None and not isinstance(f.dataType, (BinaryType, StringType)):
+            raise errors.ConfigError(f"column {name!r} must be binary or string, got {f.dataType.simpleString()}")
+    if "topic" in fields and not isinstance(fields["topic"].dataType, StringType):
+        raise errors.ConfigError(f"column 'topic' must be string, got {fields['topic'].dataType.simpleString()}")
+    if "topic" not in fields and default_topic is None:
+        raise errors.ConfigError("no topic: give the 'topic' option or a 'topic' column")
+    if "partition" in fields and not isinstance(fields["partition"].dataType, _INT_TYPES):
+        raise errors.ConfigError(
+            f"column 'partition' must be an integer type, got {fields['partition'].dataType.simpleString()}")
+    if "headers" in fields:
+        t = fields["headers"].dataType
+        ok = (isinstance(t, ArrayType) and isinstance(t.elementType, StructType)
+              and [f.name for f in t.elementType.fields] == ["key", "value"]
+              and isinstance(t.elementType.fields[0].dataType, StringType)
+              and isinstance(t.elementType.fields[1].dataType, (BinaryType, StringType)))
+        if not ok:
+            raise errors.ConfigError("column 'headers' must be array<struct<key:string,value:binary>>, got "
+                                     + t.simpleString())
+    return tuple(c for c in _COLUMNS if c in fields)
+
+
+def group_rows(columns: Mapping[str, list[Any]], n: int, *, default_topic: str | None, row_base: int
+               ) -> list[RowGroup]:
+    """Split one batch's rows by (topic, partition column); each group keeps its rows in row order.
+
+    ``default_topic`` (the ``topic`` option) overrides the topic column, as in Spark's Kafka sink.
+    """
+    keys = columns.get("key") or [None] * n
+    values = columns["value"]
+    topics = columns.get("topic")
+    partitions = columns.get("partition")
+    headers = columns.get("headers")
+    groups: dict[tuple[str, int | None], RowGroup] = {}
+    for i in range(n):
+        topic = default_topic if default_topic is not None else topics[i] if topics is not None else None
+        if topic is None:
+            raise errors.ConfigError(f"row {row_base + i}: topic is null; set the 'topic' option for a default")
+        part = partitions[i] if partitions is not None else None
+        if part is not None and part < 0:
+            raise errors.ConfigError(f"row {row_base + i}: partition {part} is negative")
+        group = groups.get((topic, part))
+        if group is None:
+            group = groups[(topic, part)] = RowGroup(topic, part, headers=[] if headers is not None else None)
+        group.pairs.append((keys[i], values[i]))
+        group.rows.append(row_base + i)
+        if group.headers is not None:
+            hs = headers[i]  # type: ignore[index]
+            group.headers.append([(h["key"], h["value"]) for h in hs] if hs else [])
+    return list(groups.values())
+
+
+def needs_row_order(groups: Sequence[RowGroup]) -> bool:
+    """True when groups may land in the same Kafka partition (a topic with rows that name a partition and
+    rows that leave it to the partitioner): then rows must be appended one by one in row order."""
+    explicit = {g.topic for g in groups if g.partition is not None}
+    return any(g.partition is None and g.topic in explicit for g in groups)
+
+
+def batch_columns(batch: pa.RecordBatch, used: Sequence[str]) -> dict[str, list[Any]]:
+    """Python lists of the used columns; string keys/values/header values become UTF-8 bytes."""
+    names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+    out: dict[str, list[Any]] = {}
+    for col in used:
+        arr = batch.column(names[col])
+        if col in ("key", "value") and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            arr = arr.cast(pa.binary())
+        values = arr.to_pylist()
+        if col == "headers" and values:
+            values = [[{"key": h["key"], "value": h["value"].encode() if isinstance(h["value"], str) else h["value"]}
+                       for h in row] if row else row for row in values]
+        out[col] = values
+    return out
+
+
+class AkresilWriter(DataSourceArrowWriter):
+    """Spark's writer object: pickled to every task and to the driver-side commit."""
+
+    def __init__(self, options: WriteOptions, columns: tuple[str, ...], summary_dir: str) -> None:
+        self.options = options
+        self.columns = columns
+        self.summary_dir = summary_dir
+        self.write_id = f"{time.time_ns()}-{uuid.uuid4().hex[:12]}"
+
+    # ------------------------------------------------------------------ executor side
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskDelivery:
+        from anyio.from_thread import start_blocking_portal
+        from pyspark import TaskContext
+
+        from ..producer import Producer
+
+        ctx = TaskContext.get()
+        task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
+        started = time.monotonic()
+        stats = _DeliveryStats()
+        tally = _Tally(task, attempt)
+        config = dict(self.options.producer)
+        config.setdefault("client_id", f"akresil-spark-writer-{task}")
+        producer = Producer(**config, hooks=[stats])
+        with start_blocking_portal() as portal, portal.wrap_async_context_manager(producer):
+            in_flight: Any = None
+            row_base = 0
+            try:
+                for batch in iterator:
+                    if batch.num_rows == 0:
+                        continue
+                    groups = group_rows(batch_columns(batch, self.columns), batch.num_rows,
+                                        default_topic=self.options.topic, row_base=row_base)
+                    row_base += batch.num_rows
+                    if in_flight is not None:
+                        tally.add(*in_flight[0].result(), in_flight[1])
+                        tally.raise_if_failed(stats)
+                    in_flight = (portal.start_task_soon(_deliver, producer, groups), groups)
+                if in_flight is not None:
+                    tally.add(*in_flight[0].result(), in_flight[1])
+                    tally.raise_if_failed(stats)
+            except BaseException:
+                if in_flight is not None and not in_flight[0].done():
+                    in_flight[0].cancel()
+                raise
+        return TaskDelivery(task, attempt, tally.records, tally.bytes, stats.retries, stats.throttle_ms,
+                            tally.partitions, time.monotonic() - started)
+
+    # ------------------------------------------------------------------ driver side
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._store(WriteSummary.from_messages(self.write_id, "committed", messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._store(WriteSummary.from_messages(self.write_id, "aborted", messages))
+
+    def _store(self, summary: WriteSummary) -> None:
+        directory = Path(self.summary_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(orjson.dumps(asdict(summary)))
+        os.replace(tmp, directory / f"{summary.write_id}.json")
+
+
+async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], BaseException | None]:
+    """Send one batch's groups; returns, per group, each record's RecordMetadata or exception.
+
+    Groups bound for different partitions go concurrently (each keeps its own order); when groups could
+    share a partition, records are appended one at a time in row order. A record that cannot be appended at
+    all (unknown topic, no buffer space within max_block_ms) fails its group's remaining records and is
+    returned as the batch's fatal error, so nothing after it goes out of order.
+    """
+    import anyio
+
+    results: list[list[Any]] = [[None] * len(g.pairs) for g in groups]
+    fatal: list[BaseException] = []
+
+    async def send_group(gi: int) -> None:
+        g = groups[gi]
+        try:
+            if g.headers is None:
+                results[gi] = await producer.send_many(g.topic, g.pairs, partition=g.partition,
+                                                       raise_on_error=False)
+                return
+            futures = [await producer.enqueue(g.topic, v, k, partition=g.partition, headers=h)
+                       for (k, v), h in zip(g.pairs, g.headers)]
+            results[gi] = [await _outcome(f) for f in futures]
+        except (errors.KafkaError, TypeError, ValueError) as exc:
+            results[gi] = [r if isinstance(r, RecordMetadata) else exc for r in results[gi]]
+            fatal.append(exc)
+
+    if not needs_row_order(groups):
+        async with anyio.create_task_group() as tg:
+            for gi in range(len(groups)):
+                tg.start_soon(send_group, gi)
+        return results, (fatal[0] if fatal else None)
+
+    order = sorted((row, gi, j) for gi, g in enumerate(groups) for j, row in enumerate(g.rows))
+    pending: list[tuple[int, int, Any]] = []
+    try:
+        for _, gi, j in order:
+            g = groups[gi]
+            k, v = g.pairs[j]
+            h = g.headers[j] if g.headers is not None else None
+            pending.append((gi, j, await producer.enqueue(g.topic, v, k, partition=g.partition, headers=h)))
+    except (errors.KafkaError, TypeError, ValueError) as exc:
+        fatal.append(exc)
+        for gi, g in enumerate(groups):
+            results[gi] = [exc] * len(g.pairs)
+    for gi, j, fut in pending:
+        results[gi][j] = await _outcome(fut)
+    return results, (fatal[0] if fatal else None)
+
+
+async def _outcome(fut: Any) -> Any:
+    try:
+        return await fut
+    except errors.KafkaError as exc:
+        return exc
+
+
+class _Tally:
+    """Counts of one task: acknowledged records per partition, and failures with their first rows."""
+
+    def __init__(self, task: int, attempt: int) -> None:
+        self.task, self.attempt = task, attempt
+        self.records = 0
+        self.bytes = 0
+        self.partitions: dict[str, int] = {}
+        self.failed: dict[str, list[int]] = {}
+        self.failed_count: dict[str, int] = {}
+        self.first_error: dict[str, str] = {}
+        self.fatal: BaseException | None = None
+
+    def add(self, results: list[list[Any]], fatal: BaseException | None, groups: list[RowGroup]) -> None:
+        for g, outcome in zip(groups, results):
+            for (k, v), row, res in zip(g.pairs, g.rows, outcome):
+                if isinstance(res, RecordMetadata):  # else: its exception (None: never appended)
+                    key = f"{res.topic}-{res.partition}"
+                    self.partitions[key] = self.partitions.get(key, 0) + 1
+                    self.records += 1
+                    self.bytes += (len(k) if k else 0) + (len(v) if v else 0)
+                else:
+                    key = f"{g.topic}-{g.partition if g.partition is not None else '?'}"
+                    self.failed_count[key] = self.failed_count.get(key, 0) + 1
+                    rows = self.failed.setdefault(key, [])
+                    if len(rows) < _QUOTED_ROWS:
+                        rows.append(row)
+                    self.first_error.setdefault(key, "not sent" if res is None else f"{type(res).__name__}: {res}")
+        if fatal is not None:
+            self.fatal = fatal
+
+    def raise_if_failed(self, stats: _DeliveryStats) -> None:
+        if not self.failed_count:
+            return
+        lines = [f"akresil write task {self.task} (attempt {self.attempt}): "
+                 f"{sum(self.failed_count.values())} records not acknowledged, {self.records} acknowledged "
+                 f"(retries {stats.retries}). Spark's retry resends this task's rows (at-least-once)."]
+        for key in sorted(self.failed_count):
+            rows = self.failed.get(key, [])
+            lines.append(f"  {key}: {self.failed_count[key]} failed"
+                         + (f", first rows {rows}" if rows else "")
+                         + (f", error {self.first_error[key]}" if key in self.first_error else ""))
+        raise DeliveryFailedError("\n".join(lines))

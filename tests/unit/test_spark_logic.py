@@ -1,0 +1,192 @@
+"""Pure logic of the Spark source (options, offset planning, row grouping): no Spark session, no broker.
+
+Kept next to the Spark integration tests because only ``tests/integration/test_spark_*`` is this
+component's; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from akresil.errors import ConfigError
+from akresil.spark.offsets import (
+    DataLossError, OffsetRange, check_starts, from_json, plan_ranges, rate_limit, resolve_spec, split_ranges, to_json,
+)
+from akresil.spark.options import EARLIEST, LATEST, OffsetSpec, parse_read_options, parse_write_options
+from akresil.types import TopicPartition as TP
+
+BS = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+# ---------------------------------------------------------------------- options
+def test_read_options_defaults_follow_spark_batch_and_streaming() -> None:
+    batch = parse_read_options({**BS, "subscribe": "a, b"}, streaming=False)
+    assert batch.subscription.topics == ("a", "b")
+    assert batch.starting == OffsetSpec(EARLIEST) and batch.ending == OffsetSpec(LATEST)
+    assert batch.fail_on_data_loss and not batch.include_headers and batch.poll_timeout_ms == 120_000
+    stream = parse_read_options({**BS, "subscribePattern": "t-.*", "maxOffsetsPerTrigger": "100"}, streaming=True)
+    assert stream.starting == OffsetSpec(LATEST) and stream.max_offsets_per_trigger == 100
+    assert stream.subscription.pattern == "t-.*"
+
+
+def test_option_names_are_case_insensitive_and_kafka_options_become_client_config() -> None:
+    o = parse_read_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SUBSCRIBE": "t", "kafka.fetch.max.wait.ms": "50",
+                            "kafka.check.crcs": "false", "kafka.linger.ms": "3", "IncludeHeaders": "TRUE"},
+                           streaming=False)
+    # linger.ms is a producer setting: skipped on the read side, not an error
+    assert o.consumer == {"bootstrap_servers": "h:1", "fetch_max_wait_ms": 50, "check_crcs": False}
+    assert o.include_headers
+    w = parse_write_options({**BS, "topic": "out", "kafka.linger.ms": "3", "kafka.acks": "all"})
+    assert w.topic == "out" and w.producer == {"bootstrap_servers": "127.0.0.1:9092", "linger_ms": 3, "acks": "all"}
+
+
+def test_assign_and_explicit_offsets_parse_into_topic_partitions() -> None:
+    o = parse_read_options({**BS, "assign": '{"t": [0, 2]}', "startingOffsets": '{"t": {"0": 5, "2": -2}}',
+                            "endingOffsets": '{"t": {"0": -1, "2": 9}}'}, streaming=False)
+    assert o.subscription.partitions == (TP("t", 0), TP("t", 2))
+    assert o.starting.offsets == {TP("t", 0): 5, TP("t", 2): EARLIEST}
+    assert o.ending.for_partition(TP("t", 0)) == LATEST and o.ending.for_partition(TP("t", 1)) is None
+
+
+@pytest.mark.parametrize(("options", "streaming", "message"), [
+    ({"subscribe": "t"}, False, "kafka.bootstrap.servers: required"),
+    ({**BS}, False, "exactly one of subscribe, subscribePattern, assign is required"),
+    ({**BS, "subscribe": "t", "subscribePattern": "x"}, False, r"exactly one of .* \(got subscribe, subscribepattern\)"),
+    ({**BS, "subscribe": "bad topic!"}, False, "subscribe: .*illegal characters"),
+    ({**BS, "subscribePattern": "(unclosed"}, False, "subscribePattern: '\\(unclosed' is not a valid regex"),
+    ({**BS, "assign": "[1]"}, False, "assign: expected JSON like"),
+    ({**BS, "assign": '{"t": [-1]}'}, False, "assign: partition -1 of 't' is not an int >= 0"),
+    ({**BS, "assign": '{"t": [0]}', "startingOffsets": '{"u": {"0": 1}}'}, False,
+     "startingOffsets: names partitions that assign does not: u-0"),
+    ({**BS, "subscribe": "t", "startingOffsets": '{"u": {"0": 1}}'}, False,
+     "startingOffsets: names topics that are not subscribed: u"),
+    ({**BS, "subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'}, False, "partition 'x' of 't' is not an int"),
+    ({**BS, "subscribe": "t", "startingOffsets": '{"t": {"0": -3}}'}, False, "offset -3 of t-0 must be"),
+    ({**BS, "subscribe": "t", "endingOffsets": "earliest"}, False, "endingOffsets: 'earliest' is not allowed"),
+    ({**BS, "subscribe": "t", "endingOffsets": "latest"}, True, "endingOffsets: only for batch reads"),
+    ({**BS, "subscribe": "t", "failOnDataLoss": "maybe"}, False, "failOnDataLoss: expected true or false"),
+    ({**BS, "subscribe": "t", "maxOffsetsPerTrigger": "x"}, True, "maxOffsetsPerTrigger: expected a positive integer"),
+    ({**BS, "subscribe": "t", "startingOffsetsByTimestamp": "{}"}, False,
+     "startingOffsetsByTimestamp: Spark's Kafka source option is not supported"),
+    ({**BS, "subscribe": "t", "topic": "x"}, False, "topic: not an option of a read"),
+    ({**BS, "subscribe": "t", "kafka.auto.offset.reset": "earliest"}, False,
+     "kafka.auto.offset.reset: not supported: use startingOffsets"),
+    ({**BS, "subscribe": "t", "kafka.ssl.context": "x"}, False, "kafka.ssl.context: cannot be set from a string"),
+    ({**BS, "subscribe": "t", "kafka.isolation.level": "dirty"}, False,
+     "kafka.\\* options: isolation_level: 'dirty' is not one of"),
+    ({"kafka.bootstrap.servers": "nohost", "subscribe": "t"}, False, "bootstrap_servers: 'nohost' is not host:port"),
+])
+def test_bad_read_options_name_the_option(options: dict[str, str], streaming: bool, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_read_options(options, streaming=streaming)
+
+
+def test_bad_write_options_name_the_option() -> None:
+    with pytest.raises(ConfigError, match="topic: .*illegal characters"):
+        parse_write_options({**BS, "topic": "a/b"})
+    with pytest.raises(ConfigError, match="subscribe: not an option of a write"):
+        parse_write_options({**BS, "subscribe": "t"})
+    with pytest.raises(ConfigError, match="enable_idempotence: requires acks='all'"):
+        parse_write_options({**BS, "kafka.acks": "1"})
+
+
+# ---------------------------------------------------------------------- offsets
+A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
+
+
+def test_resolve_spec_fills_placeholders_and_insists_on_every_partition() -> None:
+    earliest, latest = {A0: 3, A1: 0}, {A0: 50, A1: 7}
+    assert resolve_spec(OffsetSpec(EARLIEST), [A0, A1], earliest, latest, name="s") == {A0: 3, A1: 0}
+    explicit = OffsetSpec(None, {A0: LATEST, A1: 4})
+    assert resolve_spec(explicit, [A0, A1], earliest, latest, name="s") == {A0: 50, A1: 4}
+    with pytest.raises(ConfigError, match="s: explicit offsets must name every partition; missing a-1"):
+        resolve_spec(OffsetSpec(None, {A0: 1}), [A0, A1], earliest, latest, name="s")
+    with pytest.raises(ConfigError, match="names partitions that do not exist: a-9"):
+        resolve_spec(OffsetSpec(None, {A0: 1, TP("a", 9): 1}), [A0], earliest, latest, name="s")
+
+
+def test_check_starts_reports_or_skips_lost_offsets() -> None:
+    earliest, latest = {A0: 10, A1: 0}, {A0: 20, A1: 5}
+    assert check_starts({A0: 12, A1: 5}, earliest, latest, fail_on_data_loss=True, context="c") == {A0: 12, A1: 5}
+    with pytest.raises(DataLossError, match="offset 4 of a-0 is outside the log \\[10, 20\\].*deleted"):
+        check_starts({A0: 4}, earliest, latest, fail_on_data_loss=True, context="c")
+    assert check_starts({A0: 4, A1: 9}, earliest, latest, fail_on_data_loss=False, context="c") == {A0: 10, A1: 0}
+    with pytest.raises(DataLossError, match="b-0 no longer exists"):
+        check_starts({B0: 0}, earliest, latest, fail_on_data_loss=True, context="c")
+
+
+def test_plan_ranges_is_one_range_per_partition_with_data() -> None:
+    ranges = plan_ranges({A0: 0, A1: 5, B0: 2}, {A0: 10, A1: 5, B0: 4})
+    assert ranges == [OffsetRange("a", 0, 0, 10), OffsetRange("b", 0, 2, 4)]
+    with pytest.raises(DataLossError, match="end offset 1 of a-0 is before its start 3"):
+        plan_ranges({A0: 3}, {A0: 1})
+    assert plan_ranges({A0: 3}, {A0: 1}, fail_on_data_loss=False) == []
+
+
+def test_split_ranges_covers_each_range_exactly_in_proportion() -> None:
+    ranges = [OffsetRange("a", 0, 0, 900), OffsetRange("a", 1, 100, 200)]
+    split = split_ranges(ranges, min_partitions=10)
+    assert len(split) == 10
+    assert [r for r in split if r.partition == 1] == [OffsetRange("a", 1, 100, 200)]
+    a0 = [r for r in split if r.partition == 0]
+    assert a0[0].start == 0 and a0[-1].end == 900 and all(x.end == y.start for x, y in zip(a0, a0[1:]))
+    assert max(r.size for r in a0) - min(r.size for r in a0) <= 1
+    capped = split_ranges([OffsetRange("a", 0, 0, 10)], max_records_per_partition=4)
+    assert [(r.start, r.end) for r in capped] == [(0, 3), (3, 6), (6, 10)]
+    assert split_ranges(ranges, min_partitions=2) == ranges          # already enough ranges
+    assert split_ranges([OffsetRange("a", 0, 0, 2)], min_partitions=5) == [
+        OffsetRange("a", 0, 0, 1), OffsetRange("a", 0, 1, 2)]       # never an empty piece
+
+
+def test_rate_limit_shares_the_budget_by_backlog_and_takes_exactly_the_limit() -> None:
+    starts, latest = {A0: 0, A1: 100, B0: 7}, {A0: 300, A1: 200, B0: 7}
+    ends = rate_limit(starts, latest, 40)
+    assert ends == {A0: 30, A1: 110, B0: 7}
+    odd = rate_limit({A0: 0, A1: 0, B0: 0}, {A0: 1, A1: 1, B0: 1}, 2)
+    assert sum(odd[tp] - 0 for tp in odd) == 2 and all(odd[tp] <= 1 for tp in odd)
+    assert rate_limit(starts, latest, 10_000) == latest
+    # repeated batches drain every backlog, none starves
+    cur = {A0: 0, A1: 0}
+    for _ in range(200):
+        cur = rate_limit(cur, {A0: 1000, A1: 3}, 7)
+    assert cur == {A0: 1000, A1: 3}
+
+
+def test_offset_json_round_trips_in_spark_layout() -> None:
+    offsets = {A1: 5, A0: 3, B0: 0}
+    assert to_json(offsets) == {"a": {"0": 3, "1": 5}, "b": {"0": 0}}
+    assert from_json(to_json(offsets)) == offsets
+    with pytest.raises(ConfigError, match="offset of a-0 is not an int"):
+        from_json({"a": {"0": "3"}})
+    with pytest.raises(ConfigError, match="must be an object"):
+        from_json([1])
+
+
+# ---------------------------------------------------------------------- writer rows
+def test_group_rows_splits_by_topic_and_partition_keeping_row_order() -> None:
+    from akresil.spark.writer import group_rows, needs_row_order
+
+    cols = {"key": [b"k0", None, b"k2", b"k3"], "value": [b"v0", b"v1", None, b"v3"],
+            "topic": ["x", "y", "x", None], "partition": [1, None, 1, 0]}
+    with pytest.raises(ConfigError, match="row 13: topic is null"):
+        group_rows(cols, 4, default_topic=None, row_base=10)
+    groups = group_rows(cols, 4, default_topic="forced", row_base=10)
+    assert [(g.topic, g.partition, g.pairs, g.rows) for g in groups] == [
+        ("forced", 1, [(b"k0", b"v0"), (b"k2", None)], [10, 12]),
+        ("forced", None, [(None, b"v1")], [11]),
+        ("forced", 0, [(b"k3", b"v3")], [13])]
+    assert needs_row_order(groups)                 # partitioner rows may share a partition with explicit ones
+    cols["topic"][3] = "x"
+    assert not needs_row_order(group_rows(cols, 4, default_topic=None, row_base=0))
+    with pytest.raises(ConfigError, match="row 2: partition -1 is negative"):
+        group_rows({"value": [b"a", b"b", b"c"], "partition": [0, 0, -1]}, 3, default_topic="t", row_base=0)
+
+
+def test_write_summary_aggregates_task_messages() -> None:
+    from akresil.spark.writer import TaskDelivery, WriteSummary
+
+    msgs = [TaskDelivery(0, 0, 3, 30, 1, 5.0, {"t-0": 2, "t-1": 1}, 0.1), None,
+            TaskDelivery(2, 1, 2, 20, 0, 0.0, {"t-1": 2}, 0.1)]
+    s = WriteSummary.from_messages("w", "aborted", msgs)
+    assert (s.tasks_delivered, s.tasks_failed, s.records, s.bytes, s.retries, s.throttle_ms) == (2, 1, 5, 50, 1, 5.0)
+    assert s.partitions == {"t-0": 2, "t-1": 3}
