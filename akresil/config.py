@@ -152,6 +152,10 @@ OPTIONS: tuple[Option, ...] = (
            maximum=_MAX_INT),
     Option("max_in_flight_requests_per_connection", _INT, 5, "pipelined requests per connection", minimum=1,
            maximum=1_000),
+    Option("receive_message_max_bytes", _INT, 104_857_600,
+           "largest response frame accepted (librdkafka's `receive.message.max.bytes`; Java has no such "
+           "key); a bigger size prefix closes the connection as corrupt. Keep it above `fetch_max_bytes`",
+           minimum=1_000, maximum=_MAX_INT),
     Option("security_protocol", (str,), "PLAINTEXT", "transport security",
            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     Option("ssl_context", (ssl.SSLContext,), None, "TLS context for SSL / SASL_SSL", nullable=True),

@@ -18,6 +18,12 @@ Rules worth knowing:
   buffered but never returned (a seek, a revoke) costs no per-record work.
 * Control batches are always skipped; with ``read_committed`` the records of aborted transactions are skipped
   using the response's ``aborted_transactions`` and the ABORT markers, as the Java client does.
+* A batch that cannot be read (CRC mismatch, or a valid CRC over records that do not decode: garbage
+  varints, bad UTF-8 header keys, a broken compressed payload) is a ``CorruptBatchError`` (an
+  ``errors.CorruptRecordError``) naming the topic-partition, the first offset that cannot be handed out and
+  the offset after the batch. As in the Java consumer, the partition's records before it are handed out
+  first; then every poll that reaches the partition raises it (other partitions go on) and the partition
+  stops fetching, until the application seeks (past it: ``seek(tp, exc.next_offset)``).
 * Fetch sessions (KIP-227) are not used: every request is a full fetch (session id 0, epoch -1). It keeps the
   broker stateless towards us at the cost of re-sending the partition list, which is small for a consumer.
 """
@@ -92,12 +98,37 @@ class ResponseOutcome(NamedTuple):
     replan: bool
 
 
+class CorruptBatchError(errors.CorruptRecordError):
+    """A fetched record batch that cannot be decoded, from ``offset`` on; ``next_offset`` skips the batch.
+
+    Raised from the consumer's poll for ``topic_partition`` (after the records before it), again on every poll
+    until the application seeks: akresil cannot know what the unreadable records held, so skipping them is
+    the application's decision, as in the Java consumer.
+    """
+
+    def __init__(self, message: str, *, topic_partition: TopicPartition | None = None, offset: int = -1,
+                 next_offset: int = -1, records: list[ConsumerRecord] | None = None) -> None:
+        super().__init__(message)
+        self.topic_partition = topic_partition
+        #: first offset that could not be handed out
+        self.offset = offset
+        #: the offset after the unreadable batch: where to seek to skip it
+        self.next_offset = next_offset
+        #: records of the batch before the unreadable one (handed out first; emptied once taken)
+        self.records: list[ConsumerRecord] = records or []
+
+
 class Chunk:
-    """Data batches of one partition's Fetch answer, decoded into ``ConsumerRecord``s batch by batch."""
+    """Data batches of one partition's Fetch answer, decoded into ``ConsumerRecord``s batch by batch.
 
-    __slots__ = ("batches", "index", "records", "pos", "end_offset", "nbytes", "min_offset")
+    ``error`` (a corrupt batch after ``batches``) is raised once the records before it are handed out; a
+    chunk with an error is never exhausted, so the position stops at the first record not handed out.
+    """
 
-    def __init__(self, batches: list[RecordBatchView], end_offset: int, nbytes: int, min_offset: int) -> None:
+    __slots__ = ("batches", "index", "records", "pos", "end_offset", "nbytes", "min_offset", "error")
+
+    def __init__(self, batches: list[RecordBatchView], end_offset: int, nbytes: int, min_offset: int,
+                 error: BaseException | None = None) -> None:
         self.batches = batches
         self.index = 0
         self.records: list[ConsumerRecord] = []
@@ -107,9 +138,10 @@ class Chunk:
         #: bytes of batches not decoded yet
         self.nbytes = nbytes
         self.min_offset = min_offset
+        self.error = error
 
     def exhausted(self) -> bool:
-        return self.pos >= len(self.records) and self.index >= len(self.batches)
+        return self.pos >= len(self.records) and self.index >= len(self.batches) and self.error is None
 
 
 def decode_batch(batch: RecordBatchView, topic: str, partition: int, min_offset: int,
@@ -119,23 +151,33 @@ def decode_batch(batch: RecordBatchView, topic: str, partition: int, min_offset:
 
     This is the consumer's hot loop: ``tuple.__new__`` with the fields in place skips the NamedTuple's
     Python-level ``__new__`` (measured ~35% faster per record), and the per-batch constants are locals.
+    Records that do not decode raise ``CorruptBatchError``; the loop is only wrapped in ``try`` (free until
+    something raises), the slow diagnosis runs after a failure. A deserializer's own exception propagates.
     """
     new = tuple.__new__
     cls = ConsumerRecord
     epoch = batch.partition_leader_epoch
-    recs = batch.records()
-    if key_deserializer is None and value_deserializer is None:
-        out = [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or _NO_HEADERS, r.timestamp,
-                         r.timestamp_type, epoch)) for r in recs]
-    else:
-        kd = key_deserializer or _identity
-        vd = value_deserializer or _identity
-        out = []
-        append = out.append
-        for r in recs:
-            k, v = r.key, r.value
-            append(new(cls, (topic, partition, r.offset, None if k is None else kd(k), None if v is None else vd(v),
-                             r.headers or _NO_HEADERS, r.timestamp, r.timestamp_type, epoch)))
+    try:
+        recs = batch.records()
+        if key_deserializer is None and value_deserializer is None:
+            out = [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or _NO_HEADERS, r.timestamp,
+                             r.timestamp_type, epoch)) for r in recs]
+        else:
+            kd = key_deserializer or _identity
+            vd = value_deserializer or _identity
+            out = []
+            append = out.append
+            for r in recs:
+                k, v = r.key, r.value
+                append(new(cls, (topic, partition, r.offset, None if k is None else kd(k),
+                                 None if v is None else vd(v), r.headers or _NO_HEADERS, r.timestamp,
+                                 r.timestamp_type, epoch)))
+    except Exception as exc:   # the C reader and the codecs raise assorted types (CorruptRecordException,
+        # UnicodeDecodeError, zlib.error, EOFError, cramjam.DecompressionError, ...)
+        corrupt = _diagnose(batch, topic, partition, min_offset, key_deserializer, value_deserializer, exc)
+        if corrupt is None:
+            raise                  # the records decode: a deserializer failed, the application's error
+        raise corrupt from exc
     if min_offset > batch.base_offset:
         out = [r for r in out if r[2] >= min_offset]
     return out
@@ -143,6 +185,41 @@ def decode_batch(batch: RecordBatchView, topic: str, partition: int, min_offset:
 
 def _identity(value: bytes) -> Any:
     return value
+
+
+def _diagnose(batch: RecordBatchView, topic: str, partition: int, min_offset: int, kd: Deserializer | None,
+              vd: Deserializer | None, exc: BaseException) -> CorruptBatchError | None:
+    """After ``decode_batch`` failed: a ``CorruptBatchError`` carrying the records before the first one that
+    does not decode, or None when every record decodes (so the failure was a deserializer's)."""
+    raw: list[Any] = []
+    broken: BaseException | None = None
+    try:
+        for r in batch.records():
+            raw.append((r.offset, r.key, r.value, r.headers or _NO_HEADERS, r.timestamp, r.timestamp_type))
+    except Exception as err:
+        broken = err
+    if broken is None:
+        return None
+    epoch = batch.partition_leader_epoch
+    good: list[ConsumerRecord] = []
+    try:
+        for offset, k, v, headers, ts, ts_type in raw:
+            if offset < min_offset:
+                continue
+            if kd is not None and k is not None:
+                k = kd(k)
+            if vd is not None and v is not None:
+                v = vd(v)
+            good.append(ConsumerRecord(topic, partition, offset, k, v, headers, ts, ts_type, epoch))
+    except Exception:
+        return None                # a deserializer fails before the corruption: report that first
+    first_bad = max(raw[-1][0] + 1 if raw else batch.base_offset, min_offset)
+    return CorruptBatchError(
+        f"{topic}-{partition}: the record batch at offsets {batch.base_offset}..{batch.last_offset} cannot be "
+        f"decoded from offset {first_bad} on ({type(broken).__name__}: {broken}); seek to {batch.next_offset} "
+        f"to skip the rest of the batch",
+        topic_partition=TopicPartition(topic, partition), offset=first_bad, next_offset=batch.next_offset,
+        records=good)
 
 
 class PartitionFetchState:
@@ -548,10 +625,29 @@ class FetchState:
             aborted = sorted(((a["first_offset"], a["producer_id"]) for a in part["aborted_transactions"]),
                              reverse=True)
         nbytes = 0
-        for batch in read_batches(blob, check_crcs=self.check_crcs):
-            next_offset = batch.base_offset + batch.last_offset_delta + 1
-            if next_offset <= fetch_offset:
-                continue
+        check_crcs = self.check_crcs
+        error: BaseException | None = None
+        batches = read_batches(blob)
+        while True:
+            try:
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                next_offset = batch.base_offset + batch.last_offset_delta + 1
+                if next_offset <= fetch_offset:
+                    continue
+                if check_crcs and not batch.validate_crc():
+                    raise CorruptBatchError(
+                        f"{st.tp.topic}-{st.tp.partition}: the record batch at offsets {batch.base_offset}.."
+                        f"{batch.last_offset} fails its CRC check; seek to {next_offset} to skip it",
+                        topic_partition=st.tp, offset=max(batch.base_offset, fetch_offset), next_offset=next_offset)
+            except CorruptBatchError as exc:
+                error = exc
+                break
+            except errors.ProtocolError as exc:        # impossible length, magic other than 2
+                error = type(exc)(f"{st.tp.topic}-{st.tp.partition}: records after offset {end} in the Fetch "
+                                  f"answer are not readable: {exc}")
+                break
             end = next_offset
             nbytes += batch.length + 12    # + BaseOffset and Length
             if aborted is not None:
@@ -566,6 +662,13 @@ class FetchState:
             if aborted_pids and attributes & 0x10 and batch.producer_id in aborted_pids:
                 continue                               # a batch of an aborted transaction
             data_batches.append(batch)
+        if error is not None:
+            # hand out what came before it, then raise it; fetch nothing more until the application seeks
+            st.fetch_offset = None
+            st.chunks.append(Chunk(data_batches, end, nbytes, fetch_offset, error))
+            st.buffered_bytes += nbytes
+            self.buffered_bytes += nbytes
+            return True
         if end == fetch_offset:
             return False   # only a partial batch (bigger than max bytes, KIP-74 says it will come) or old data
         st.fetch_offset = end
@@ -625,6 +728,8 @@ class FetchState:
                 remaining -= len(taken)
                 if remaining <= 0:
                     break
+            elif st.error is not None and pending_error is None:    # reached a corrupt batch
+                pending_error = st.error
         if not out and pending_error is not None:
             raise pending_error
         return out
@@ -639,6 +744,17 @@ class FetchState:
             if chunk.pos >= len(chunk.records):
                 if chunk.index < len(chunk.batches):
                     batch = chunk.batches[chunk.index]
+                    floor = chunk.min_offset
+                    if st.position is not None and st.position > floor:
+                        floor = st.position
+                    try:
+                        # a deserializer's exception leaves the batch in place: the next poll meets it again
+                        records = decode_batch(batch, topic, partition, floor, kd, vd)
+                    except CorruptBatchError as exc:
+                        records, exc.records = exc.records, []
+                        chunk.batches = chunk.batches[:chunk.index + 1]    # nothing after it is handed out
+                        chunk.error = exc
+                        st.fetch_offset = None                             # and nothing more is fetched
                     chunk.index += 1
                     # account bytes as batches are decoded, so the next Fetch for this partition goes out
                     # while the rest of the chunk is still being handed out (the pipelining)
@@ -646,12 +762,12 @@ class FetchState:
                     chunk.nbytes -= size
                     st.buffered_bytes -= size
                     self.buffered_bytes -= size
-                    floor = chunk.min_offset
-                    if st.position is not None and st.position > floor:
-                        floor = st.position
-                    chunk.records = decode_batch(batch, topic, partition, floor, kd, vd)
+                    chunk.records = records
                     chunk.pos = 0
                     continue
+                if chunk.error is not None:
+                    st.error = chunk.error     # the records before it are out: now the poll raises it
+                    break
                 chunks.popleft()
                 st.buffered_bytes -= chunk.nbytes
                 self.buffered_bytes -= chunk.nbytes

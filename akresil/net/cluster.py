@@ -4,6 +4,13 @@
 and the copy-on-write metadata cache.  It never decides policy itself: it asks the core when a node may be
 sent to and what a response means, and sleeps until the earliest timer the core names.  Every task it starts
 lives in its own task group, so ``close()`` leaves nothing running.
+
+An authentication failure (SASL refused, TLS certificate not verified) on any connection, bootstrap or later,
+is fatal for the whole client, as documented in docs/security.md: a refused password would be refused again
+and brokers count failed attempts. ``fatal_error`` keeps it; no connection is opened after it, metadata
+waiters and listeners are woken so that each client raises it from its next call. The background refresher
+records it instead of raising, since an exception escaping it would cancel the client's task group from
+under the application's own call (seen as a bare cancellation, not as the authentication error).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ..core.node_state import NodeState
 from ..protocol.api import ApiKey
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
+from .framing import find_frame_too_large
 from .signals import Broadcast
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,8 @@ class Cluster:
         self._metadata_listeners: list[Callable[[], None]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        #: the first authentication failure: every later connection attempt raises (a copy of) it
+        self.fatal_error: errors.AuthenticationError | None = None
         self._sasl = None
         if config.security_protocol.startswith("SASL_"):
             self._sasl = SaslConfig(mechanism=config.sasl_mechanism, username=config.sasl_plain_username,
@@ -105,6 +115,8 @@ class Cluster:
         while True:
             if self._closed:
                 raise errors.ClientClosedError("client closed")
+            if self.fatal_error is not None:
+                raise _fresh(self.fatal_error)
             conn = self._conns.get(node_id)
             if conn is not None and not conn.closed:
                 return conn
@@ -130,9 +142,11 @@ class Cluster:
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
                 request_timeout_ms=self.config.request_timeout_ms,
                 max_in_flight=self.config.max_in_flight_requests_per_connection,
+                max_frame_bytes=self.config.receive_message_max_bytes,
                 node_id=node_id, hooks=self.hooks, clock=self.clock)
-        except errors.AuthenticationError:
+        except errors.AuthenticationError as exc:
             state.on_disconnected(self.clock(), failed=True)
+            self._set_fatal(exc)
             raise
         except (OSError, errors.KafkaError) as exc:
             state.on_disconnected(self.clock(), failed=True)
@@ -196,6 +210,8 @@ class Cluster:
             raise
         except (errors.KafkaConnectionError, errors.ProtocolError) as exc:
             self.disconnect(node_id, exc)
+            if find_frame_too_large(exc) is not None:   # retried like any broken stream, but never silently
+                log.warning("%s response from node %s refused: %s", api_key.name, node_id, exc)
             raise errors.KafkaConnectionError(str(exc)) from exc
         finally:
             state.on_request_done(self.clock())
@@ -259,6 +275,8 @@ class Cluster:
             while not until():
                 if self._closed:
                     raise errors.ClientClosedError("client closed")
+                if self.fatal_error is not None:
+                    raise _fresh(self.fatal_error)
                 changed = self._metadata_changed.current()
                 self.request_metadata_refresh("wait")
                 await changed.wait()
@@ -291,6 +309,13 @@ class Cluster:
         self.metadata.update_from_metadata(response, self.clock(), token=token)
         self._announce_metadata()
 
+    def _set_fatal(self, exc: errors.AuthenticationError) -> None:
+        """Keep the first authentication failure and wake everyone who waits on the cluster."""
+        if self.fatal_error is None:
+            self.fatal_error = exc
+            self._refresh_wanted.set()
+            self._announce_metadata()
+
     def on_metadata_change(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` after every metadata update or failed refresh (schedulers wake on it)."""
         self._metadata_listeners.append(callback)
@@ -310,8 +335,10 @@ class Cluster:
                 try:
                     node_id = self.least_loaded_node()
                     await self._refresh_from(node_id)
-                except errors.AuthenticationError:
-                    raise
+                except errors.AuthenticationError as exc:
+                    log.error("metadata refresh: authentication failed, the client stops: %s", exc)
+                    self._set_fatal(exc)
+                    return
                 except (errors.KafkaError, OSError) as exc:
                     log.debug("metadata refresh failed: %s", exc)
                     self.metadata.on_refresh_failed(self.clock())
@@ -328,6 +355,13 @@ def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_crea
     return {"topics": None if topics is None else [{"name": t, "topic_id": ZERO_UUID} for t in topics],
             "allow_auto_topic_creation": allow_auto_topic_creation,
             "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+
+
+def _fresh(error: errors.AuthenticationError) -> errors.AuthenticationError:
+    """A copy of ``error`` per raise, so concurrent raisers do not share (and grow) one traceback."""
+    copy = type(error)(*error.args)
+    copy.__cause__ = error.__cause__
+    return copy
 
 
 def _split_host_port(server: str) -> tuple[str, int]:

@@ -9,6 +9,10 @@ Requests go out through ``Cluster.request``, so only when the node may receive t
 mute and the reconnect backoff first), and the throttle time of every answer is fed back to the node state. The Fetch
 version is the highest both sides support, capped at 12 when a topic's id is unknown (Fetch 13+ names topics
 by id only; noida-db advertises Fetch 13 yet hands out all-zero topic ids).
+
+An ``AuthenticationError`` (SASL refused or TLS not verified, on any connection of the client, including one
+opened long after the bootstrap) is fatal, as in the producer's Sender: it is kept in ``fatal_error``, raised
+from the consumer's next call, and nothing is sent after it. Retrying would only be refused again.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
+from .framing import find_frame_too_large
 from .signals import Broadcast, TurnLoop
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,9 @@ log = logging.getLogger(__name__)
 CommittedLookup = Callable[[list[TopicPartition]], Awaitable[Mapping[TopicPartition, "tuple[int, int] | None"]]]
 
 _TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.ProtocolError)
+#: room left in a response frame for everything but record data (headers, per-partition fields), as librdkafka
+#: keeps between fetch.max.bytes and receive.message.max.bytes
+_FRAME_OVERHEAD = 512
 _LEADER_ERRORS = frozenset({errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno,
                             errors.UnknownLeaderEpochError.errno, errors.LeaderNotAvailableError.errno,
                             errors.UnknownTopicOrPartitionError.errno})
@@ -53,6 +61,8 @@ class Fetcher:
         self.fatal_error: BaseException | None = None
         self._timeout_ms = config.request_timeout_ms + config.fetch_max_wait_ms
         self._min_bytes = max(1, config.fetch_min_bytes)   # Tansu answers min_bytes=0 with no partitions
+        # ask for no more than one frame can carry (a broker still sends a first batch bigger than this, KIP-74)
+        self._max_bytes = max(1, min(config.fetch_max_bytes, config.receive_message_max_bytes - _FRAME_OVERHEAD))
         cluster.on_metadata_change(self.wake)
 
     # ------------------------------------------------------------------ signals
@@ -85,6 +95,11 @@ class Fetcher:
     def _turn(self) -> float | None:
         """One scheduling pass; returns ms to sleep (None: until woken)."""
         cluster, state = self.cluster, self.state
+        if self.fatal_error is not None:
+            return None
+        if cluster.fatal_error is not None:      # e.g. the metadata refresher was refused
+            self._fail(cluster.fatal_error)
+            return None
         now = cluster.clock()
         assert self._tg is not None
         wake_at: float | None = None
@@ -133,13 +148,22 @@ class Fetcher:
                 # waits out a KIP-219 mute and reconnect backoff, applies the response's throttle, and
                 # closes the connection on transport errors
                 version, response = await cluster.request(
-                    node, ApiKey.FETCH,
-                    lambda v: state.build_request_body(request, v, max_wait_ms=self.config.fetch_max_wait_ms,
-                                                       min_bytes=self._min_bytes),
+                    node, ApiKey.FETCH, lambda v: self._body(request, v),
                     max_version=request.max_version, timeout_ms=self._timeout_ms)
+            except errors.AuthenticationError as exc:
+                state.on_fetch_failed(request, cluster.clock())
+                self._fail(exc)
+                return
             except _TRANSPORT_ERRORS as exc:
                 log.debug("Fetch to node %s failed: %s", node, exc)
                 state.on_fetch_failed(request, cluster.clock())
+                too_large = find_frame_too_large(exc)
+                if too_large is not None:
+                    # the same Fetch would get the same answer: tell the application which setting to raise
+                    self._fail_partitions(request, type(too_large)(
+                        f"Fetch from node {node} for {_names(request)}: {too_large}",
+                        size=too_large.size, limit=too_large.limit))
+                    return
                 cluster.request_metadata_refresh("fetch-connection-error")
                 return
             except errors.ClientClosedError:
@@ -167,6 +191,13 @@ class Fetcher:
         finally:
             self.wake()
 
+    def _body(self, request: FetchRequest, version: int) -> dict[str, Any]:
+        body = self.state.build_request_body(request, version, max_wait_ms=self.config.fetch_max_wait_ms,
+                                             min_bytes=self._min_bytes)
+        if body["max_bytes"] > self._max_bytes:
+            body["max_bytes"] = self._max_bytes
+        return body
+
     def _fail_partitions(self, request: FetchRequest, exc: BaseException) -> None:
         for p in request.partitions:
             st = self.state.partitions.get(p.tp)
@@ -175,7 +206,9 @@ class Fetcher:
         self.signal_data()
 
     def _fail(self, exc: BaseException) -> None:
-        self.fatal_error = exc
+        """Stop the consumer with ``exc`` (the first fatal error wins); its next call raises it."""
+        if self.fatal_error is None:
+            self.fatal_error = exc
         self.signal_data()
 
     # ------------------------------------------------------------------ offset lookups
@@ -184,6 +217,11 @@ class Fetcher:
         assert self.committed_lookup is not None
         try:
             found = await self.committed_lookup(list(generations))
+        except errors.AuthenticationError as exc:
+            now = cluster.clock()
+            for tp, gen in generations.items():
+                state.on_lookup_failed(tp, gen, now)
+            self._fail(exc)
         except (errors.KafkaError, OSError) as exc:
             log.debug("committed offset lookup failed: %s", exc)
             now = cluster.clock()
@@ -217,6 +255,12 @@ class Fetcher:
         refresh = False
         try:
             _, response = await cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
+        except errors.AuthenticationError as exc:
+            now = cluster.clock()
+            for tp, gen in generations.items():
+                state.on_lookup_failed(tp, gen, now)
+            self._fail(exc)
+            return
         except (errors.KafkaError, OSError) as exc:
             log.debug("ListOffsets to node %s failed: %s", node, exc)
             now = cluster.clock()
@@ -251,6 +295,10 @@ class Fetcher:
         finally:
             self.signal_data()
             self.wake()
+
+
+def _names(request: FetchRequest) -> str:
+    return ", ".join(f"{p.tp.topic}-{p.tp.partition}" for p in request.partitions)
 
 
 def _retriable(exc: BaseException) -> bool:

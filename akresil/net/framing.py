@@ -9,15 +9,19 @@ correlation id is caught as a protocol error instead of handing a caller someone
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Generic, Iterator, Protocol, TypeVar
 
-from ..errors import ProtocolError
+from ..errors import KafkaConnectionError, ProtocolError
 
-#: Default cap on one response frame.  A garbage size prefix (a TLS alert or an HTTP reply read as Kafka)
-#: must not make us buffer gigabytes, so anything larger is a protocol error.  Java's default
-#: fetch.max.bytes is 50 MiB, so 100 MiB leaves room for every sane configuration.
+#: Default cap on one response frame (the ``receive_message_max_bytes`` setting, librdkafka's
+#: ``receive.message.max.bytes``).  A garbage size prefix (a TLS alert or an HTTP reply read as Kafka) must
+#: not make us buffer gigabytes, so anything larger is a protocol error.  Java's default fetch.max.bytes is
+#: 50 MiB, so 100 MiB leaves room for every sane configuration.
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+#: the client setting that sets ``max_frame_bytes``: named in the error so the fix is one search away
+MAX_FRAME_SETTING = "receive_message_max_bytes"
 
 _INT32_MAX = 2**31 - 1
 # Compact the receive buffer once this many consumed bytes sit at its front.
@@ -29,6 +33,42 @@ def frame_correlation_id(frame: bytes | bytearray | memoryview) -> int:
     if len(frame) < 4:
         raise ProtocolError(f"response frame of {len(frame)} bytes is too short to hold a correlation id")
     return int.from_bytes(frame[:4], "big", signed=True)
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame's size prefix is above ``max_frame_bytes``: a response bigger than the client accepts, or a
+    stream that is not Kafka (the two cannot be told apart, so the connection closes either way)."""
+
+    def __init__(self, *args: object, size: int = -1, limit: int = -1) -> None:
+        super().__init__(*args)
+        self.size = size
+        self.limit = limit
+
+
+def frame_too_large(size: int, limit: int) -> FrameTooLargeError:
+    return FrameTooLargeError(
+        f"frame size {size} is outside 0..{limit}: larger than {MAX_FRAME_SETTING}={limit}. If the broker "
+        f"really sends responses this big, raise {MAX_FRAME_SETTING} (or lower fetch_max_bytes / "
+        f"max_partition_fetch_bytes); otherwise the stream is corrupt or not Kafka", size=size, limit=limit)
+
+
+_TOO_LARGE = re.compile(rf"frame size (\d+) is outside 0\.\.(\d+): larger than {MAX_FRAME_SETTING}=")
+
+
+def find_frame_too_large(exc: BaseException | None) -> FrameTooLargeError | None:
+    """The ``FrameTooLargeError`` behind ``exc``: ``exc`` itself, one in its ``__cause__`` chain, or one a
+    layer re-raised as a plain ``ProtocolError`` with the message kept (rebuilt from that message)."""
+    for _ in range(8):
+        if exc is None:
+            return None
+        if isinstance(exc, FrameTooLargeError):
+            return exc
+        if isinstance(exc, (ProtocolError, KafkaConnectionError)):
+            found = _TOO_LARGE.search(str(exc))
+            if found:
+                return FrameTooLargeError(str(exc), size=int(found[1]), limit=int(found[2]))
+        exc = exc.__cause__
+    return None
 
 
 class FrameDecoder:
@@ -63,6 +103,8 @@ class FrameDecoder:
         while end - pos >= 4:
             size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if size < 0 or size > self.max_frame_bytes:
+                if size > 0:
+                    raise frame_too_large(size, self.max_frame_bytes)
                 raise ProtocolError(
                     f"frame size {size} is outside 0..{self.max_frame_bytes} (corrupt stream or not Kafka)")
             stop = pos + 4 + size

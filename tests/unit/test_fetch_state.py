@@ -218,8 +218,12 @@ def test_corrupt_batch_is_reported_when_crcs_are_checked() -> None:
     req = only_request(st, 0, cache)
     raw = bytearray(batch(0, [b"payload"]))
     raw[-3] ^= 0xFF
-    with pytest.raises(errors.CorruptRecordError, match="CRC"):
-        st.on_fetch_response(req, response({TP0: {"records": bytes(raw)}}), 0, cache)
+    # the answer is taken (other partitions in it are unaffected); the poll that reaches TP0 raises
+    out = st.on_fetch_response(req, response({TP0: {"records": bytes(raw)}}), 0, cache)
+    assert out.data
+    with pytest.raises(errors.CorruptRecordError, match="t-0: the record batch at offsets 0..0 fails its CRC"):
+        st.drain(10)
+    assert st.position(TP0) == 0
 
 
 # ------------------------------------------------------------------------------------------ errors

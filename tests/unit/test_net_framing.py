@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from akresil.errors import ProtocolError
-from akresil.net.framing import FrameDecoder, InFlight, frame_correlation_id
+from akresil.errors import ConfigError, ProtocolError
+from akresil.net.framing import (DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameTooLargeError, InFlight,
+                                 frame_correlation_id)
 
 
 def framed(body: bytes) -> bytes:
@@ -119,3 +120,56 @@ def test_optional_backlog_is_bounded() -> None:
     for cid in range(MAX_OPTIONAL_BACKLOG + 10):
         inflight.add(entry(cid, True))
     assert len(list(inflight)) == MAX_OPTIONAL_BACKLOG
+
+
+def test_oversize_frame_names_the_setting_to_raise() -> None:
+    decoder = FrameDecoder(max_frame_bytes=2048)
+    with pytest.raises(FrameTooLargeError) as info:
+        decoder.feed(struct.pack(">i", 5000) + b"x" * 10)
+    exc = info.value
+    assert isinstance(exc, ProtocolError) and (exc.size, exc.limit) == (5000, 2048)
+    assert "larger than receive_message_max_bytes=2048" in str(exc)
+    assert "raise receive_message_max_bytes" in str(exc)
+    # a negative size is garbage whatever the setting: no advice to raise it
+    with pytest.raises(ProtocolError) as negative:
+        FrameDecoder(max_frame_bytes=2048).feed(struct.pack(">i", -5) + b"x")
+    assert not isinstance(negative.value, FrameTooLargeError)
+    assert "receive_message_max_bytes" not in str(negative.value)
+
+
+def test_frame_too_large_survives_the_per_waiter_copy() -> None:
+    """Connection hands each waiter ``type(error)(*error.args)``: the class and message must survive it."""
+    exc = FrameTooLargeError("frame size 9 is outside 0..8", size=9, limit=8)
+    copy = type(exc)(*exc.args)
+    assert isinstance(copy, FrameTooLargeError) and str(copy) == str(exc)
+
+
+def test_the_config_default_is_the_decoder_default() -> None:
+    from akresil.config import OPTIONS_BY_NAME, resolve
+
+    assert OPTIONS_BY_NAME["receive_message_max_bytes"].default == DEFAULT_MAX_FRAME_BYTES
+    for kind in ("producer", "consumer", "admin"):
+        assert resolve(kind, {"receive_message_max_bytes": 4096}).receive_message_max_bytes == 4096
+    with pytest.raises(ConfigError, match="receive_message_max_bytes: 999 is below the minimum 1000"):
+        resolve("consumer", {"receive_message_max_bytes": 999})
+    with pytest.raises(ConfigError, match="receive_message_max_bytes: expected int"):
+        resolve("producer", {"receive_message_max_bytes": "1MB"})
+
+
+def test_find_frame_too_large_sees_through_rewrapping() -> None:
+    from akresil.errors import KafkaConnectionError
+    from akresil.net.framing import find_frame_too_large
+
+    with pytest.raises(FrameTooLargeError) as info:
+        FrameDecoder(max_frame_bytes=1000).feed(struct.pack(">i", 4321))
+    original = info.value
+    assert find_frame_too_large(original) is original
+    # the connection re-raises it as a plain ProtocolError with a suffix, the cluster as a connection error
+    rewrapped = ProtocolError(f"{original} (from node 1 at 127.0.0.1:9092)")
+    outer = KafkaConnectionError(str(rewrapped))
+    outer.__cause__ = rewrapped
+    found = find_frame_too_large(outer)
+    assert isinstance(found, FrameTooLargeError) and (found.size, found.limit) == (4321, 1000)
+    assert find_frame_too_large(KafkaConnectionError("connection closed by the peer")) is None
+    assert find_frame_too_large(ProtocolError("frame size -3 is outside 0..1000 (corrupt stream)")) is None
+    assert find_frame_too_large(None) is None
