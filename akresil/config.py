@@ -172,7 +172,9 @@ OPTIONS: tuple[Option, ...] = (
            clients=_P),
     Option("linger_ms", _INT, 5, "wait up to this long for a batch to fill", clients=_P, minimum=0,
            maximum=_MAX_INT),
-    Option("batch_size", _INT, 16_384, "target batch size in bytes", clients=_P, minimum=0, maximum=_MAX_INT),
+    Option("batch_size", _INT, 262_144,
+           "largest batch per partition in bytes (uncompressed); a batch goes out when full or when linger_ms "
+           "ends, so a large value does not delay a lone record", clients=_P, minimum=0, maximum=_MAX_INT),
     Option("buffer_memory", _INT, 33_554_432, "bytes of records buffered before enqueue blocks", clients=_P,
            minimum=1, maximum=2**62),
     Option("max_block_ms", _INT, 60_000, "how long enqueue/send wait for buffer space or metadata", clients=_P,

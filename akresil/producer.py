@@ -2,7 +2,13 @@
 
 Records go through the core accumulator (KIP-91 delivery deadlines, ``buffer_memory`` backpressure) and are
 sent by the scheduler task (``net.scheduler.Sender``).  Idempotence is on by default, as in the Java client
-since 3.0: a producer id from InitProducerId and per-partition sequence numbers make retries safe.
+since 3.0: a producer id from InitProducerId and per-partition sequence numbers make retries safe, and a
+sequence gap bumps the epoch (KIP-360).
+
+``send_many`` checks every record first, partitions them all (murmur2 groups for keys, sticky runs that switch
+at full batches for null keys), then fills batches per partition in one pass with one completion per batch.
+``enqueue`` and large ``send_many`` calls give the event loop a turn every ~256 KiB of closed batches, so the
+sender ships full batches while a caller that never awaits anything else keeps appending.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from contextlib import nullcontext
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import anyio
+import anyio.lowlevel
 
 from . import errors
 from .config import resolve
-from .core.accumulator import RecordAccumulator
+from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
+from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
 from .core.events import Hooks
 from .core.partitioner import DefaultPartitioner
 from .net.cluster import Cluster
@@ -27,6 +35,19 @@ log = logging.getLogger(__name__)
 
 _EXTRA_KEYS = ("key_serializer", "value_serializer", "hooks")
 _UNKNOWN_TOPIC_ERRORS = {errors.InvalidTopicError.errno, errors.TopicAuthorizationFailedError.errno}
+_NO_HEADERS: list[Header] = []     # shared, never mutated (the encoder only reads header lists)
+_wall_time = time.time
+#: a large ``send_many`` yields to the event loop after about this many buffered bytes (at a batch boundary)
+_YIELD_BYTES = 256 * 1024
+
+
+def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
+    """``bytearray`` / ``memoryview`` as bytes; TypeError naming the field (and record) for anything else."""
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    where = f"send_many: record {index}: " if index is not None else ""
+    raise TypeError(f"{where}{what} must be bytes or None (got {type(data).__name__}); "
+                    f"pass {what}_serializer= to convert it")
 
 
 class DeliveryFuture:
@@ -36,13 +57,15 @@ class DeliveryFuture:
     awaiting task is only created when somebody awaits before completion.
     """
 
-    __slots__ = ("_metadata", "_error", "_done", "_event")
+    __slots__ = ("_metadata", "_error", "_done", "_event", "_new_event")
 
-    def __init__(self) -> None:
+    def __init__(self, new_event: Callable[[], anyio.Event] = anyio.Event) -> None:
         self._metadata: RecordMetadata | None = None
         self._error: BaseException | None = None
         self._done = False
         self._event: anyio.Event | None = None
+        #: the running backend's concrete event class (the producer passes it: skips anyio's backend lookup)
+        self._new_event = new_event
 
     def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
         """The core's record callback."""
@@ -67,34 +90,17 @@ class DeliveryFuture:
     async def wait(self) -> RecordMetadata:
         if not self._done:
             if self._event is None:
-                self._event = anyio.Event()
+                self._event = self._new_event()
             await self._event.wait()
         return self.result()
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        return self.wait().__await__()
-
-
-class _Bulk:
-    """Shared completion state of one ``send_many`` call: one event for all its records."""
-
-    __slots__ = ("results", "pending", "event", "first_error")
-
-    def __init__(self, n: int) -> None:
-        self.results: list[RecordMetadata | BaseException | None] = [None] * n
-        self.pending = n
-        self.event = anyio.Event()
-        self.first_error: BaseException | None = None
-
-    def callback(self, index: int) -> Callable[[RecordMetadata | None, BaseException | None], None]:
-        def done(metadata: RecordMetadata | None, error: BaseException | None) -> None:
-            self.results[index] = metadata if error is None else error
-            if error is not None and self.first_error is None:
-                self.first_error = error
-            self.pending -= 1
-            if self.pending == 0:
-                self.event.set()
-        return done
+        # a generator, not ``self.wait().__await__()``: awaiting a done future then costs no coroutine
+        if not self._done:
+            if self._event is None:
+                self._event = self._new_event()
+            yield from self._event.wait().__await__()
+        return self.result()
 
 
 class Producer:
@@ -130,6 +136,14 @@ class Producer:
         self._started = False
         self._closed = False
         self._checked_topics: set[str] = set()
+        #: started, not closed: the one flag the per-record path checks (with the sender's fatal error)
+        self._accepting = False
+        self._new_event: Callable[[], anyio.Event] = anyio.Event
+        #: enqueue yields once before its next record after ~_YIELD_BYTES went into batches that closed
+        self._yield_due = False
+        self._since_yield = 0
+        #: per topic: its TopicPartition objects, built once instead of once per record
+        self._tps: dict[str, list[TopicPartition]] = {}
         #: per topic: (metadata snapshot, its partitions with a leader) — recomputed when the snapshot changes
         self._available: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
@@ -143,6 +157,8 @@ class Producer:
         try:
             await self._cluster.start(self._tg)
             await self._tg.start(self._sender.run)
+            self._new_event = type(anyio.Event())     # this backend's event class, for the per-record futures
+            self._accepting = True
         except BaseException:
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
@@ -166,6 +182,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._accepting = False
         if self._tg is None:
             return
         self._acc.close()
@@ -211,82 +228,296 @@ class Producer:
         """Send one record and wait for its acknowledgement."""
         fut = await self.enqueue(topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
                                  headers=headers)
-        if not fut.done():
-            self._sender.wake()
         return await fut
 
     async def enqueue(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
                       timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> DeliveryFuture:
         """Buffer one record; returns once it is buffered (waiting up to ``max_block_ms`` for space)."""
-        self._check_open()
-        key_b, value_b, hdrs = self._serialize(topic, key, value, headers)
-        deadline = self._cluster.clock() + self.config.max_block_ms
-        num = await self._partitions(topic, deadline)
-        fut = DeliveryFuture()
-        await self._append(topic, num, partition, key_b, value_b, hdrs,
-                           timestamp_ms if timestamp_ms is not None else int(time.time() * 1000), fut, deadline)
+        # The per-record hot path: every check is inline and the slow cases branch out.
+        if self._yield_due:
+            # Full batches are waiting for the sender, which cannot run while a caller enqueues in a loop
+            # that never suspends: let it ship them. Done before buffering anything, so a cancellation
+            # here leaves no record behind that the caller holds no future for.
+            self._yield_due = False
+            await anyio.lowlevel.checkpoint()
+        if not self._accepting or self._sender.fatal_error is not None:
+            self._check_open()
+        if topic not in self._checked_topics:
+            self._check_topic(topic)
+        if key is not None:
+            if self._key_serializer is not None:
+                key = self._key_serializer(key)
+            if key.__class__ is not bytes:
+                key = _as_bytes(key, "key")
+        if value is not None:
+            if self._value_serializer is not None:
+                value = self._value_serializer(value)
+            if value.__class__ is not bytes:
+                value = _as_bytes(value, "value")
+        hdrs = self._check_headers(headers) if headers else _NO_HEADERS
+        cluster = self._cluster
+        parts = cluster.metadata.snapshot.topics.get(topic)
+        if parts:
+            num = len(parts)
+            deadline = -1.0
+        else:
+            deadline = cluster.clock() + self.config.max_block_ms
+            num = await self._partitions(topic, deadline)
+        partitioner = self._partitioner
+        if partition is None and partitioner.custom is None and (key is None or partitioner.ignore_keys):
+            sticky = True
+            p = partitioner.sticky.current(topic, num, self._available_partitions(topic))
+        else:
+            sticky = False
+            p = partitioner.partition(topic, key, num, self._available_partitions(topic)
+                                      if partitioner.custom is not None else (), partition)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) <= p:
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(max(num, p + 1))]
+        tp = tps[p]
+        fut = DeliveryFuture(self._new_event)
+        if timestamp_ms is None:
+            timestamp_ms = int(_wall_time() * 1000)
+        acc = self._acc
+        size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, fut)
+        if size:
+            # joined an open batch: nothing changed that the sender waits for
+            if sticky:
+                partitioner.sticky.record_appended(topic, p, size, enable_switch=False)
+            self._since_yield += size
+            return fut
+        result = acc.append(tp, timestamp_ms, key, value, hdrs, fut, now=cluster.clock())
+        if not result.appended:
+            if deadline < 0:
+                deadline = cluster.clock() + self.config.max_block_ms
+            result = await self._append_waiting(tp, timestamp_ms, key, value, hdrs, fut, result.needed_bytes,
+                                                deadline)
+        if sticky:
+            batch = result.batch
+            partitioner.sticky.record_appended(topic, p, result.needed_bytes,
+                                               enable_switch=batch is None or not batch.open)
+        self._since_yield += result.needed_bytes
+        if result.new_batch:
+            # a new batch starts a linger timer, and closes the previous batch (now sendable): tell the sender;
+            # appends into an open batch change nothing it waits for
+            self._sender.wake()
+            if result.batch_full and self._since_yield >= _YIELD_BYTES:
+                self._since_yield = 0
+                self._yield_due = True
         return fut
 
     async def send_many(self, topic: str, records: Iterable[tuple[Any, Any]], *,
                         partition: int | None = None, headers: Sequence[Header] | None = None,
-                        raise_on_error: bool = True) -> list[RecordMetadata]:
+                        timestamp_ms: int | None = None, raise_on_error: bool = True) -> list[RecordMetadata]:
         """Send ``(key, value)`` pairs in one pass and wait for all of them.
 
-        Returns metadata in input order. With ``raise_on_error`` (default) the first failure is raised after
-        every record completed; otherwise failed slots hold the exception instance.
+        Returns metadata in input order. Every record of the call shares ``headers`` and ``timestamp_ms``
+        (default: now). Records are checked first: a bad type or a record too large for ``max_request_size``
+        / ``buffer_memory`` raises before anything of the call is buffered. The call returns (or raises) only
+        once every buffered record was acknowledged or failed: with ``raise_on_error`` (default) the first
+        failure is then raised, otherwise failed slots hold the exception instance.
+
+        An error that stops buffering part-way (``BufferFullError`` when no space frees up within
+        ``max_block_ms``, ``ClientClosedError``) is raised in either mode, once the records buffered before it
+        completed; those are delivered, the rest fail with it, and ``error.results`` holds every record's
+        outcome. Cancelling the call does not recall records already buffered.
         """
         self._check_open()
         items = records if isinstance(records, list) else list(records)
         if not items:
             return []
+        self._check_topic(topic)
+        hdrs = self._check_headers(headers)
+        items, max_kv, null_keys, null_values = self._check_pairs(items)
+        acc = self._acc
+        acc.check_record_size(RECORD_BASE_ESTIMATE + headers_size(hdrs) + max_kv,
+                              "send_many: the largest record")
         deadline = self._cluster.clock() + self.config.max_block_ms
         num = await self._partitions(topic, deadline)
-        bulk = _Bulk(len(items))
-        now_ms = int(time.time() * 1000)
-        hdrs_base = headers
-        for i, item in enumerate(items):
+        done = anyio.Event()
+        sink = BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values)
+        ts = timestamp_ms if timestamp_ms is not None else int(_wall_time() * 1000)
+        partitioner = self._partitioner
+        runs: list[tuple[int | None, range | list[int]]]
+        if partition is not None:
+            runs = [(partitioner.partition(topic, None, num, (), partition), range(len(items)))]
+        elif partitioner.custom is not None or (null_keys < len(items) and not partitioner.ignore_keys):
+            by_partition, unkeyed = partitioner.group(topic, [k for k, _ in items], num,
+                                                      self._available_partitions(topic))
+            runs = [(p, positions) for p, positions in by_partition.items()]
+            if unkeyed:
+                runs.append((None, unkeyed))
+        else:
+            runs = [(None, range(len(items)))]
+        touched: set[TopicPartition] = set()
+        error: BaseException | None = None
+        try:
+            for i, (p, positions) in enumerate(runs):
+                try:
+                    await self._append_run(topic, num, p, items, positions, ts, hdrs, sink, deadline, touched)
+                except errors.KafkaError as exc:
+                    # the rest of the call cannot be buffered: fail it; what is buffered is still delivered
+                    error = exc
+                    for _, rest in runs[i + 1:]:
+                        sink.fail_range(rest, exc)
+                    break
+        finally:
+            acc.expedite(touched)
+            self._sender.wake()
+        if not sink.done:
+            await done.wait()
+        if error is not None:
+            error.results = sink.results   # type: ignore[attr-defined]
+            raise error
+        if raise_on_error and sink.first_error is not None:
+            raise sink.first_error
+        return sink.results  # type: ignore[return-value]
+
+    async def _append_run(self, topic: str, num: int, partition: int | None,
+                          items: list[tuple[bytes | None, bytes | None]], positions: range | list[int], ts: int,
+                          headers: list[Header], sink: BulkCompletion, deadline: float,
+                          touched: set[TopicPartition]) -> None:
+        """Buffer ``items[j]`` for ``j`` in ``positions`` into ``partition`` (None: sticky, switching at full
+        batches), waiting for memory within ``deadline``. On an error the records not buffered are failed in
+        ``sink`` before it propagates.
+
+        Yields to the event loop every ``_YIELD_BYTES`` at a batch boundary, so the sender ships full
+        batches while the rest of a large call is still being encoded.
+        """
+        acc, partitioner, clock = self._acc, self._partitioner, self._cluster.clock
+        sticky = partitioner.sticky
+        waiter = None
+        # the records of this run as one list parallel to ``positions`` (a copy only for scattered runs)
+        run = items if positions.__class__ is range and len(positions) == len(items) \
+            else list(map(items.__getitem__, positions))
+        pos, total = 0, len(positions)
+        since_yield = 0
+        while pos < total:
+            if partition is None:
+                p = sticky.current(topic, num, self._available_partitions(topic))
+            else:
+                p = partition
+            tp = TopicPartition(topic, p)
+            touched.add(tp)
             try:
-                key, value = item
-            except (TypeError, ValueError):
-                raise TypeError(f"send_many: record {i} must be a (key, value) pair, got {item!r}") from None
-            key_b, value_b, hdrs = self._serialize(topic, key, value, hdrs_base)
-            await self._append(topic, num, partition, key_b, value_b, hdrs, now_ms, bulk.callback(i), deadline)
-        self._sender.wake()
-        await bulk.event.wait()
-        if raise_on_error and bulk.first_error is not None:
-            raise bulk.first_error
-        return bulk.results  # type: ignore[return-value]
+                res = acc.append_many(tp, run, positions, pos, ts, headers, sink, now=clock(), waiter=waiter,
+                                      stop_when_full=True)
+            except errors.KafkaError as exc:
+                sink.fail_range(positions[pos:], exc)
+                raise
+            waiter = None
+            pos += res.appended
+            if partition is None and (res.appended or res.batch_closed):
+                sticky.record_appended(topic, p, res.appended_bytes, enable_switch=res.batch_closed)
+            if res.new_batches or res.batch_closed:
+                self._sender.wake()
+            since_yield += res.appended_bytes
+            if res.needed_bytes:
+                since_yield = 0
+                try:
+                    waiter = await self._wait_for_space(res.needed_bytes, deadline)
+                except errors.KafkaError as exc:
+                    sink.fail_range(positions[pos:], exc)
+                    raise
+            elif res.batch_closed and since_yield >= _YIELD_BYTES and pos < total:
+                since_yield = 0
+                await anyio.lowlevel.checkpoint()
+
+    async def _wait_for_space(self, needed: int, deadline: float) -> SpaceWaiter:
+        """Queue for ``needed`` bytes of ``buffer_memory``; BufferFullError once ``max_block_ms`` elapsed."""
+        acc = self._acc
+        event = anyio.Event()
+        waiter = acc.wait_for_space(needed, event.set)
+        self._sender.wake()        # space comes from sending: make sure the sender is not lingering
+        try:
+            with anyio.move_on_after(max(0.0, deadline - self._cluster.clock()) / 1000.0):
+                await event.wait()
+        except BaseException:
+            acc.cancel_wait(waiter)      # cancelled: a forgotten waiter would block every appender behind it
+            raise
+        if not event.is_set():
+            acc.cancel_wait(waiter)
+            raise errors.BufferFullError(
+                f"no room for a {needed}-byte record in buffer_memory ({self.config.buffer_memory} bytes) "
+                f"within max_block_ms ({self.config.max_block_ms} ms)")
+        try:
+            self._check_open()
+        except BaseException:
+            acc.cancel_wait(waiter)
+            raise
+        return waiter
 
     # ------------------------------------------------------------------ internals
-    def _serialize(self, topic: str, key: Any, value: Any,
-                   headers: Sequence[Header] | None) -> tuple[bytes | None, bytes | None, Sequence[Header]]:
+    def _check_topic(self, topic: str) -> None:
         if topic not in self._checked_topics:
             from .admin import check_topic_name as _check_topic_name
             _check_topic_name(topic)
             self._checked_topics.add(topic)
-        if self._key_serializer is not None and key is not None:
-            key = self._key_serializer(key)
-        if self._value_serializer is not None and value is not None:
-            value = self._value_serializer(value)
-        if key is not None and type(key) is not bytes:
-            if isinstance(key, (bytearray, memoryview)):
-                key = bytes(key)
+
+    @staticmethod
+    def _check_headers(headers: Sequence[Header] | None) -> list[Header]:
+        """Headers as the list the encoder wants; TypeError naming the first bad one."""
+        if not headers:
+            return _NO_HEADERS
+        for h in headers:
+            if (h.__class__ is not tuple or len(h) != 2 or h[0].__class__ is not str
+                    or not (h[1] is None or isinstance(h[1], (bytes, bytearray)))):
+                raise TypeError(f"headers must be (str, bytes | None) pairs, got {h!r}")
+        return headers if headers.__class__ is list else list(headers)  # type: ignore[return-value]
+
+    def _check_pairs(self, items: list[Any]) -> tuple[list[tuple[bytes | None, bytes | None]], int, int, int]:
+        """Serialize and type-check ``send_many``'s records without touching the caller's list.
+
+        Returns the records as ``(bytes | None, bytes | None)`` tuples, the largest ``len(key) + len(value)``
+        (for the record-too-large check) and the numbers of null keys and null values.
+        """
+        ks, vs = self._key_serializer, self._value_serializer
+        out: list[tuple[bytes | None, bytes | None]] | None = None
+        biggest = 0
+        null_keys = null_values = 0
+        for i, item in enumerate(items):
+            if item.__class__ is tuple and len(item) == 2:
+                key, value = item
             else:
-                raise TypeError(f"key must be bytes or None (got {type(key).__name__}); "
-                                "pass key_serializer= to convert it")
-        if value is not None and type(value) is not bytes:
-            if isinstance(value, (bytearray, memoryview)):
-                value = bytes(value)
+                try:
+                    key, value = item
+                except (TypeError, ValueError):
+                    raise TypeError(f"send_many: record {i} must be a (key, value) pair, got {item!r}") from None
+                if out is None:
+                    out = items[:i]
+            fixed = False
+            if key is not None:
+                if ks is not None:
+                    key, fixed = ks(key), True
+                if key.__class__ is not bytes:
+                    key, fixed = _as_bytes(key, "key", i), True
+                size = len(key)
             else:
-                raise TypeError(f"value must be bytes or None (got {type(value).__name__}); "
-                                "pass value_serializer= to convert it")
-        if headers:
-            for h in headers:
-                if (not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
-                        or not (h[1] is None or isinstance(h[1], (bytes, bytearray)))):
-                    raise TypeError(f"headers must be (str, bytes | None) pairs, got {h!r}")
-            return key, value, headers
-        return key, value, ()
+                size = 0
+                null_keys += 1
+            if value is not None:
+                if vs is not None:
+                    value, fixed = vs(value), True
+                if value.__class__ is not bytes:
+                    value, fixed = _as_bytes(value, "value", i), True
+                size += len(value)
+            else:
+                null_values += 1
+            if size > biggest:
+                biggest = size
+            if fixed and out is None:
+                out = items[:i]
+            if out is not None:
+                out.append((key, value))
+        return (out if out is not None else items), biggest, null_keys, null_values
+
+    def _available_partitions(self, topic: str) -> tuple[int, ...]:
+        """Partitions of ``topic`` with a leader, recomputed only when the metadata snapshot changes."""
+        snapshot = self._cluster.metadata.snapshot
+        cached = self._available.get(topic)
+        if cached is None or cached[0] is not snapshot:
+            cached = self._available[topic] = (snapshot, snapshot.available_partitions(topic))
+        return cached[1]
 
     async def _partitions(self, topic: str, deadline: float) -> int:
         """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use."""
@@ -315,42 +546,16 @@ class Producer:
             raise errors.error_for_code(code)(f"topic {topic!r}")
         return len(snap.topics[topic])
 
-    async def _append(self, topic: str, num: int, partition: int | None, key: bytes | None,
-                      value: bytes | None, headers: Sequence[Header], timestamp_ms: int,
-                      callback: Callable[[RecordMetadata | None, BaseException | None], None],
-                      deadline: float) -> None:
-        cluster, acc, partitioner = self._cluster, self._acc, self._partitioner
-        if partition is None and key is None:
-            snapshot = cluster.metadata.snapshot
-            cached = self._available.get(topic)
-            if cached is None or cached[0] is not snapshot:
-                cached = self._available[topic] = (snapshot, snapshot.available_partitions(topic))
-            p = partitioner.partition(topic, None, num, cached[1], None)
-        else:
-            p = partitioner.partition(topic, key, num, (), partition)
-        tp = TopicPartition(topic, p)
-        result = acc.append(tp, timestamp_ms, key, value, headers, callback, now=cluster.clock())
-        waiter = None
-        while not result.appended:
-            event = anyio.Event()
-            waiter = acc.wait_for_space(result.needed_bytes, event.set)
-            remaining = deadline - cluster.clock()
-            with anyio.move_on_after(max(0.0, remaining) / 1000.0):
-                await event.wait()
-            if not event.is_set():
-                acc.cancel_wait(waiter)
-                raise errors.BufferFullError(
-                    f"no room for a {result.needed_bytes}-byte record in buffer_memory "
-                    f"({self.config.buffer_memory} bytes) within max_block_ms ({self.config.max_block_ms} ms)")
-            self._check_open()
-            result = acc.append(tp, timestamp_ms, key, value, headers, callback, now=cluster.clock(),
-                                waiter=waiter)
-        if partitioner.uses_sticky(key, partition):
-            batch = result.batch
-            partitioner.record_appended(topic, p, result.needed_bytes,
-                                        enable_switch=batch is None or not batch.open)
-        if result.new_batch or result.batch_full:
-            self._sender.wake()
+    async def _append_waiting(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+                              headers: list[Header], fut: DeliveryFuture, needed: int, deadline: float) -> AppendResult:
+        """The slow path of ``enqueue``: wait (FIFO, up to ``deadline``) until ``buffer_memory`` has room."""
+        acc, clock = self._acc, self._cluster.clock
+        while True:
+            waiter = await self._wait_for_space(needed, deadline)
+            result = acc.append(tp, timestamp_ms, key, value, headers, fut, now=clock(), waiter=waiter)
+            if result.appended:
+                return result
+            needed = result.needed_bytes
 
     # ------------------------------------------------------------------ introspection
     def partitions_for(self, topic: str) -> tuple[int, ...]:

@@ -26,31 +26,40 @@ from akresil.testing import EmbeddedBroker
 
 Runner = Callable[[str, str, int, bytes], Awaitable[None]]
 
+#: akresil's settings: its defaults (batch_size 256 KiB, see docs/architecture.md), linger as the others
+AKRESIL = {"linger_ms": 5}
+
 
 async def akresil_send(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    """One ``await send()`` per record, a window of concurrent senders (as a service with many requests)."""
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
-        sem = asyncio.Semaphore(1000)
+    """One ``await send()`` per record from 1000 concurrent tasks (as a service handling many requests)."""
+    async with Producer(bootstrap_servers=bootstrap, **AKRESIL) as p:
+        workers = 1000
 
-        async def one() -> None:
-            async with sem:
+        async def worker(count: int) -> None:
+            for _ in range(count):
                 await p.send(topic, value)
-        await asyncio.gather(*(one() for _ in range(n)))
+        await asyncio.gather(*(worker(n // workers + (1 if w < n % workers else 0)) for w in range(workers)))
 
 
 async def akresil_enqueue(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
+    async with Producer(bootstrap_servers=bootstrap, **AKRESIL) as p:
         futs = [await p.enqueue(topic, value) for _ in range(n)]
         for f in futs:
             await f
 
 
 async def akresil_send_many(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
+    """Calls of 10 000 records, up to 4 in flight (as a pipeline hands over chunks while earlier ones are
+    acknowledged; the other clients also keep many records in flight)."""
+    async with Producer(bootstrap_servers=bootstrap, **AKRESIL) as p:
         chunk = 10_000
         items = [(None, value)] * chunk
-        for start in range(0, n, chunk):
-            await p.send_many(topic, items[: min(chunk, n - start)])
+        window = asyncio.Semaphore(4)
+
+        async def one(count: int) -> None:
+            async with window:
+                await p.send_many(topic, items[:count])
+        await asyncio.gather(*(one(min(chunk, n - start)) for start in range(0, n, chunk)))
 
 
 async def aiokafka_send(bootstrap: str, topic: str, n: int, value: bytes) -> None:

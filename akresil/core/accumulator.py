@@ -2,7 +2,9 @@
 
 Pure logic driven by the I/O shell with explicit ``now`` (monotonic ms):
 
-* ``append`` puts a record into its partition's open batch (or a new one) within ``buffer_memory``;
+* ``append`` puts a record into its partition's open batch (or a new one) within ``buffer_memory``
+  (``try_append_open`` is its allocation-free common case); ``append_many`` is the bulk path of
+  ``send_many``: one tight encoder loop, one memory charge and one completion range per batch;
 * ``drain`` hands out batches grouped by leader node for nodes the shell says are sendable, keeping
   per-partition order; ``on_batch_success`` / ``on_batch_error`` report the outcome;
 * ``expire`` fails batches whose ``created_at + delivery_timeout_ms`` has passed, whether queued, backing
@@ -39,8 +41,8 @@ from ..errors import ClientClosedError, ConfigError, DeliveryTimeoutError, Illeg
 from ..types import TopicPartition
 from . import events
 from .backoff import ExponentialBackoff, RandomSource
-from .batch import (BATCH_OVERHEAD, BatchState, Header, PayloadBuilder, ProducerBatch, RecordCallback,
-                    estimate_record_size)
+from .batch import (BATCH_OVERHEAD, RECORD_BASE_ESTIMATE, BatchState, BulkCompletion, Header, PayloadBuilder,
+                    ProducerBatch, RecordCallback, estimate_record_size, headers_size)
 from .events import Hooks
 from .retry import RetryDecision, backing_off, observe_leader_epoch, plan_retry
 
@@ -48,6 +50,11 @@ _MAX_SEQUENCE = 2**31
 _index_key = attrgetter("index")
 
 LeaderOf = Callable[[TopicPartition], "tuple[int, int] | None"]
+
+
+def _kv_size(record: tuple[bytes | None, bytes | None]) -> int:
+    key, value = record
+    return (0 if key is None else len(key)) + (0 if value is None else len(value))
 
 
 def validate_delivery_timeout(delivery_timeout_ms: float, linger_ms: float, request_timeout_ms: float) -> None:
@@ -65,6 +72,18 @@ class AppendResult(NamedTuple):
     #: the partition now has a batch that will not grow further: the sender has work
     batch_full: bool
     #: bytes the record reserves (or would have reserved when ``appended`` is False)
+    needed_bytes: int
+
+
+class BulkAppendResult(NamedTuple):
+    #: records taken, from ``records[start]`` on
+    appended: int
+    #: estimated bytes reserved for them (batch headers not included): what the sticky partitioner counts
+    appended_bytes: int
+    #: the last batch the run went into is now full (closed for appends)
+    batch_closed: bool
+    new_batches: int
+    #: > 0 when memory ran short: bytes the next record needs; wait for them, then call again with the rest
     needed_bytes: int
 
 
@@ -131,6 +150,8 @@ class RecordAccumulator:
         self.idempotent = bool(enable_idempotence)
         self.retries = int(retries)
         self.max_request_size = int(max_request_size)
+        #: a record estimate plus batch header above this fails one of ``check_record_size``'s two limits
+        self._size_limit = min(self.max_request_size, self.buffer_memory)
         if new_payload is None:
             from ..protocol.records import BatchBuilder, compression_codec
             codec = compression_codec(compression_type)
@@ -201,6 +222,57 @@ class RecordAccumulator:
         self._closing = True
 
     # ------------------------------------------------------------------ append and memory
+    def check_record_size(self, size: int, what: str = "record") -> None:
+        """RecordTooLargeError when a record of ``size`` estimated bytes can never be sent or buffered."""
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(f"{what} of ~{size} bytes (with batch header) exceeds max_request_size "
+                                      f"({self.max_request_size})")
+        if size + BATCH_OVERHEAD > self.buffer_memory:
+            raise RecordTooLargeError(f"{what} of ~{size} bytes (with batch header) exceeds buffer_memory "
+                                      f"({self.buffer_memory})")
+
+    def try_append_open(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+                        headers: Sequence[Header], callback: RecordCallback | None) -> int:
+        """The common case of ``append``, allocation-free: the record joins the partition's open batch.
+
+        Returns the bytes reserved, or 0 when ``append`` must decide instead: no open batch, the batch is
+        full (it is then closed), memory is short, appenders are waiting, the producer is closing, or the
+        record may be too large. Nothing is appended when it returns 0.
+        """
+        pq = self._partitions.get(tp)
+        if pq is None or self._waiters or self._closing:
+            return 0
+        dq = pq.queue
+        if not dq:
+            return 0
+        last = dq[-1]
+        if not last.open:
+            return 0
+        # estimate_record_size inlined: this runs once per record
+        size = RECORD_BASE_ESTIMATE
+        if key is None:
+            key_size = -1
+        else:
+            key_size = len(key)
+            size += key_size
+        if value is None:
+            value_size = -1
+        else:
+            value_size = len(value)
+            size += value_size
+        if headers:
+            size += headers_size(headers)
+        if size + BATCH_OVERHEAD > self._size_limit or self._used + size > self.buffer_memory:
+            return 0
+        if not last.payload.append(timestamp_ms, key, value, headers):
+            last.open = False
+            return 0
+        last.singles.append((last.record_count, timestamp_ms, callback, key_size, value_size))
+        last.record_count += 1
+        last.reserved_bytes += size
+        self._used += size
+        return size
+
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] = (), callback: RecordCallback | None = None, *, now: float,
                waiter: SpaceWaiter | None = None) -> AppendResult:
@@ -208,13 +280,14 @@ class RecordAccumulator:
         passing it back as ``waiter`` so it keeps its place in the FIFO."""
         if self._closing:
             raise ClientClosedError("producer is closing: no more records accepted")
+        if waiter is None:
+            size = self.try_append_open(tp, timestamp_ms, key, value, headers, callback)
+            if size:
+                dq = self._partitions[tp].queue
+                return AppendResult(True, dq[-1], False, len(dq) > 1, size)
         size = estimate_record_size(key, value, headers)
-        if size + BATCH_OVERHEAD > self.max_request_size:
-            raise RecordTooLargeError(f"record of ~{size} bytes (with batch header) exceeds max_request_size "
-                                      f"({self.max_request_size})")
-        if size + BATCH_OVERHEAD > self.buffer_memory:
-            raise RecordTooLargeError(f"record of ~{size} bytes (with batch header) exceeds buffer_memory "
-                                      f"({self.buffer_memory})")
+        if size + BATCH_OVERHEAD > self._size_limit:
+            self.check_record_size(size)
         pq = self._partitions.get(tp)
         if pq is None:
             pq = self._partitions[tp] = _Partition(tp)
@@ -226,16 +299,12 @@ class RecordAccumulator:
         dq = pq.queue
         last = dq[-1] if dq else None
         if last is not None and last.open:
-            # hot path: the partition's open batch takes the record (room checks inlined)
             if self._used + size > self.buffer_memory or (waiter is None and self._waiters):
                 return AppendResult(False, None, False, False, size)
-            if last.payload.append(timestamp_ms, key, value, headers):
-                last.timestamps.append(timestamp_ms)
-                last.callbacks.append(callback)
+            if last.try_append(timestamp_ms, key, value, headers, callback):
                 last.reserved_bytes += size
                 self._used += size
                 return AppendResult(True, last, False, len(dq) > 1, size)
-            last.open = False
         needed = size + BATCH_OVERHEAD
         if not self._has_room(needed, waiter):
             return AppendResult(False, None, False, len(dq) > 0, needed)
@@ -247,6 +316,80 @@ class RecordAccumulator:
         self._incomplete += 1
         self._charge(batch, needed)
         return AppendResult(True, batch, True, len(dq) > 1 or not batch.open, needed)
+
+    def append_many(self, tp: TopicPartition, records: Sequence[tuple[bytes | None, bytes | None]],
+                    positions: range | list[int], start: int, timestamp_ms: int, headers: list[Header],
+                    sink: BulkCompletion, *, now: float, waiter: SpaceWaiter | None = None,
+                    stop_when_full: bool = False) -> BulkAppendResult:
+        """Add ``records[start:]`` to ``tp`` in order, filling its open batch and then new ones, with one
+        ``sink`` range and one memory charge per batch (the bulk path of ``send_many``). ``positions[i]``
+        is where ``records[i]`` sits in the call's input (what ``sink`` reports against).
+
+        The caller has checked every record with ``check_record_size``. Takes what fits in memory and
+        returns; ``needed_bytes > 0`` then says how much the next record needs (register a ``SpaceWaiter``,
+        then call again from ``start + appended`` with the waiter). ``stop_when_full`` returns as soon as a
+        batch closes, so a sticky partitioner can switch partitions (and the caller yield) at batch boundaries.
+        """
+        if waiter is not None:
+            try:
+                self._waiters.remove(waiter)
+            except ValueError:
+                pass
+        if self._closing:
+            raise ClientClosedError("producer is closing: no more records accepted")
+        pq = self._partitions.get(tp)
+        if pq is None:
+            pq = self._partitions[tp] = _Partition(tp)
+        # FIFO fairness: a fresh appender does not jump ahead of queued waiters
+        budget = self.buffer_memory - self._used if waiter is not None or not self._waiters else 0
+        base = RECORD_BASE_ESTIMATE + (headers_size(headers) if headers else 0)
+        dq = pq.queue
+        total = len(records)
+        pos = start
+        reserved = new_batches = needed = 0
+        closed = False
+        while pos < total:
+            last = dq[-1] if dq else None
+            if last is None or not last.open:
+                first_size = base + _kv_size(records[pos])
+                if first_size + BATCH_OVERHEAD > budget:
+                    needed = first_size + BATCH_OVERHEAD
+                    break
+                last = ProducerBatch(tp, pq.next_index, self._new_payload(tp), now, self.delivery_timeout_ms)
+                pq.next_index += 1
+                dq.append(last)
+                self._incomplete += 1
+                self._charge(last, BATCH_OVERHEAD)
+                budget -= BATCH_OVERHEAD
+                new_batches += 1
+            count, used, full = last.payload.append_run(records, pos, timestamp_ms, headers, budget, base)
+            if count:
+                last.add_range(count, positions[pos:pos + count], timestamp_ms, sink)
+                last.reserved_bytes += used
+                self._used += used
+                budget -= used
+                reserved += used
+                pos += count
+            if full:
+                last.open = False
+                closed = True
+                if stop_when_full:
+                    break
+            elif pos < total:
+                needed = base + _kv_size(records[pos])   # memory ran out inside the open batch
+                break
+            else:
+                closed = False
+        taken = pos - start
+        return BulkAppendResult(taken, reserved, closed, new_batches, needed)
+
+    def expedite(self, tps: Iterable[TopicPartition]) -> None:
+        """Make the open batch of each partition ready now, without waiting for linger: a bulk call that
+        finished appending waits for its records, and nothing it knows of will fill the batch further."""
+        for tp in tps:
+            pq = self._partitions.get(tp)
+            if pq is not None and pq.queue:
+                pq.queue[-1].expedite = True
 
     def _has_room(self, needed: int, waiter: SpaceWaiter | None) -> bool:
         if self._used + needed > self.buffer_memory:
@@ -314,7 +457,7 @@ class RecordAccumulator:
         head = pq.queue[0]
         if backing_off(head, now):
             return False
-        if head.attempts > 0 or not head.open or len(pq.queue) > 1:
+        if head.attempts > 0 or not head.open or len(pq.queue) > 1 or head.expedite:
             return True
         if self._flushing or self._closing or self._waiters:
             return True
@@ -512,7 +655,7 @@ class RecordAccumulator:
                 continue
             if backing_off(head, now):
                 t = head.retry_at
-            elif head.attempts == 0 and head.open and len(pq.queue) == 1 and not hurry:
+            elif head.attempts == 0 and head.open and len(pq.queue) == 1 and not hurry and not head.expedite:
                 t = head.created_at + self.linger_ms
                 if t <= now:
                     continue

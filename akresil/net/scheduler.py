@@ -39,8 +39,16 @@ log = logging.getLogger(__name__)
 _LEADER_ERRORS = (errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno)
 _DUPLICATE_SEQUENCE = errors.DuplicateSequenceNumberError.errno
 _OUT_OF_ORDER_SEQUENCE = errors.OutOfOrderSequenceNumberError.errno
+_UNKNOWN_PRODUCER_ID = errors.UnknownProducerIdError.errno
+#: how a broker may refuse a client-side epoch bump (Apache accepts it; Tansu 0.6 answers PRODUCER_FENCED)
+_BUMP_REFUSED = (errors.InvalidProducerEpochError.errno, errors.ProducerFencedError.errno, _OUT_OF_ORDER_SEQUENCE,
+                 _UNKNOWN_PRODUCER_ID)
 #: InitProducerId: versions below 3 cannot bump an epoch; Tansu answers v0-v2 with errors (DESIGN.md)
 _INIT_PID_MIN_VERSION = 0
+
+
+#: the producer epoch is a signed 16-bit field; at its maximum a new producer id is needed instead of a bump
+_MAX_PRODUCER_EPOCH = 32767
 
 
 class OutOfOrderBehindRetryError(errors.OutOfOrderSequenceNumberError):
@@ -49,6 +57,44 @@ class OutOfOrderBehindRetryError(errors.OutOfOrderSequenceNumberError):
     (keeping its sequence) instead of failing its records, as the Java producer does."""
 
     retriable = True
+
+
+class SequenceGapRetryError(errors.OutOfOrderSequenceNumberError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER with no older batch to blame: a real gap (an earlier batch failed for good).
+    KIP-360: the idempotent producer bumps its epoch, restarts sequences at 0 and retries this batch, instead of
+    failing its records."""
+
+    retriable = True
+
+
+class BumpRefusedRetryError(errors.InvalidProducerEpochError):
+    """The broker refused the epoch this producer raised itself (KIP-360 client-side bump): the batch is retried
+    under a new producer id from InitProducerId."""
+
+    retriable = True
+
+
+class StaleEpochRetryError(errors.InvalidProducerEpochError):
+    """A batch sent under an epoch this producer has since left behind was refused: it is resent, re-sequenced,
+    under the current identity."""
+
+    retriable = True
+
+
+class UnknownProducerIdRetryError(errors.UnknownProducerIdError):
+    """UNKNOWN_PRODUCER_ID: the broker lost this producer's state (e.g. retention removed its last batch).
+    KIP-360: bump the epoch, restart sequences at 0 and retry, as Java's idempotent producer does."""
+
+    retriable = True
+
+
+#: how a refusal of a batch sent under an identity already left behind is retried
+_STALE_RETRY: dict[int, type[errors.KafkaError]] = {
+    _OUT_OF_ORDER_SEQUENCE: OutOfOrderBehindRetryError,
+    _UNKNOWN_PRODUCER_ID: UnknownProducerIdRetryError,
+    errors.InvalidProducerEpochError.errno: StaleEpochRetryError,
+    errors.ProducerFencedError.errno: StaleEpochRetryError,
+}
 
 
 class Sender:
@@ -68,9 +114,15 @@ class Sender:
         self._init_pid_backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms,
                                                     rng=cluster.rng)
         self._init_pid_at = 0.0
-        #: a batch that had a sequence number failed: the partition's sequence has a gap the broker will never
-        #: see closed, so a new producer identity (sequences from 0) is needed before sending more
+        #: a partition's sequence has a gap the broker will never see closed (a sequenced batch failed or expired,
+        #: or the broker reported a gap or lost producer state): bump the epoch (KIP-360, sequences from 0) once
+        #: nothing is in flight, before sending more
         self._identity_reset_wanted = False
+        #: the epoch was bumped locally and no batch under it was accepted yet; a sequence error now means the
+        #: broker does not take the bump, so the next reset asks InitProducerId for a new producer id instead
+        self._bump_unconfirmed = False
+        #: False once a broker refused a client-side bump: later resets go straight to InitProducerId
+        self._local_bump_works = True
         self.fatal_error: BaseException | None = None
         self._stopping = False
         cluster.on_metadata_change(self.wake)
@@ -115,7 +167,7 @@ class Sender:
         if self._identity_reset_wanted and not self._has_in_flight():
             # like Java, wait for in-flight batches first: they keep their order when re-sequenced
             self._identity_reset_wanted = False
-            acc.set_producer_identity(-1, -1)
+            self._reset_identity()
         if acc.idempotent and acc.producer_id < 0:
             if not self._init_pid_running and acc.incomplete_batches and not self._identity_reset_wanted:
                 if now >= self._init_pid_at:
@@ -152,6 +204,15 @@ class Sender:
             cluster.request_metadata_refresh("unknown-leader")
         for node_id, batches in drained.batches.items():
             self._send(node_id, batches, now)
+        # Pipelining: a drain takes one batch per partition, so a node below its in-flight limit with more
+        # ready batches gets further requests now, not after the next response wakes the loop.
+        while drained.batches:
+            more = {node_id for node_id in drained.batches if cluster.node(node_id).can_send(now)}
+            if not more:
+                break
+            drained = acc.drain(now, sendable=more, leader_of=leader_of)
+            for node_id, batches in drained.batches.items():
+                self._send(node_id, batches, now)
         timer = acc.next_wakeup(now)
         if timer is not None and (wake_at is None or timer < wake_at):
             wake_at = timer
@@ -160,12 +221,31 @@ class Sender:
         return max(0.0, wake_at - now)
 
     def _sequence_gap(self, cause: str) -> None:
-        """An idempotent batch with a sequence number failed for good: reset the producer identity (KIP-360's
-        recovery; a fresh id here) so later batches do not all fail with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        """A partition's sequence has a gap: reset the producer identity once nothing is in flight (KIP-360)."""
         if self.acc.idempotent and not self._identity_reset_wanted:
-            log.info("idempotent producer: %s left a sequence gap; requesting a new producer id", cause)
+            log.info("idempotent producer: %s left a sequence gap; resetting the producer identity (KIP-360)", cause)
             self._identity_reset_wanted = True
             self.wake()
+
+    def _reset_identity(self) -> None:
+        """KIP-360 for the idempotent (non-transactional) producer, as Java's ``bumpIdempotentProducerEpoch``:
+        the client raises its own epoch (same producer id) and every partition restarts at sequence 0, which
+        brokers accept for a higher epoch. A new producer id (InitProducerId) is taken instead when the epoch
+        is exhausted, when there is no id yet, or when the broker refused the previous bump. Not
+        InitProducerId(producer_id, epoch): for a null transactional id Apache brokers ignore those fields
+        and hand out a new id anyway."""
+        acc = self.acc
+        if (acc.producer_id >= 0 and acc.producer_epoch < _MAX_PRODUCER_EPOCH and not self._bump_unconfirmed
+                and self._local_bump_works):
+            acc.set_producer_identity(acc.producer_id, acc.producer_epoch + 1)
+            self._bump_unconfirmed = True
+            self.cluster.hooks.emit(events.PRODUCER_ID, producer_id=acc.producer_id,
+                                    producer_epoch=acc.producer_epoch)
+        else:
+            log.info("idempotent producer: requesting a new producer id (epoch %s, bump %s)", acc.producer_epoch,
+                     "refused" if self._bump_unconfirmed or not self._local_bump_works else "not possible")
+            self._bump_unconfirmed = False
+            acc.set_producer_identity(-1, -1)
 
     def _has_in_flight(self) -> bool:
         return any(batch.state is BatchState.IN_FLIGHT for batch in self.acc.batches())
@@ -285,6 +365,30 @@ class Sender:
         if refresh:
             self.cluster.request_metadata_refresh("produce-error")
 
+    def _sequence_error(self, batch: ProducerBatch, code: int) -> type[errors.KafkaError]:
+        """How an idempotent batch's OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID is handled (Java's
+        ``TransactionManager.canRetry``): always retried; a real gap or lost producer state also bumps the epoch.
+        """
+        acc = self.acc
+        current = (batch.producer_id, batch.producer_epoch) == (acc.producer_id, acc.producer_epoch)
+        behind = code == _OUT_OF_ORDER_SEQUENCE and self._older_batch_pending(batch)
+        if current and self._bump_unconfirmed and (
+                code not in (_OUT_OF_ORDER_SEQUENCE, _UNKNOWN_PRODUCER_ID)
+                or (batch.base_sequence == 0 and not behind)):
+            # the first batch of the bumped epoch was refused (or the epoch itself was): no bump on this broker
+            log.info("broker refused the bumped producer epoch %s (error %s): taking a new producer id",
+                     acc.producer_epoch, code)
+            self._local_bump_works = False
+            self._sequence_gap("refused epoch bump")
+            return BumpRefusedRetryError
+        if not current or self._identity_reset_wanted:
+            # sent under an identity already replaced, or a reset is under way: the retry is re-sequenced
+            return _STALE_RETRY[code]
+        if behind:
+            return OutOfOrderBehindRetryError      # the older batch's retry closes the gap
+        self._sequence_gap(f"error {code} for {batch.tp.topic}-{batch.tp.partition} seq {batch.base_sequence}")
+        return SequenceGapRetryError if code == _OUT_OF_ORDER_SEQUENCE else UnknownProducerIdRetryError
+
     def _older_batch_pending(self, batch: ProducerBatch) -> bool:
         """An older batch of the same partition is still queued for retry or in flight (error path only)."""
         return any(other.tp == batch.tp and other.index < batch.index and not other.done
@@ -308,15 +412,15 @@ class Sender:
                 answered.add(tp)
                 code = part["error_code"]
                 if code == 0 or code == _DUPLICATE_SEQUENCE:
+                    if self._bump_unconfirmed and batch.producer_epoch == acc.producer_epoch:
+                        self._bump_unconfirmed = False       # the broker took the bumped epoch
                     acc.on_batch_success(batch, part["base_offset"] if code == 0 else -1, now,
                                          log_append_time_ms=part.get("log_append_time_ms", -1))
                     continue
                 error_class = errors.error_for_code(code)
-                if code == _OUT_OF_ORDER_SEQUENCE and (
-                        self._older_batch_pending(batch) or self._identity_reset_wanted
-                        or (batch.producer_id, batch.producer_epoch) != (acc.producer_id, acc.producer_epoch)):
-                    # the gap is an older batch's doing: resent, or re-sequenced under a new identity
-                    error_class = OutOfOrderBehindRetryError
+                if acc.idempotent and (code == _OUT_OF_ORDER_SEQUENCE or code == _UNKNOWN_PRODUCER_ID
+                                       or (code in _BUMP_REFUSED and self._bump_unconfirmed)):
+                    error_class = self._sequence_error(batch, code)
                 error = error_class(
                     f"{name}-{tp.partition} on node {node_id}: {part.get('error_message') or error_class.description}")
                 if code in _LEADER_ERRORS:

@@ -6,6 +6,7 @@ as stored: codec, producer id and sequence numbers included.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import anyio
@@ -13,10 +14,10 @@ import pytest
 
 from akresil import Admin, NewTopic, Producer
 from akresil.errors import (BufferFullError, ClientClosedError, InvalidRecordError, NotEnoughReplicasError,
-                            OutOfOrderSequenceNumberError, RecordTooLargeError)
-from akresil.testing import EmbeddedBroker
+                            OutOfOrderSequenceNumberError, ProducerFencedError, RecordTooLargeError)
+from akresil.testing import EmbeddedBroker, FaultProxy
 
-from ..harness.e2e import PRODUCE, fast_producer, harness, now_ms, proxy_harness, unique_topic
+from ..harness.e2e import PRODUCE, ProxyHarness, fast_producer, harness, now_ms, proxy_harness, unique_topic
 from ..harness.raw_fetch import read_partition, records_of
 
 pytestmark = pytest.mark.broker
@@ -113,11 +114,16 @@ async def test_idempotent_sequences_are_accepted_through_retries(kind: str, brok
             assert all(a + n == b for (a, n), (b, _) in zip(seqs, seqs[1:])), seqs
 
 
-async def test_failed_idempotent_batch_does_not_poison_later_records(broker: EmbeddedBroker) -> None:
-    """A batch that fails for good leaves a gap in its partition's sequence that no retry closes; the producer
-    must take a new producer id (sequences from 0) instead of failing every later record with
-    OUT_OF_ORDER_SEQUENCE_NUMBER."""
-    async with proxy_harness(broker) as h:
+@pytest.mark.parametrize("kind", ["tansu", "noida"])
+async def test_failed_idempotent_batch_does_not_poison_later_records(kind: str, broker: EmbeddedBroker) -> None:
+    """A batch that fails for good leaves a gap in its partition's sequence that no retry closes. The producer
+    bumps its epoch itself (KIP-360: same producer id, sequences from 0); a broker that refuses the bump (Tansu
+    0.6 answers PRODUCER_FENCED) gets a new producer id instead. Either way no later record fails with
+    OUT_OF_ORDER_SEQUENCE_NUMBER and nothing is written twice."""
+    async with contextlib.AsyncExitStack() as stack:
+        if kind == "noida":
+            broker = await stack.enter_async_context(EmbeddedBroker(kind="noida"))
+        h = ProxyHarness(await stack.enter_async_context(FaultProxy(broker.bootstrap_servers, nodes=3)))
         topic = unique_topic("basics-gap")
         await h.create_topic(topic, 1)
         async with fast_producer(h.bootstrap_servers, batch_size=200) as producer:
@@ -136,8 +142,18 @@ async def test_failed_idempotent_batch_does_not_poison_later_records(broker: Emb
     assert results[0] is None
     assert results[1:] == list(range(1, 20))
     assert later.offset == 20
-    assert len(h.proxy.requests(INIT_PRODUCER_ID)) == 2            # the gap was healed with a new identity
-    assert len({b.producer_id for b in batches}) == 2
+    assert [r.value for r in records_of(batches)] == [b"warm-up"] + [b"x" * 100] * 19 + [b"later"]
+    produce_codes = {c for r in h.proxy.responses(PRODUCE) for c in r.partition_errors.values()}
+    if ProducerFencedError.errno in produce_codes:                  # the bump was refused: a new id
+        assert kind == "tansu"
+        assert len(h.proxy.requests(INIT_PRODUCER_ID)) == 2
+        assert len({b.producer_id for b in batches}) == 2
+    else:                                                           # the bump was taken: same id
+        assert len(h.proxy.requests(INIT_PRODUCER_ID)) == 1
+        assert len({b.producer_id for b in batches}) == 1
+    after_gap = [b for b in batches if b.producer_id == batches[-1].producer_id and b.base_offset > 0]
+    assert after_gap[0].base_sequence == 0                          # sequences restarted after the gap
+    assert all(a.base_sequence + len(a.records) == b.base_sequence for a, b in zip(after_gap, after_gap[1:]))
 
 
 async def test_close_completes_pending_records(broker: EmbeddedBroker) -> None:

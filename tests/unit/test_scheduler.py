@@ -268,23 +268,31 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     assert second[0].base_sequence == 1 and not second[0].done
 
 
-async def test_a_failed_sequenced_batch_resets_the_producer_identity() -> None:
+def init_pid_started(tasks: TaskRecorder) -> bool:
+    return any(c[0] == "_init_producer_id" for c in tasks.calls)
+
+
+async def test_a_failed_sequenced_batch_bumps_the_epoch() -> None:
+    """KIP-360 as Java's idempotent producer does it: same producer id, epoch + 1, sequences from 0; no
+    InitProducerId round trip."""
     sender, clock, tasks, results = await make(idempotent=True)
     append(sender, clock, results)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001
     [(_, batches)] = tasks.produces()
+    assert (batches[0].producer_epoch, batches[0].base_sequence) == (0, 0)
     finish(sender, 1, batches, error_response(errors.InvalidRecordError.errno), clock)   # not retriable
     assert isinstance(results[0], errors.InvalidRecordError)
     append(sender, clock, results)
     clock.now += 5
-    sender._turn()                                  # noqa: SLF001 - nothing in flight: identity is dropped
-    assert sender.acc.producer_id == -1
-    assert tasks.produces() == []                   # no send under the gapped identity
-    assert any(c[0] == "_init_producer_id" for c in tasks.calls)
+    sender._turn()                                  # noqa: SLF001 - nothing in flight: bump, then send
+    assert (sender.acc.producer_id, sender.acc.producer_epoch) == (1000, 1)
+    [(_, batches)] = tasks.produces()
+    assert (batches[0].producer_id, batches[0].producer_epoch, batches[0].base_sequence) == (1000, 1, 0)
+    assert not init_pid_started(tasks)
 
 
-async def test_an_expired_sequenced_batch_resets_the_producer_identity() -> None:
+async def test_an_expired_sequenced_batch_bumps_the_epoch() -> None:
     sender, clock, tasks, results = await make(idempotent=True)
     created = clock.now
     append(sender, clock, results)
@@ -296,7 +304,118 @@ async def test_an_expired_sequenced_batch_resets_the_producer_identity() -> None
     sender._turn()                                  # noqa: SLF001 - expires while backing off
     assert isinstance(results[0], errors.DeliveryTimeoutError)
     sender._turn()                                  # noqa: SLF001
+    assert (sender.acc.producer_id, sender.acc.producer_epoch) == (1000, 1)
+
+
+@pytest.mark.parametrize("code", [errors.OutOfOrderSequenceNumberError.errno, errors.UnknownProducerIdError.errno])
+async def test_a_real_sequence_gap_is_retried_under_a_bumped_epoch(code: int) -> None:
+    """OUT_OF_ORDER_SEQUENCE_NUMBER with no older batch to blame, or UNKNOWN_PRODUCER_ID: the records are not
+    failed; the batch goes again at sequence 0 of epoch + 1 (Java's TransactionManager.canRetry)."""
+    sender, clock, tasks, results = await make(idempotent=True)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    sender.acc._partitions[TP].next_sequence = 7    # noqa: SLF001 - pretend earlier batches were acknowledged
+    finish(sender, 1, batches, error_response(code), clock)
+    assert results == [] and not batches[0].done
+    clock.now += 100                                # retry backoff
+    sender._turn()                                  # noqa: SLF001
+    [(_, retried)] = tasks.produces()
+    assert retried[0] is batches[0]
+    assert (retried[0].producer_epoch, retried[0].base_sequence) == (1, 0)
+    finish(sender, 1, retried, ok_response(50), clock)
+    assert results[0].offset == 50
+    assert not sender._bump_unconfirmed             # noqa: SLF001 - the broker took the new epoch
+
+
+@pytest.mark.parametrize("refusal", [errors.ProducerFencedError.errno, errors.OutOfOrderSequenceNumberError.errno])
+async def test_a_refused_bump_falls_back_to_a_new_producer_id(refusal: int) -> None:
+    """Tansu 0.6 answers a client-side bump with PRODUCER_FENCED (and InitProducerId(id, epoch) with an error):
+    the producer then takes a fresh id, and later gaps skip the doomed bump."""
+    sender, clock, tasks, results = await make(idempotent=True)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
+    clock.now += 100
+    sender._turn()                                  # noqa: SLF001 - epoch 1, sequence 0
+    [(_, retried)] = tasks.produces()
+    assert retried[0].producer_epoch == 1
+    finish(sender, 1, retried, error_response(refusal), clock)
+    clock.now += 200
+    sender._turn()                                  # noqa: SLF001 - the bump did not take: ask for a new id
     assert sender.acc.producer_id == -1
+    assert tasks.produces() == [] and init_pid_started(tasks)
+    assert results == []                            # still within delivery_timeout_ms: not failed
+    sender.acc.set_producer_identity(2000, 0)       # what InitProducerId brought
+    sender._init_pid_running = False                # noqa: SLF001
+    tasks.calls.clear()
+    clock.now += 400
+    sender._turn()                                  # noqa: SLF001
+    [(_, again)] = tasks.produces()
+    assert (again[0].producer_id, again[0].producer_epoch, again[0].base_sequence) == (2000, 0, 0)
+    finish(sender, 1, again, ok_response(3), clock)
+    assert results[0].offset == 3
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, later)] = tasks.produces()
+    finish(sender, 1, later, error_response(errors.InvalidRecordError.errno), clock)
+    append(sender, clock, results)
+    sender._turn()                                  # noqa: SLF001 - a new gap: straight to a new id, no bump
+    assert sender.acc.producer_id == -1 and init_pid_started(tasks)
+
+
+async def test_an_exhausted_epoch_takes_a_new_producer_id() -> None:
+    sender, clock, tasks, results = await make(idempotent=True)
+    sender.acc.set_producer_identity(1000, 32767)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, batches)] = tasks.produces()
+    finish(sender, 1, batches, error_response(errors.InvalidRecordError.errno), clock)
+    append(sender, clock, results)
+    sender._turn()                                  # noqa: SLF001
+    assert sender.acc.producer_id == -1 and init_pid_started(tasks)
+    assert tasks.produces() == []                   # the new record waits for the new id
+
+
+async def test_the_bump_waits_for_in_flight_batches_and_holds_new_sends() -> None:
+    """Batches in flight under the old epoch finish first (they keep their order); nothing new goes out under
+    the gapped epoch meanwhile."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    append(sender, clock, results, b"a" * 40)       # batch 0
+    append(sender, clock, results, b"b" * 40)       # batch 1
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001 - both go out, pipelined
+    sent = tasks.produces()
+    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1]
+    finish(sender, 1, sent[0][1], error_response(errors.InvalidRecordError.errno), clock)   # batch 0 fails
+    append(sender, clock, results, b"c" * 40)       # batch 2
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    assert tasks.produces() == [] and sender.acc.producer_epoch == 0      # batch 1 still in flight
+    finish(sender, 1, sent[1][1], error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
+    clock.now += 100
+    sender._turn()                                  # noqa: SLF001
+    assert sender.acc.producer_epoch == 1
+    resent = [b for _, bs in tasks.produces() for b in bs]
+    assert resent[0] is sent[1][1][0] and resent[0].base_sequence == 0     # batch 1 first, from 0
+
+
+async def test_one_turn_pipelines_ready_batches_up_to_the_in_flight_limit() -> None:
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    for i in range(8):
+        append(sender, clock, results, bytes([65 + i]) * 40)     # 8 full batches of one partition
+    sender._turn()                                  # noqa: SLF001 - full batches do not wait for linger
+    sent = tasks.produces()
+    assert len(sent) == 5                           # max_in_flight_requests_per_connection
+    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1, 2, 3, 4]
+    finish(sender, 1, sent[0][1], ok_response(0), clock)
+    sender._turn()                                  # noqa: SLF001
+    assert [b.base_sequence for _, bs in tasks.produces() for b in bs] == [5]
 
 
 async def test_retry_whose_leader_moved_by_metadata_is_sent_in_the_same_turn() -> None:
@@ -313,3 +432,28 @@ async def test_retry_whose_leader_moved_by_metadata_is_sent_in_the_same_turn() -
     delay = sender._turn()                           # noqa: SLF001
     assert [n for n, _ in tasks.produces()] == [2]
     assert delay is None or delay > 0
+
+
+async def test_a_gap_behind_a_retry_under_a_fresh_bump_is_not_a_refusal() -> None:
+    """Under a bumped, not yet confirmed epoch, OUT_OF_ORDER_SEQUENCE_NUMBER for sequence 1 pipelined behind a
+    retriable failure of sequence 0 is the usual "behind a retry" case, not the broker refusing the bump."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    append(sender, clock, results, b"a" * 40)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, first)] = tasks.produces()
+    finish(sender, 1, first, error_response(errors.InvalidRecordError.errno), clock)      # gap: bump next
+    append(sender, clock, results, b"b" * 40)
+    append(sender, clock, results, b"c" * 40)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    sent = tasks.produces()
+    assert [(b.producer_epoch, b.base_sequence) for _, bs in sent for b in bs] == [(1, 0), (1, 1)]
+    finish(sender, 1, sent[0][1], error_response(errors.NotEnoughReplicasError.errno), clock)
+    finish(sender, 1, sent[1][1], error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
+    assert sender._local_bump_works and not sender._identity_reset_wanted    # noqa: SLF001
+    assert len(results) == 1                        # only the InvalidRecord batch failed
+    clock.now += 100
+    sender._turn()                                  # noqa: SLF001
+    resent = [(b.producer_epoch, b.base_sequence) for _, bs in tasks.produces() for b in bs]
+    assert resent[0] == (1, 0)                      # same epoch, same sequences, in order

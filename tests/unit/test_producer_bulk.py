@@ -1,0 +1,343 @@
+"""The bulk path of ``send_many``: one pass per batch, one completion range per batch, checks before buffering.
+
+Core pieces (``RecordAccumulator.append_many``, ``BulkCompletion``, ``DefaultPartitioner.group``) are driven with
+plain calls; ``Producer.send_many`` runs against an offline producer (metadata injected, no sender task) whose
+batches the test acknowledges itself, as a broker would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from akresil import Producer, errors
+from akresil.core.accumulator import RecordAccumulator
+from akresil.core.batch import BATCH_OVERHEAD, BulkCompletion, estimate_record_size
+from akresil.core.partitioner import DefaultPartitioner, partition_for_key
+from akresil.protocol.records import read_batches
+from akresil.types import RecordMetadata, TopicPartition
+
+T0 = TopicPartition("t", 0)
+
+
+def acc(**kw: Any) -> RecordAccumulator:
+    kw.setdefault("linger_ms", 5)
+    kw.setdefault("delivery_timeout_ms", 1000)
+    kw.setdefault("request_timeout_ms", 500)
+    kw.setdefault("rng", random.Random(0))
+    return RecordAccumulator(**kw)
+
+
+def drain_all(a: RecordAccumulator, now: float = 0) -> list[Any]:
+    a.begin_flush()
+    batches = []
+    while True:
+        drained = a.drain(now, sendable={1}, leader_of=lambda tp: (1, 0)).batches
+        if not drained:
+            break
+        batches.extend(drained[1])
+    a.end_flush()
+    return batches
+
+
+# ---------------------------------------------------------------------------------------------- accumulator
+def test_append_many_fills_the_open_batch_then_new_ones_with_one_range_each() -> None:
+    a = acc(batch_size=1024)
+    records = [(None, b"%03d" % i + b"x" * 97) for i in range(30)]
+    sink = BulkCompletion(records)
+    a.append(T0, 5, b"single", b"v", now=0)                # an open batch with one record already
+    res = a.append_many(T0, records, range(30), 0, 7, [], sink, now=0)
+    assert res.appended == 30 and res.needed_bytes == 0 and res.new_batches >= 2
+    batches = list(a.batches())
+    assert sum(b.record_count for b in batches) == 31
+    assert [len(b.ranges) for b in batches] == [1] * len(batches)
+    assert batches[0].ranges[0].first == 1                 # after the single record
+    # one memory charge per batch: estimates of the records plus one header per batch
+    expected = (estimate_record_size(b"single", b"v") + 30 * estimate_record_size(None, records[0][1])
+                + len(batches) * BATCH_OVERHEAD)
+    assert a.buffered_bytes == expected
+    # the encoded batches hold the records in input order
+    values = [r.value for b in batches for v in read_batches(b.payload.build()) for r in v.records()]
+    assert values == [b"v"] + [v for _, v in records]
+
+
+def test_completion_fills_results_in_input_order_and_releases_memory() -> None:
+    a = acc(batch_size=400)
+    records = [(b"k%d" % i if i % 2 else None, b"v" * (i + 1)) for i in range(12)]
+    done: list[int] = []
+    sink = BulkCompletion(records, lambda: done.append(1), null_keys=6, null_values=0)
+    positions = [11, 9, 7, 5, 3, 1, 0, 2, 4, 6, 8, 10]       # a scattered run, e.g. one partition's records
+    run = [records[j] for j in positions]
+    a.append_many(T0, run, positions, 0, 1234, [], sink, now=0)
+    offset = 100
+    for batch in drain_all(a):
+        a.on_batch_success(batch, offset, 0)
+        offset += batch.record_count
+    assert done == [1] and sink.done and a.buffered_bytes == 0
+    for rank, j in enumerate(positions):
+        md = sink.results[j]
+        key, value = records[j]
+        assert md == RecordMetadata("t", 0, 100 + rank, 1234, -1 if key is None else len(key), len(value))
+
+
+def test_a_failed_batch_fails_its_range_only() -> None:
+    a = acc(batch_size=300)
+    records = [(None, b"x" * 100) for _ in range(6)]
+    sink = BulkCompletion(records)
+    a.append_many(T0, records, range(6), 0, 1, [], sink, now=0)
+    first, *rest = drain_all(a)
+    boom = errors.InvalidRecordError("bad")
+    a.on_batch_error(first, boom, 0)
+    for batch in rest:
+        a.on_batch_success(batch, 10, 0)
+    failed = [r for r in sink.results if isinstance(r, BaseException)]
+    assert failed == [boom] * first.record_count and sink.first_error is boom
+    assert all(isinstance(r, RecordMetadata) for r in sink.results[first.record_count:])
+
+
+def test_expiry_fails_bulk_records_with_delivery_timeout() -> None:
+    a = acc(batch_size=10_000)
+    records = [(None, b"x")] * 5
+    sink = BulkCompletion(records)
+    a.append_many(T0, records, range(5), 0, 1, [], sink, now=0)
+    a.expire(1000)
+    assert all(isinstance(r, errors.DeliveryTimeoutError) for r in sink.results) and sink.done
+
+
+def test_append_many_takes_what_fits_in_memory_and_names_what_the_next_record_needs() -> None:
+    size = estimate_record_size(None, b"x" * 100)
+    a = acc(batch_size=100_000, buffer_memory=BATCH_OVERHEAD + 3 * size + 10)
+    records = [(None, b"x" * 100)] * 10
+    sink = BulkCompletion(records)
+    res = a.append_many(T0, records, range(10), 0, 1, [], sink, now=0)
+    assert res.appended == 3 and res.needed_bytes == size and not res.batch_closed
+    assert a.buffered_bytes == BATCH_OVERHEAD + 3 * size
+    # continuing from where it stopped once memory is back
+    [batch] = drain_all(a)
+    a.on_batch_success(batch, 0, 0)
+    res = a.append_many(T0, records, range(10), 3, 1, [], sink, now=0)
+    assert res.appended == 3 and res.needed_bytes == size
+
+
+def test_append_many_does_not_jump_ahead_of_waiting_appenders() -> None:
+    a = acc(batch_size=1000, buffer_memory=2000)
+    a.append(T0, 1, None, b"x" * 1500, now=0)
+    waiter = a.wait_for_space(1000, lambda: None)
+    records = [(None, b"y")]
+    res = a.append_many(T0, records, range(1), 0, 1, [], BulkCompletion(records), now=0)
+    assert res.appended == 0 and res.needed_bytes > 0     # FIFO: the waiter is first
+    res = a.append_many(T0, records, range(1), 0, 1, [], BulkCompletion(records), now=0, waiter=waiter)
+    assert res.appended == 1
+
+
+def test_stop_when_full_returns_at_the_batch_boundary() -> None:
+    a = acc(batch_size=500)
+    records = [(None, b"x" * 100)] * 20
+    res = a.append_many(T0, records, range(20), 0, 1, [], BulkCompletion(records), now=0, stop_when_full=True)
+    assert res.batch_closed and 0 < res.appended < 20 and res.new_batches == 1
+    assert [b.open for b in a.batches()] == [False]
+
+
+def test_expedite_makes_a_tail_batch_ready_before_linger() -> None:
+    a = acc(batch_size=10_000, linger_ms=1000, delivery_timeout_ms=5000)
+    records = [(None, b"x")] * 3
+    a.append_many(T0, records, range(3), 0, 1, [], BulkCompletion(records), now=0)
+    assert a.ready_nodes(1, lambda tp: (1, 0)) == set()
+    assert a.next_wakeup(1) == 1000
+    a.expedite([T0])
+    assert a.ready_nodes(1, lambda tp: (1, 0)) == {1}
+    assert a.next_wakeup(1) == 5000                        # no linger timer left, only the deadline
+
+
+def test_bulk_completion_sizes_for_mixed_null_keys_and_values() -> None:
+    records = [(None, b"abc"), (b"k", None), (b"key", b"")]
+    sink = BulkCompletion(records)                         # counts unknown: the generic path
+    sink.complete_range("t", 2, range(3), -1, 9)
+    assert [(m.offset, m.serialized_key_size, m.serialized_value_size) for m in sink.results] == \
+        [(-1, -1, 3), (-1, 1, -1), (-1, 3, 0)]
+
+
+# ---------------------------------------------------------------------------------------------- partitioner
+def test_group_places_each_key_as_partition_does() -> None:
+    keys = [b"key-%d" % (i % 37) for i in range(300)] + [None] * 5
+    random.Random(3).shuffle(keys)
+    part = DefaultPartitioner()
+    groups, unkeyed = part.group("t", keys, 7, ())
+    assert unkeyed == [i for i, k in enumerate(keys) if k is None]
+    for p, positions in groups.items():
+        assert positions == sorted(positions)
+        assert all(partition_for_key(keys[i], 7) == p for i in positions)
+    assert sorted([i for ps in groups.values() for i in ps] + unkeyed) == list(range(len(keys)))
+
+
+def test_group_with_a_custom_partitioner_or_ignored_keys() -> None:
+    keys: list[bytes | None] = [b"a", None, b"c"]
+    groups, unkeyed = DefaultPartitioner(partitioner=lambda t, k, n, a: 2).group("t", keys, 3, ())
+    assert groups == {2: [0, 1, 2]} and unkeyed == []
+    groups, unkeyed = DefaultPartitioner(ignore_keys=True).group("t", keys, 3, ())
+    assert groups == {} and unkeyed == [0, 1, 2]
+    with pytest.raises(ValueError, match="custom partitioner returned 5"):
+        DefaultPartitioner(partitioner=lambda t, k, n, a: 5).group("t", keys, 3, ())
+
+
+# ---------------------------------------------------------------------------------------------- send_many
+def metadata(partitions: int) -> dict[str, Any]:
+    return {"brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9001, "rack": None}],
+            "controller_id": 1, "cluster_id": "c",
+            "topics": [{"name": "t", "error_code": 0, "topic_id": bytes(16), "is_internal": False,
+                        "partitions": [{"partition_index": i, "leader_id": 1, "leader_epoch": 0,
+                                        "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": [],
+                                        "error_code": 0} for i in range(partitions)]}]}
+
+
+class Offline:
+    """A producer without sockets or sender task: the test plays the broker by acknowledging batches."""
+
+    def __init__(self, partitions: int = 3, **config: Any) -> None:
+        self.producer = p = Producer(bootstrap_servers="127.0.0.1:1", **config)
+        p._cluster.metadata.update_from_metadata(metadata(partitions), p._cluster.clock())   # noqa: SLF001
+        p._started = p._accepting = True                                                      # noqa: SLF001
+        self.acc = p._acc                                                                     # noqa: SLF001
+        self.acc.set_producer_identity(1, 0)
+        self.offsets: dict[TopicPartition, int] = {}
+        self.sent: list[Any] = []
+
+    def ack_all(self) -> None:
+        for batch in drain_all(self.acc, self.producer._cluster.clock()):                    # noqa: SLF001
+            self.sent.append(batch)
+            base = self.offsets.get(batch.tp, 0)
+            self.offsets[batch.tp] = base + batch.record_count
+            self.acc.on_batch_success(batch, base, 0)
+
+    async def run(self, coro: Any, *, ack: bool = True) -> Any:
+        task = asyncio.ensure_future(coro)
+        for _ in range(10_000):
+            await asyncio.sleep(0)
+            if ack:
+                self.ack_all()
+            if task.done():
+                return task.result()
+        raise AssertionError("send_many did not finish")
+
+
+async def test_send_many_keyed_records_land_where_murmur2_says_in_input_order() -> None:
+    o = Offline(3, batch_size=512)
+    records = [(b"user-%d" % (i % 10), b"v%d" % i) for i in range(200)]
+    mds = await o.run(o.producer.send_many("t", records, headers=[("h", b"1")], timestamp_ms=42))
+    assert [md.partition for md in mds] == [partition_for_key(k, 3) for k, _ in records]
+    for p in range(3):
+        offsets = [md.offset for md in mds if md.partition == p]
+        assert offsets == list(range(len(offsets)))          # per partition: consecutive, in input order
+    assert {md.timestamp_ms for md in mds} == {42}
+    assert mds[0].serialized_key_size == 6 and mds[0].serialized_value_size == 2
+    stored = [(r.key, r.value, list(r.headers)) for b in o.sent for v in read_batches(b.payload.build())
+              for r in v.records()]
+    assert sorted(stored) == sorted((k, v, [("h", b"1")]) for k, v in records)
+    assert o.acc.buffered_bytes == 0
+
+
+async def test_send_many_unkeyed_records_stick_per_full_batch() -> None:
+    """KIP-794 in bulk: a partition takes unkeyed records until its batch is full, then the sticky choice
+    moves on; every batch is a contiguous run of the input."""
+    o = Offline(3, batch_size=1024)
+    records = [(None, b"%04d" % i + b"x" * 96) for i in range(300)]
+    mds = await o.run(o.producer.send_many("t", records))
+    assert len({md.partition for md in mds}) > 1
+    runs: list[tuple[int, int]] = []                         # (partition, length) of maximal runs
+    for md in mds:
+        if runs and runs[-1][0] == md.partition:
+            runs[-1] = (md.partition, runs[-1][1] + 1)
+        else:
+            runs.append((md.partition, 1))
+    full = max(b.record_count for b in o.sent)
+    assert all(n % full == 0 for _, n in runs[:-1])           # switches only at full batches
+    for p in range(3):
+        offsets = [md.offset for md in mds if md.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+async def test_send_many_with_an_explicit_partition() -> None:
+    o = Offline(3)
+    mds = await o.run(o.producer.send_many("t", [(b"k", b"v"), (None, b"w")], partition=2))
+    assert [(md.partition, md.offset) for md in mds] == [(2, 0), (2, 1)]
+    with pytest.raises(ValueError, match="partition 3 given for topic 't'"):
+        await o.producer.send_many("t", [(None, b"v")], partition=3)
+
+
+async def test_send_many_checks_every_record_before_buffering_any() -> None:
+    o = Offline(1, max_request_size=10_000)
+    p = o.producer
+    good = [(None, b"x" * 100)] * 5
+    with pytest.raises(errors.RecordTooLargeError, match="send_many: the largest record.*max_request_size"):
+        await p.send_many("t", good + [(None, b"x" * 20_000)] + good)
+    with pytest.raises(TypeError, match="send_many: record 5: value must be bytes or None"):
+        await p.send_many("t", good + [(None, "text")])
+    with pytest.raises(TypeError, match="send_many: record 2 must be a \\(key, value\\) pair"):
+        await p.send_many("t", good[:2] + [b"lonely"])
+    with pytest.raises(TypeError, match="headers must be"):
+        await p.send_many("t", good, headers=[("h", "not bytes")])
+    assert p.buffered_bytes == 0 and list(o.acc.batches()) == []
+    # bytearray / memoryview are accepted and converted, the caller's list is left alone
+    records: list[Any] = [(bytearray(b"k"), memoryview(b"v"))]
+    mds = await o.run(p.send_many("t", records))
+    assert mds[0].offset == 0 and isinstance(records[0][0], bytearray)
+
+
+async def test_records_without_buffer_space_fail_with_buffer_full_and_the_rest_is_delivered() -> None:
+    size = estimate_record_size(None, b"x" * 100)
+    o = Offline(1, buffer_memory=BATCH_OVERHEAD + 4 * size, batch_size=100_000, max_block_ms=50)
+    p = o.producer
+    records = [(None, b"x" * 100)] * 10
+    task = asyncio.ensure_future(p.send_many("t", records, raise_on_error=False))
+    while not task.done() and o.acc.space_waiters == 0:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.1)                       # max_block_ms passes with the "broker" silent
+    assert not task.done()                         # the 4 buffered records are still pending
+    o.ack_all()
+    with pytest.raises(errors.BufferFullError) as info:   # raised even with raise_on_error=False: it stopped
+        await asyncio.wait_for(task, 5)                    # the call, after the buffered records completed
+    results = info.value.results
+    assert [r.offset for r in results[:4]] == [0, 1, 2, 3]
+    assert all(isinstance(r, errors.BufferFullError) for r in results[4:])
+    assert "max_block_ms (50 ms)" in str(results[4])
+    assert p.buffered_bytes == 0
+
+
+async def test_a_large_send_many_yields_so_the_sender_can_ship_full_batches() -> None:
+    o = Offline(1, batch_size=16_384, buffer_memory=1 << 26)
+    records = [(None, b"x" * 100)] * 20_000            # ~2.6 MB of estimates
+    task = asyncio.ensure_future(o.producer.send_many("t", records))
+    await asyncio.sleep(0)
+    buffered = sum(b.record_count for b in o.acc.batches())
+    assert 0 < buffered < len(records)                  # it stopped at a batch boundary to let others run
+    mds = await o.run(task)
+    assert len(mds) == 20_000 and mds[-1].offset == 19_999
+
+
+async def test_send_many_tail_batches_do_not_wait_for_linger() -> None:
+    o = Offline(1, linger_ms=60_000, delivery_timeout_ms=120_000)
+    task = asyncio.ensure_future(o.producer.send_many("t", [(None, b"v")]))
+    await asyncio.sleep(0)
+    assert o.acc.ready_nodes(o.producer._cluster.clock(), lambda tp: (1, 0)) == {1}   # noqa: SLF001
+    o.ack_all()
+    assert (await task)[0].offset == 0
+
+
+async def test_a_cancelled_wait_for_space_leaves_no_waiter_behind() -> None:
+    """Otherwise the forgotten waiter stays at the head of the FIFO and blocks every later appender."""
+    size = estimate_record_size(None, b"x" * 100)
+    o = Offline(1, buffer_memory=BATCH_OVERHEAD + 2 * size, batch_size=100_000, max_block_ms=60_000)
+    records = [(None, b"x" * 100)] * 5
+    task = asyncio.ensure_future(o.producer.send_many("t", records))
+    while o.acc.space_waiters == 0:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert o.acc.space_waiters == 0
+    o.ack_all()                                          # the two buffered records are still delivered
+    mds = await o.run(o.producer.send_many("t", records[:1]))
+    assert mds[0].offset == 2
