@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..admin import Admin
@@ -36,15 +35,6 @@ def _no_progress(*_: Any) -> None:
     return None
 
 
-@dataclass
-class _Listener:
-    """Accepts and resets connections on a stopped node's port, counting the attempts: the proxy cannot see
-    connects to a closed port, but this is where a reconnect storm shows."""
-
-    server: asyncio.base_events.Server
-    attempts: list[float] = field(default_factory=list)
-
-
 class Phase:
     """One client's run of one failure scenario."""
 
@@ -58,8 +48,6 @@ class Phase:
         self.topic = f"bench-{scenario.name}-{client}-{seed}-{random.randrange(1 << 30):08x}"
         self.log = DeliveryLog()
         self.applied: list[AppliedStep] = []
-        self.listeners: dict[int, _Listener] = {}
-        self.attempts: dict[int, list[float]] = {}
 
     async def run(self) -> PhaseData:
         sc = self.scenario
@@ -100,12 +88,9 @@ class Phase:
             await _close_all(producers)
             return PhaseData(scenario=sc, client=self.client, start_s=start, log=self.log,
                              requests=proxy.requests(), responses=proxy.responses(),
-                             connections=proxy.connections(), applied=self.applied, leaders=leaders,
-                             connect_attempts=self.attempts)
+                             connections=proxy.connections(), applied=self.applied, leaders=leaders)
         finally:
             await _close_all(producers)
-            for listener in self.listeners.values():
-                listener.server.close()
             await asyncio.to_thread(proxy.stop)
 
     async def _offer(self, producers: list[ProducerAdapter], value: bytes, start: float) -> None:
@@ -134,25 +119,24 @@ class Phase:
             assert at is not None
             await asyncio.sleep(max(0.0, start + at - now_s()))
             for step in cursor.due(now_s() - start):
-                self.applied.append(await self._apply(proxy, step))
+                self.applied.append(await self._apply(proxy, step, start))
 
-    async def _apply(self, proxy: FaultProxy, step: FaultStep) -> AppliedStep:
+    async def _apply(self, proxy: FaultProxy, step: FaultStep, start: float) -> AppliedStep:
         applied = AppliedStep(step, now_s())
         args = step.args
         if step.action == "move_all_leaders":
             moved = proxy.move_all_leaders(topic=self.topic)
             applied.moved = [(tp, proxy.leader(*tp)[0]) for tp in moved]
         elif step.action == "throttle_all_nodes":
+            # a window fixed at the script's instant (the proxy and the bench share time.monotonic), so the
+            # throttle is in force exactly where the plots shade it, however late this task woke up
+            applied.at_s = start + step.at_s
             for node in proxy.node_ids:
-                proxy.throttle(node, int(args["ms"]))
+                proxy.throttle_window(node, int(args["ms"]), start_ms=applied.at_s * 1000.0)
         elif step.action == "stop_node":
-            node = int(args["node"])
-            await asyncio.to_thread(proxy.stop_node, node)
-            await self._listen(proxy, node)
+            await asyncio.to_thread(proxy.stop_node, int(args["node"]))
         elif step.action == "start_node":
-            node = int(args["node"])
-            await self._unlisten(node)
-            await asyncio.to_thread(proxy.start_node, node)
+            await asyncio.to_thread(proxy.start_node, int(args["node"]))
         elif step.action == "fail_produce":
             proxy.fail_requests(PRODUCE, int(args["error_code"]), count=None, node=int(args["node"]))
         elif step.action == "clear":
@@ -161,29 +145,8 @@ class Phase:
             raise ValueError(f"fault step action {step.action!r} has no handler in the runner")
         return applied
 
-    async def _listen(self, proxy: FaultProxy, node: int) -> None:
-        attempts = self.attempts.setdefault(node, [])
-
-        def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            attempts.append(now_s())
-            writer.transport.abort()
-
-        try:
-            server = await asyncio.start_server(on_connect, proxy.host, proxy.port(node), reuse_address=True)
-        except OSError:   # the port was taken meanwhile: attempts cannot be counted, the fault still holds
-            return
-        self.listeners[node] = _Listener(server, attempts)
-
-    async def _unlisten(self, node: int) -> None:
-        listener = self.listeners.pop(node, None)
-        if listener is not None:
-            listener.server.close()
-            await listener.server.wait_closed()
-
     async def _undo_faults(self, proxy: FaultProxy) -> None:
         proxy.clear()
-        for node in list(self.listeners):
-            await self._unlisten(node)
         for node in proxy.node_ids:
             if not proxy.is_node_up(node):
                 await asyncio.to_thread(proxy.start_node, node)

@@ -4,11 +4,14 @@ Three layers, each testable on its own:
 
 * **Schedule** (pure): ``generate_schedule(spec, seed)`` turns a seed into a list of ``FaultEvent(at_ms,
   fault, args, duration_ms)`` — leader moves, throttles, dropped connections, node stops (with an optional
-  controller-style failover of the stopped node's partitions) and response latency. It simulates leadership
-  and which nodes are down, so the script never moves a partition to a stopped node or stops more nodes than
-  allowed. ``timeline(events)`` expands it into the apply / undo steps a runner performs.
+  controller-style failover of the stopped node's partitions), response latency, a few Produce / Fetch
+  requests answered with a retriable error, and group members killed without leaving. It simulates
+  leadership and which nodes are down, so the script never moves a partition to a stopped node or stops more
+  nodes than allowed. ``timeline(events)`` expands it into the apply / undo steps a runner performs.
 * **Runner** (thin I/O): ``FaultRunner`` performs those steps on a ``ProxyControl`` at their times (injected
   clock and sleep) and heals on the way out (restarts stopped nodes, removes latency), even when cancelled.
+  A killed member is cancelled as a crash would end it (no commit, no LeaveGroup) and replaced at once, so
+  the group rebalances once the broker gives up on it and its uncommitted records are delivered again.
 * **Soak** (``run_soak``): idempotent producers (``send`` / ``enqueue`` / ``send_many`` mixed, explicit
   partitions, payloads carrying producer id and per-partition send sequence) and a 2-member consumer group
   run through the proxy while the script plays; then a fresh ``assign()``-ed consumer reads the whole log.
@@ -26,6 +29,7 @@ import asyncio
 import enum
 import heapq
 import logging
+import math
 import os
 import random
 import time
@@ -36,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 import anyio
+import anyio.abc
 
 from .. import errors
 from ..types import NewTopic, TopicPartition
@@ -43,8 +48,8 @@ from ..types import NewTopic, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Fault", "FaultEvent", "ScheduleSpec", "generate_schedule", "Step", "timeline", "ProxyControl",
-           "FaultProxyControl", "FaultRunner", "encode_payload", "decode_payload", "Ledger", "Consumption",
-           "LogImage", "judge", "SoakConfig", "SoakReport", "run_soak", "ResourceSnapshot", "leaked_fds"]
+           "MemberControl", "FaultProxyControl", "FaultRunner", "encode_payload", "decode_payload", "Ledger",
+           "Consumption", "LogImage", "judge", "SoakConfig", "SoakReport", "run_soak", "ResourceSnapshot", "leaked_fds"]
 
 
 # ============================================================================================ schedule (pure)
@@ -54,6 +59,8 @@ class Fault(str, enum.Enum):
     DROP_CONNECTIONS = "drop_connections"
     STOP_NODE = "stop_node"
     LATENCY = "latency"
+    FAIL_REQUESTS = "fail_requests"
+    KILL_CONSUMER = "kill_consumer"
 
 
 class FaultEvent(NamedTuple):
@@ -62,14 +69,21 @@ class FaultEvent(NamedTuple):
     at_ms: float
     fault: Fault
     args: Mapping[str, Any]
-    #: 0 for instant faults (move, drop); a stop's downtime, a latency window, a throttle's total mute
+    #: 0 for instant faults (move, drop, failed requests, kill); a stop's downtime, a latency window, a
+    #: throttle's total mute
     duration_ms: float
 
 
 Range = tuple[float, float]
 
 DEFAULT_WEIGHTS: Mapping[Fault, float] = {Fault.MOVE_LEADER: 3.0, Fault.THROTTLE: 2.0, Fault.DROP_CONNECTIONS: 2.0,
-                                          Fault.STOP_NODE: 1.0, Fault.LATENCY: 2.0}
+                                          Fault.STOP_NODE: 1.0, Fault.LATENCY: 2.0, Fault.FAIL_REQUESTS: 2.0,
+                                          Fault.KILL_CONSUMER: 1.0}
+PRODUCE, FETCH, LEAVE_GROUP = 0, 1, 13
+#: retriable answers for a Produce (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS) and a Fetch
+#: (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR); the proxy answers without forwarding, so nothing is written
+DEFAULT_PRODUCE_ERRORS: tuple[int, ...] = (6, 19)
+DEFAULT_FETCH_ERRORS: tuple[int, ...] = (6, 56)
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,16 @@ class ScheduleSpec:
     latency_window_ms: Range = (300.0, 3000.0)
     throttle_ms: Range = (50.0, 800.0)
     throttle_count: tuple[int, int] = (1, 3)
+    #: how many requests one ``fail_requests`` fault answers with an error
+    fail_count: tuple[int, int] = (1, 5)
+    produce_errors: Sequence[int] = DEFAULT_PRODUCE_ERRORS
+    fetch_errors: Sequence[int] = DEFAULT_FETCH_ERRORS
+    #: group members (slots 0..members-1) a ``kill_consumer`` fault may kill; 0: none (the fault never comes)
+    members: int = 0
+    #: at least this long between two kills: the broker notices a dead member only after its session timeout
+    kill_gap_ms: float = 5_000.0
+    #: no kill before this: a member killed before the group formed owned nothing, so nothing is redelivered
+    kill_after_ms: float = 0.0
     #: no fault starts before this (lets clients connect and a group form)
     quiet_start_ms: float = 0.0
 
@@ -126,9 +150,28 @@ class ScheduleSpec:
         check_range("latency_ms", self.latency_ms)
         check_range("latency_window_ms", self.latency_window_ms, positive=True)
         check_range("throttle_ms", self.throttle_ms, positive=True)
-        lo, hi = self.throttle_count
-        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-            raise ValueError(f"throttle_count: need ints 1 <= low <= high, got {self.throttle_count!r}")
+        for name in ("throttle_count", "fail_count"):
+            pair = getattr(self, name)
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, int) for x in pair)
+                    and 1 <= pair[0] <= pair[1]):
+                raise ValueError(f"{name}: need ints 1 <= low <= high, got {pair!r}")
+        for name in ("produce_errors", "fetch_errors"):
+            codes = getattr(self, name)
+            if not codes or isinstance(codes, (str, bytes)):
+                raise ValueError(f"{name}: need a non-empty sequence of Kafka error codes, got {codes!r}")
+            for code in codes:
+                cls = (errors.error_for_code(code)
+                       if isinstance(code, int) and not isinstance(code, bool) and code > 0 else None)
+                if cls is None or not (cls.retriable or cls.invalid_metadata):
+                    raise ValueError(f"{name}: {code!r} is not a retriable Kafka error code (a client would fail "
+                                     f"the records instead of retrying)")
+        if not isinstance(self.members, int) or isinstance(self.members, bool) or self.members < 0:
+            raise ValueError(f"members: must be an int >= 0, got {self.members!r}")
+        for name in ("kill_gap_ms", "kill_after_ms"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
+        if not any(w > 0 for k, w in self.weights.items() if k is not Fault.KILL_CONSUMER or self.members):
+            raise ValueError("weights: kill_consumer is the only fault with a weight > 0 but members is 0")
         if not (isinstance(self.max_nodes_down, int) and 0 <= self.max_nodes_down < len(nodes)):
             raise ValueError(f"max_nodes_down: must be an int in 0..{len(nodes) - 1} (one node stays up), "
                              f"got {self.max_nodes_down!r}")
@@ -145,7 +188,7 @@ def generate_schedule(spec: ScheduleSpec, seed: int) -> list[FaultEvent]:
     spec.validate()
     rng = random.Random(seed)
     nodes = tuple(spec.nodes)
-    kinds = [k for k in Fault if spec.weights.get(k, 0) > 0]
+    kinds = [k for k in Fault if spec.weights.get(k, 0) > 0 and (k is not Fault.KILL_CONSUMER or spec.members)]
     weights = [float(spec.weights[k]) for k in kinds]
     leaders: dict[TopicPartition, int] = {TopicPartition(*tp): nodes[tp[1] % len(nodes)] for tp in spec.partitions}
     down_until: dict[int, float] = {}
@@ -153,6 +196,7 @@ def generate_schedule(spec: ScheduleSpec, seed: int) -> list[FaultEvent]:
     events: list[FaultEvent] = []
     end = float(spec.duration_ms)
     t = float(spec.quiet_start_ms)
+    last_kill = -math.inf
 
     def up_at(when: float) -> list[int]:
         return [n for n in nodes if down_until.get(n, -1.0) <= when]
@@ -196,6 +240,16 @@ def generate_schedule(spec: ScheduleSpec, seed: int) -> list[FaultEvent]:
             ms = uniform(spec.latency_ms)
             window = min(uniform(spec.latency_window_ms), round(end - t, 1))
             events.append(FaultEvent(t, kind, {"node": node, "ms": ms}, window))
+        elif kind is Fault.FAIL_REQUESTS:
+            api_key = rng.choice((PRODUCE, FETCH))
+            code = rng.choice(list(spec.produce_errors if api_key == PRODUCE else spec.fetch_errors))
+            events.append(FaultEvent(t, kind, {"api_key": api_key, "error_code": code,
+                                               "count": rng.randint(*spec.fail_count), "node": rng.choice(up)}, 0.0))
+        elif kind is Fault.KILL_CONSUMER:
+            if t < spec.kill_after_ms or t - last_kill < spec.kill_gap_ms:
+                continue
+            last_kill = t
+            events.append(FaultEvent(t, kind, {"member": rng.randrange(spec.members)}, 0.0))
         else:  # STOP_NODE
             if len(down_until) >= spec.max_nodes_down:
                 continue
@@ -259,16 +313,26 @@ class ProxyControl(Protocol):
     async def start_node(self, node: int) -> None: ...
     async def add_latency(self, node: int, ms: float) -> None: ...
     async def remove_latency(self, node: int, ms: float) -> None: ...
+    async def fail_requests(self, api_key: int, error_code: int, count: int, node: int) -> None: ...
+    async def kill_consumer(self, member: int) -> None: ...
+
+
+class MemberControl(Protocol):
+    """Kills a consumer-group member without leaving and starts its replacement (the soak's ``_Members``)."""
+
+    async def kill(self, member: int) -> None: ...
 
 
 class FaultProxyControl:
-    """Drives a ``FaultProxy`` running on this event loop (``async with``) or on its own thread (``start()``).
+    """Drives a ``FaultProxy`` running on this event loop (``async with``) or on its own thread (``start()``),
+    and, given ``members``, the group members ``kill_consumer`` faults kill.
 
     The thread form keeps the proxy's tasks out of the clients' loop, so a soak can count the clients' tasks.
     """
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, members: MemberControl | None = None) -> None:
         self.proxy = proxy
+        self.members = members
 
     async def _on_proxy_loop(self, make: Callable[[], Awaitable[Any]]) -> Any:
         loop = self.proxy._loop
@@ -297,15 +361,15 @@ class FaultProxyControl:
         self.proxy.add_latency(node, ms)
 
     async def remove_latency(self, node: int, ms: float) -> None:
-        # FaultProxy has no public per-rule removal (clear() would also move leaders back): drop the one
-        # rule this runner added, under the state's lock
-        state = self.proxy.state
-        with state._lock:
-            for rule in state._latency:
-                if rule.node_id == node and rule.ms == float(ms) and rule.api_key is None:
-                    state._latency.remove(rule)
-                    return
-        raise RuntimeError(f"remove_latency: no {ms} ms latency rule on node {node}")
+        self.proxy.remove_latency(node, ms)
+
+    async def fail_requests(self, api_key: int, error_code: int, count: int, node: int) -> None:
+        self.proxy.fail_requests(api_key, error_code, count=count, node=node)
+
+    async def kill_consumer(self, member: int) -> None:
+        if self.members is None:
+            raise RuntimeError("kill_consumer: this control was given no group members to kill")
+        await self.members.kill(member)
 
 
 def _monotonic_ms() -> float:
@@ -373,6 +437,10 @@ class FaultRunner:
             elif step.action == "remove_latency":
                 await c.remove_latency(a["node"], a["ms"])
                 self._latency.remove((a["node"], a["ms"]))
+            elif step.action == "fail_requests":
+                await c.fail_requests(a["api_key"], a["error_code"], a["count"], a["node"])
+            elif step.action == "kill_consumer":
+                await c.kill_consumer(a["member"])
             else:
                 raise ValueError(f"unknown step action {step.action!r}")
         except Exception as exc:   # recorded: the soak reports harness failures instead of dying mid-run
@@ -704,6 +772,11 @@ class SoakConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     mean_fault_interval_ms: float = 800.0
+    #: least time between two killed group members (each costs a session timeout before the group rebalances)
+    kill_gap_ms: float = 5_000.0
+    #: no member is killed before this (ms into the script): Tansu takes 6-8 s to form a 2-member group, and
+    #: a member killed before it owns partitions leaves nothing to redeliver
+    kill_after_ms: float = 8_000.0
     quiet_start_ms: float = 0.0
     weights: Mapping[Fault, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
@@ -751,6 +824,10 @@ class SoakReport:
     log_records: int = 0
     committed_behind: dict[str, str] = field(default_factory=dict)
     rebalances: int = 0
+    #: client ids of the group members killed without leaving, and how many LeaveGroup requests they sent
+    #: anyway (a kill that left would be a graceful close, not the crash it stands for)
+    killed_members: list[str] = field(default_factory=list)
+    killed_members_left: int = 0
     commit_failures: dict[str, int] = field(default_factory=dict)
     consumer_errors: dict[str, int] = field(default_factory=dict)
     leaked_tasks: list[str] = field(default_factory=list)
@@ -773,6 +850,8 @@ class SoakReport:
             found.append(f"leaked fds: {self.leaked_fds}")
         if self.fault_errors:
             found.append(f"fault steps failed: {self.fault_errors}")
+        if self.killed_members_left:
+            found.append(f"killed members sent {self.killed_members_left} LeaveGroup request(s): not a crash")
         if self.acked + self.failed + self.pending_at_close != self.sent:
             found.append(f"sent {self.sent} != acked {self.acked} + failed {self.failed} + pending "
                          f"{self.pending_at_close}")
@@ -900,11 +979,12 @@ async def _commit(shared: _Shared, consumer: Any, *, attempts: int = 1) -> bool:
     return False
 
 
-async def _consume(shared: _Shared, index: int, bootstrap: str, group: str, auto_commit: bool) -> None:
+async def _consume(shared: _Shared, index: int, bootstrap: str, group: str, auto_commit: bool,
+                   client_id: str) -> None:
     """One group member: deliver, commit (manual mode: after every batch), report whether it caught up."""
     from ..consumer import Consumer
     cfg = shared.cfg
-    async with Consumer(shared.topic, bootstrap_servers=bootstrap, group_id=group, client_id=f"chaos-c{index}",
+    async with Consumer(shared.topic, bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
                         auto_offset_reset="earliest", enable_auto_commit=auto_commit, auto_commit_interval_ms=500,
                         session_timeout_ms=cfg.session_timeout_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                         request_timeout_ms=max(cfg.request_timeout_ms, cfg.session_timeout_ms + 2_000),
@@ -932,6 +1012,57 @@ async def _consume(shared: _Shared, index: int, bootstrap: str, group: str, auto
             shared.all_committed.set()
         with anyio.move_on_after(10):   # leave only after every member committed: no rebalance under a commit
             await shared.all_committed.wait()
+
+
+class _Members:
+    """The group's members by slot, each in its own cancel scope.  ``kill`` ends one as a crash would: its task
+    is cancelled, so it neither commits nor sends LeaveGroup (the broker learns of it only when its session
+    times out), and a replacement with a new client id takes the slot at once."""
+
+    def __init__(self, shared: _Shared, bootstrap: str, group: str, auto_commit: bool) -> None:
+        self.shared, self.bootstrap, self.group, self.auto_commit = shared, bootstrap, group, auto_commit
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._running: dict[int, tuple[anyio.CancelScope, anyio.Event, str]] = {}
+        self._generation: Counter[int] = Counter()
+        #: client ids of the members killed so far, and how many partitions each owned then
+        self.killed: list[str] = []
+        self.owned_at_kill: list[int] = []
+
+    def start_all(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        for slot in range(self.shared.cfg.consumers):
+            self._start(slot)
+
+    def _start(self, slot: int) -> None:
+        assert self._tg is not None
+        generation = self._generation[slot]
+        client_id = f"chaos-c{slot}" if generation == 0 else f"chaos-c{slot}-r{generation}"
+        scope, done = anyio.CancelScope(), anyio.Event()
+        self._running[slot] = (scope, done, client_id)
+        self._tg.start_soon(self._run, slot, client_id, scope, done, name=f"chaos-consumer-{slot}-{generation}")
+
+    async def _run(self, slot: int, client_id: str, scope: anyio.CancelScope, done: anyio.Event) -> None:
+        try:
+            with scope:
+                await _consume(self.shared, slot, self.bootstrap, self.group, self.auto_commit, client_id)
+        finally:
+            done.set()
+
+    async def kill(self, member: int) -> None:
+        if member not in self._running:
+            raise ValueError(f"kill_consumer: no member in slot {member!r} (slots 0..{len(self._running) - 1})")
+        if self.shared.stop_consuming.is_set():
+            raise RuntimeError("kill_consumer: the group is already draining; a kill now would only lose the "
+                               "final commit")
+        scope, done, client_id = self._running[member]
+        scope.cancel()
+        await done.wait()
+        owned = self.shared.assignments.pop(member, frozenset())
+        self.shared.caught_up.pop(member, None)
+        self.killed.append(client_id)
+        self.owned_at_kill.append(len(owned))
+        self._generation[member] += 1
+        self._start(member)
 
 
 async def _caught_up(consumer: Any, floor: Mapping[int, int]) -> bool:
@@ -999,8 +1130,10 @@ async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
         spec = ScheduleSpec(duration_ms=cfg.duration_s * 1000.0, nodes=proxy.node_ids,
                             partitions=[TopicPartition(topic, p) for p in range(cfg.partitions)],
                             mean_interval_ms=cfg.mean_fault_interval_ms, weights=cfg.weights,
+                            members=cfg.consumers, kill_gap_ms=cfg.kill_gap_ms, kill_after_ms=cfg.kill_after_ms,
                             quiet_start_ms=cfg.quiet_start_ms)
-        runner = FaultRunner(FaultProxyControl(proxy), generate_schedule(spec, cfg.seed))
+        members = _Members(shared, bootstrap, group, auto_commit)
+        runner = FaultRunner(FaultProxyControl(proxy, members), generate_schedule(spec, cfg.seed))
         drain_started = 0.0
 
         async def producers() -> None:
@@ -1033,8 +1166,7 @@ async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
             shared.stop_consuming.set()
 
         async with anyio.create_task_group() as tg:
-            for i in range(cfg.consumers):
-                tg.start_soon(_consume, shared, i, bootstrap, group, auto_commit, name=f"chaos-consumer-{i}")
+            members.start_all(tg)
             tg.start_soon(runner.run, name="chaos-faults")
             tg.start_soon(producers, name="chaos-producers")
             tg.start_soon(monitor, name="chaos-monitor")
@@ -1052,6 +1184,9 @@ async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
                                 upstream_port=upstream_port)
         report.leaked_fds = leaked
         report.leaked_tasks = sorted(name for tid, name in after.tasks.items() if tid not in before.tasks)
+        report.killed_members = [f"{cid} (owned {n} partitions)" for cid, n in zip(members.killed,
+                                                                                members.owned_at_kill)]
+        report.killed_members_left = sum(len(proxy.requests(LEAVE_GROUP, client_id=cid)) for cid in members.killed)
     finally:
         proxy.stop()
     ledger = shared.ledger

@@ -13,6 +13,7 @@ called from the test's thread while the proxy reads on its loop thread, so every
 from __future__ import annotations
 
 import enum
+import math
 import struct
 import threading
 from dataclasses import dataclass
@@ -109,6 +110,29 @@ class ThrottleRule:
     remaining: int
 
 
+@dataclass(frozen=True, slots=True)
+class ThrottleWindow:
+    """A throttle in force on ``node_id`` from ``start_ms`` to ``end_ms`` (proxy clock, ms): every response
+    written inside it carries the time left, as a quota-violating broker reports it."""
+
+    node_id: int
+    start_ms: float
+    end_ms: float
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """What ``take_throttle`` decided for one response: ``ms`` to put into it (0: none) and, for a throttle
+    window, when that window ends (``None`` for a next-response rule, whose mute starts at the write)."""
+
+    ms: int
+    window_end_ms: float | None = None
+
+
+NO_THROTTLE = Throttle(0)
+
+
 @dataclass(slots=True)
 class LatencyRule:
     node_id: int | None
@@ -178,6 +202,7 @@ class FaultState:
         self._partition_counts: dict[str, int] = {}
         self._fail_rules: list[FailRule] = []
         self._throttles: list[ThrottleRule] = []
+        self._windows: list[ThrottleWindow] = []
         self._latency: list[LatencyRule] = []
         self._caps: dict[int, int] = {}
         self._coordinator = self._check_node(coordinator_node if coordinator_node is not None else ids[0],
@@ -330,20 +355,56 @@ class FaultState:
             self._fail_rules.append(FailRule(api_key, error_code, count, node, parts))
 
     def add_throttle(self, node: int, ms: int, *, client_id: str | None = None, count: int = 1) -> None:
-        if not isinstance(ms, int) or ms <= 0:
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms <= 0:
             raise ValueError(f"throttle: ms must be an int > 0, got {ms!r}")
-        if not isinstance(count, int) or count < 1:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"throttle: count must be an int >= 1, got {count!r}")
         with self._lock:
             self._throttles.append(ThrottleRule(self._check_node(node), ms, client_id, count))
 
+    def add_throttle_window(self, node: int, ms: int, *, start_ms: float,
+                            client_id: str | None = None) -> ThrottleWindow:
+        """Throttle ``node`` from ``start_ms`` for ``ms``: responses written inside carry the time left.
+
+        Unlike ``add_throttle`` the window is fixed in time, so it starts where the script says and several
+        windows never chain into a longer one."""
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms <= 0:
+            raise ValueError(f"throttle window: ms must be an int > 0, got {ms!r}")
+        if not isinstance(start_ms, (int, float)) or isinstance(start_ms, bool) or not math.isfinite(start_ms):
+            raise ValueError(f"throttle window: start_ms must be a finite number, got {start_ms!r}")
+        with self._lock:
+            window = ThrottleWindow(self._check_node(node), float(start_ms), float(start_ms) + ms, client_id)
+            self._windows.append(window)
+            return window
+
     def add_latency(self, node: int | None, ms: float, *, api_key: int | None = None) -> None:
-        if ms < 0:
-            raise ValueError(f"add_latency: ms must be >= 0, got {ms!r}")
+        if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms >= 0:
+            raise ValueError(f"add_latency: ms must be a number >= 0, got {ms!r}")
         with self._lock:
             if node is not None:
                 self._check_node(node)
             self._latency.append(LatencyRule(node, float(ms), api_key))
+
+    def remove_latency(self, node: int | None, ms: float | None = None, *, api_key: int | None = None) -> int:
+        """Remove latency added with the same ``node`` and ``api_key`` (None matches rules added with None):
+        one rule of exactly ``ms``, or every such rule when ``ms`` is None.  Returns how many were removed;
+        naming an ``ms`` no rule has is an error (a script that undoes what it never did has a bug)."""
+        if ms is not None and (not isinstance(ms, (int, float)) or isinstance(ms, bool)):
+            raise ValueError(f"remove_latency: ms must be a number or None, got {ms!r}")
+        with self._lock:
+            if node is not None:
+                self._check_node(node)
+            matching = [r for r in self._latency if r.node_id == node and r.api_key == api_key
+                        and (ms is None or r.ms == float(ms))]
+            if ms is not None:
+                if not matching:
+                    have = [(r.node_id, r.ms, r.api_key) for r in self._latency]
+                    raise ValueError(f"remove_latency: no {ms} ms rule for node {node}, api_key {api_key} "
+                                     f"(rules as (node, ms, api_key): {have})")
+                matching = matching[:1]
+            for rule in matching:
+                self._latency.remove(rule)
+            return len(matching)
 
     def cap_version(self, api_key: int, max_version: int | None) -> None:
         """Advertise at most ``max_version`` of an API in ApiVersions (-1 hides it, None removes the cap)."""
@@ -360,6 +421,7 @@ class FaultState:
         with self._lock:
             self._fail_rules.clear()
             self._throttles.clear()
+            self._windows.clear()
             self._latency.clear()
             self._caps.clear()
             self._stale.clear()
@@ -406,20 +468,30 @@ class FaultState:
         return bool(self._latency)
 
     def has_throttle(self) -> bool:
-        return bool(self._throttles)
+        return bool(self._throttles or self._windows)
 
-    def take_throttle(self, node: int, client_id: str | None, api_key: int, version: int) -> int:
-        """Throttle (ms) to put into this response, consuming one use of the matching rule; 0 for none."""
-        if not self._throttles or not has_throttle_field(api_key, version):
-            return 0
+    def take_throttle(self, node: int, client_id: str | None, api_key: int, version: int, *,
+                      now_ms: float) -> Throttle:
+        """The throttle to put into a response written at ``now_ms``: a window in force wins (its time left,
+        at least 1 ms), else one use of a matching next-response rule is consumed.  Windows that ended are
+        forgotten here."""
+        if not (self._throttles or self._windows) or not has_throttle_field(api_key, version):
+            return NO_THROTTLE
         with self._lock:
+            if self._windows:
+                self._windows = [w for w in self._windows if w.end_ms > now_ms]
+                end = max((w.end_ms for w in self._windows
+                           if w.node_id == node and w.start_ms <= now_ms
+                           and (w.client_id is None or w.client_id == client_id)), default=None)
+                if end is not None:
+                    return Throttle(max(1, math.ceil(end - now_ms)), end)
             for rule in self._throttles:
                 if rule.node_id == node and (rule.client_id is None or rule.client_id == client_id):
                     rule.remaining -= 1
                     if rule.remaining <= 0:
                         self._throttles.remove(rule)
-                    return rule.ms
-            return 0
+                    return Throttle(rule.ms)
+            return NO_THROTTLE
 
     # ------------------------------------------------------------------ topic names
     def topic_name(self, entry: Body, name_key: str, version: int) -> str | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import ssl
 import struct
 import threading
@@ -174,8 +175,8 @@ class _Slot:
     """One request awaiting its response on a client connection (responses go back in request order)."""
 
     __slots__ = ("api_key", "version", "corr", "client_id", "arrival_ms", "answers", "raw", "body", "ready",
-                 "release_ms", "throttle_ms", "delayed", "synthesized", "request_body", "sent", "reply",
-                 "close_reason")
+                 "release_ms", "throttle_ms", "window_end_ms", "delayed", "synthesized", "request_body", "sent",
+                 "reply", "close_reason")
 
     def __init__(self, api_key: int, version: int, corr: int, client_id: str | None, arrival_ms: float) -> None:
         self.api_key = api_key
@@ -189,6 +190,9 @@ class _Slot:
         self.ready = False
         self.release_ms = 0.0
         self.throttle_ms: int | None = None
+        #: the throttle came from a window (``FaultState.add_throttle_window``) ending then: requests are
+        #: recorded against it but not held
+        self.window_end_ms: float | None = None
         self.delayed = False
         self.synthesized = False
         self.request_body: dict[str, Any] | None = None
@@ -226,7 +230,10 @@ class _Connection:
         self.slots: deque[_Slot] = deque()      # every request still owed a response, in order
         self.upstream: deque[_Slot] = deque()   # forwarded requests awaiting the broker, in order
         self.backlog: deque[_Pending] = deque()  # requests held while the connection is muted
+        #: a next-response throttle mutes the connection: requests arriving before this are held
         self.mute_until_ms = 0.0
+        #: a throttle window told the client to be quiet until this; requests are recorded, not held
+        self.notice_until_ms = 0.0
         self.closed = False
         #: the client side is gone but requests already forwarded are still read from the broker, as a real
         #: broker still appends (and remembers) a Produce whose client disconnected
@@ -359,7 +366,8 @@ class _Connection:
                 self._close_reason = f"malformed request: {exc}"
                 log.info("fault proxy node %d conn %d: closing, %s", self.node_id, self.conn_id, exc)
                 return
-            in_window = arrival < self.mute_until_ms
+            held = arrival < self.mute_until_ms
+            in_window = held or arrival < self.notice_until_ms
             recorder.add_request(RecordedRequest(
                 node_id=self.node_id, connection_id=self.conn_id, client_id=header.client_id,
                 api_key=header.api_key, api_version=header.api_version, correlation_id=header.correlation_id,
@@ -367,7 +375,7 @@ class _Connection:
                 partitions=request_partitions(api_key, header.api_version, body, state) if body else (),
                 in_throttle_window=in_window))
             pending = _Pending(header, frame, body, arrival)
-            if in_window or self.backlog:
+            if held or self.backlog:
                 self.backlog.append(pending)
                 self._schedule_drain()
             else:
@@ -524,25 +532,37 @@ class _Connection:
             slot = slots[0]
             now = now_ms()
             if slot.throttle_ms is None:
-                slot.throttle_ms = self.state.take_throttle(self.node_id, slot.client_id, slot.api_key,
-                                                            slot.version)
+                throttle = self.state.take_throttle(self.node_id, slot.client_id, slot.api_key, slot.version,
+                                                    now_ms=now)
+                slot.throttle_ms = throttle.ms
+                slot.window_end_ms = throttle.window_end_ms
                 if slot.throttle_ms and not throttle_mutes_client(slot.api_key, slot.version):
                     # before KIP-219 the broker itself held the throttled response back
                     slot.release_ms = max(slot.release_ms, now + slot.throttle_ms)
                     slot.delayed = True
-                    self.mute_until_ms = max(self.mute_until_ms, slot.release_ms)
+                    if slot.window_end_ms is None:
+                        self.mute_until_ms = max(self.mute_until_ms, slot.release_ms)
             if slot.release_ms > now:
                 self._flush_timer = self._loop.call_at(slot.release_ms / 1000.0, self._flush)
                 return
             slots.popleft()
             try:
-                data = self._finish(slot, now)
+                data, body = self._finish(slot, now)
             except Exception:
                 log.exception("fault proxy conn %d: cannot build response for api %d v%d", self.conn_id,
                               slot.api_key, slot.version)
                 self.close("internal error building a response")
                 return
             self.writer.write(data)
+            # recorded at ``now``, when the throttle was decided: nothing is read between then and the write
+            # (one loop), so a request stamped later was read after this response was written, and a
+            # throttle announced at ``now`` ends where its window does
+            if slot.reply is None:
+                try:
+                    self._record_response(slot, body, slot.throttle_ms or 0, now)
+                except Exception:   # a recording bug must not break the client's connection
+                    log.exception("fault proxy conn %d: cannot record response for api %d v%d", self.conn_id,
+                                  slot.api_key, slot.version)
             if slot.close_reason is not None:
                 # Kafka closes a connection whose authentication failed once the answer is out; close()
                 # still flushes what was just written
@@ -551,14 +571,18 @@ class _Connection:
                 self._close_reason = slot.close_reason
                 self.close(slot.close_reason)
                 return
-            if slot.throttle_ms:
-                # the window starts when the throttled response leaves; a mute only moves forward
-                self.mute_until_ms = max(self.mute_until_ms, now_ms() + (0 if slot.delayed else slot.throttle_ms))
+            if slot.throttle_ms and not slot.delayed:
+                # the client's mute starts when the throttled response leaves; a mute only moves forward
+                if slot.window_end_ms is None:
+                    self.mute_until_ms = max(self.mute_until_ms, now + slot.throttle_ms)
+                else:
+                    self.notice_until_ms = max(self.notice_until_ms, now + slot.throttle_ms)
 
-    def _finish(self, slot: _Slot, now: float) -> bytes:
-        """Rewrite a response as the scripted faults require and record it; returns the bytes to send."""
+    def _finish(self, slot: _Slot, now: float) -> tuple[bytes, dict[str, Any] | None]:
+        """Rewrite a response as the scripted faults require; returns the bytes to send and the decoded body
+        (None when it was not decoded) for the recording."""
         if slot.reply is not None:
-            return slot.reply
+            return slot.reply, None
         state = self.state
         proxy = self.proxy
         api_key, version = slot.api_key, slot.version
@@ -595,10 +619,10 @@ class _Connection:
         else:
             assert slot.raw is not None
             data = _SIZE.pack(len(slot.raw)) + slot.raw
-        self._record_response(slot, body, throttle)
-        return data
+        return data, body
 
-    def _record_response(self, slot: _Slot, body: dict[str, Any] | None, throttle: int) -> None:
+    def _record_response(self, slot: _Slot, body: dict[str, Any] | None, throttle: int, written_ms: float
+                         ) -> None:
         perr: dict[TopicPartition, int] = {}
         hints: tuple[LeaderHint, ...] = ()
         errors: tuple[int, ...] | None = None
@@ -613,7 +637,7 @@ class _Connection:
                           for a in slot.answers if a.hint is not None)
         self.proxy.recorder.add_response(RecordedResponse(
             node_id=self.node_id, connection_id=self.conn_id, client_id=slot.client_id, api_key=slot.api_key,
-            api_version=slot.version, correlation_id=slot.corr, time_ms=now_ms(), error_codes=errors,
+            api_version=slot.version, correlation_id=slot.corr, time_ms=written_ms, error_codes=errors,
             partition_errors=perr, throttle_time_ms=throttle, hints=hints, synthesized=slot.synthesized))
 
 
@@ -623,6 +647,8 @@ class _Node:
         self.node_id = node_id
         self.port = port
         self.server: asyncio.base_events.Server | None = None
+        #: stopped by the script: the listener stays open and resets every connection (recorded "refused")
+        self.stopped = False
 
 
 class FaultProxy:
@@ -779,9 +805,11 @@ class FaultProxy:
     def _accept(self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn_id = next(self._ids)
         node = self._nodes[node_id]
-        if not self._running or node.server is None:
-            writer.transport.abort()
-            self.recorder.add_connection_event(ConnectionEvent(node_id, conn_id, "refused", now_ms()))
+        if not self._running or node.server is None or node.stopped:
+            # recorded before the reset: a client seeing the reset finds the attempt already counted
+            self.recorder.add_connection_event(ConnectionEvent(
+                node_id, conn_id, "refused", now_ms(), "node stopped" if node.stopped else "proxy stopping"))
+            _reset(writer)
             return
         conn = _Connection(self, node_id, conn_id, reader, writer)
         self._conns[conn_id] = conn
@@ -894,14 +922,42 @@ class FaultProxy:
         self.set_coordinator(node)
 
     # ------------------------------------------------------------------ script: rules
-    def throttle(self, node: int, ms: int, client_id: str | None = None, *, count: int = 1) -> None:
+    def throttle(self, node: int, ms: int, client_id: str | None = None, *, count: int = 1,
+                 from_now: bool = False) -> None:
         """The next ``count`` response(s) from ``node`` (to ``client_id``, or anyone) carry
         ``throttle_time_ms=ms``, and the proxy then holds that connection's requests for ``ms`` (recording
-        each one that arrives inside the window).  Versions before KIP-219 get the response delayed instead."""
+        each one that arrives inside the window).  Versions before KIP-219 get the response delayed instead.
+
+        ``from_now=True``: a window fixed in time instead, ``throttle_window(node, ms, client_id)``."""
+        if from_now:
+            if count != 1:
+                raise ValueError(f"throttle: count={count!r} counts next-response throttles; with from_now=True "
+                                 f"every response inside the {ms} ms window is throttled")
+            self.throttle_window(node, ms, client_id)
+            return
         self.state.add_throttle(node, ms, client_id=client_id, count=count)
 
-    async def athrottle(self, node: int, ms: int, client_id: str | None = None, *, count: int = 1) -> None:
-        self.throttle(node, ms, client_id, count=count)
+    async def athrottle(self, node: int, ms: int, client_id: str | None = None, *, count: int = 1,
+                        from_now: bool = False) -> None:
+        self.throttle(node, ms, client_id, count=count, from_now=from_now)
+
+    def throttle_window(self, node: int, ms: int, client_id: str | None = None, *,
+                        start_ms: float | None = None) -> tuple[float, float]:
+        """Throttle ``node`` (for ``client_id``, or anyone) from ``start_ms`` (default: now, on the proxy's
+        clock ``time.monotonic() * 1000``) for ``ms``; returns the window ``(start_ms, end_ms)``.
+
+        Every response written inside it carries ``throttle_time_ms`` = the time left, as a Kafka >= 2.0
+        broker answers at once and leaves the waiting to the client (KIP-219): requests are not held, but
+        one arriving on a connection after a throttled response was written to it, and before that throttle
+        ran out, is recorded with ``in_throttle_window=True``.  Versions before KIP-219 get the response
+        delayed by the time left instead."""
+        window = self.state.add_throttle_window(node, ms, start_ms=now_ms() if start_ms is None else start_ms,
+                                                client_id=client_id)
+        return window.start_ms, window.end_ms
+
+    async def athrottle_window(self, node: int, ms: int, client_id: str | None = None, *,
+                               start_ms: float | None = None) -> tuple[float, float]:
+        return self.throttle_window(node, ms, client_id, start_ms=start_ms)
 
     def add_latency(self, node: int | None, ms: float, api_key: int | None = None) -> None:
         """Delay responses from ``node`` (None: every node), optionally only for one API, by ``ms``."""
@@ -909,6 +965,14 @@ class FaultProxy:
 
     async def aadd_latency(self, node: int | None, ms: float, api_key: int | None = None) -> None:
         self.add_latency(node, ms, api_key)
+
+    def remove_latency(self, node: int | None, ms: float | None = None, api_key: int | None = None) -> int:
+        """Undo ``add_latency(node, ms, api_key)``: one rule of exactly ``ms`` (ValueError when there is
+        none), or with ``ms=None`` every rule added for that ``node`` and ``api_key``; returns how many."""
+        return self.state.remove_latency(node, ms, api_key=api_key)
+
+    async def aremove_latency(self, node: int | None, ms: float | None = None, api_key: int | None = None) -> int:
+        return self.remove_latency(node, ms, api_key)
 
     def fail_requests(self, api_key: int, error_code: int, count: int | None = 1, node: int | None = None,
                       partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -950,30 +1014,32 @@ class FaultProxy:
         return self._run_sync(lambda: self.adrop_connections(node), "drop_connections")
 
     async def astop_node(self, node: int) -> None:
-        """Take a virtual node down: its port refuses connections and its connections are closed."""
+        """Take a virtual node down: its open connections are aborted and, while it is down, its port
+        accepts and at once resets every connection (recorded as "refused"), so a client sees a fast reset
+        and ``connections(node, "refused")`` counts its connection attempts.  With ``ssl_context`` the reset
+        comes right after the TLS handshake (asyncio hands over a connection only then)."""
         n = self._node(node)
-        server, n.server = n.server, None
-        if server is not None:
-            server.close()
+        n.stopped = True
         for c in [c for c in self._conns.values() if c.node_id == node]:
             c.close("node stopped", abort=True)
-        if server is not None:
-            await server.wait_closed()     # after closing its connections (see astop)
+        await asyncio.sleep(0)
 
     def stop_node(self, node: int) -> None:
         self._run_sync(lambda: self.astop_node(node), "stop_node")
 
     async def astart_node(self, node: int) -> None:
-        """Bring a stopped virtual node back on the same port."""
+        """Bring a stopped virtual node back (same port)."""
         n = self._node(node)
-        if n.server is None:
+        n.stopped = False
+        if self._running and n.server is None:
             await self._listen(n)
 
     def start_node(self, node: int) -> None:
         self._run_sync(lambda: self.astart_node(node), "start_node")
 
     def is_node_up(self, node: int) -> bool:
-        return self._node(node).server is not None
+        n = self._node(node)
+        return n.server is not None and not n.stopped
 
     # ------------------------------------------------------------------ recordings
     def requests(self, api_key: int | None = None, *, node: int | None = None, **filters: Any
@@ -992,6 +1058,18 @@ class FaultProxy:
     @property
     def open_connections(self) -> int:
         return len(self._conns)
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close a connection with a TCP reset (SO_LINGER 0), not an orderly FIN: what a client sees from a port
+    nobody serves."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:   # already closed by the peer
+            pass
+    writer.transport.abort()
 
 
 def _parse_upstream(upstream: str | tuple[str, int]) -> tuple[str, int]:

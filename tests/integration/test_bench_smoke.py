@@ -56,3 +56,35 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "| leader-move | p99 produce latency ms |" in page.read_text()
     assert any("leader-move" in line for line in lines)
+
+
+async def test_tiny_throttle_and_bounce_phases_use_the_proxys_windows_and_refusals(broker: EmbeddedBroker) -> None:
+    """The runner places each throttle window at the script's instant and counts connects to a stopped node
+    from the proxy's own recording (no listener of its own)."""
+    from akresil.bench.runner import Phase
+
+    throttle = scenarios.Scenario("throttle", FaultScript(2.5, (FaultStep(1.0, "throttle_all_nodes", {"ms": 600},
+                                                                          window_s=0.6, label="throttle"),)),
+                                  rate=500, drain_s=5.0)
+    data = await Phase(broker.bootstrap_servers, throttle, "akresil", 1).run()
+    (applied,) = data.applied
+    assert applied.at_s == data.start_s + 1.0                  # exactly the script's instant
+    throttled = [r for r in data.responses if r.throttle_time_ms > 0]
+    assert throttled, "nothing was written inside the window"
+    window_ms = (applied.at_s * 1000, applied.at_s * 1000 + 600)
+    for r in throttled:       # written inside the window, announcing what is left of it (ceil: +1 ms)
+        assert window_ms[0] <= r.time_ms < window_ms[1]
+        assert window_ms[1] <= r.time_ms + r.throttle_time_ms <= window_ms[1] + 1
+    summary, _ = scenarios.summarize(data)
+    assert summary["throttle_windows"] == 1 and summary["throttled_responses"] == len(throttled)
+    assert summary["records_acked"] == summary["records_offered"]
+
+    bounce = scenarios.Scenario("broker-bounce", FaultScript(3.0, (
+        FaultStep(0.5, "stop_node", {"node": 1}, window_s=1.5, label="node 1 down"),
+        FaultStep(2.0, "start_node", {"node": 1}))), rate=500, drain_s=10.0, params={"node": 1})
+    data = await Phase(broker.bootstrap_servers, bounce, "akresil", 1).run()
+    refused = [c for c in data.connections if c.kind == "refused"]
+    assert refused and {c.node_id for c in refused} == {1}
+    summary, _ = scenarios.summarize(data)
+    assert summary["connect_attempts_while_down"] == len(refused)
+    assert summary["records_acked"] == summary["records_offered"]   # 1.5 s down < the delivery timeout

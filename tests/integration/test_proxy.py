@@ -311,6 +311,66 @@ async def test_throttle_sets_field_and_holds_following_requests(tansu: str) -> N
             await r.close()
 
 
+async def test_throttle_window_starts_now_throttles_every_response_and_holds_nothing(tansu: str) -> None:
+    async with FaultProxy(tansu, nodes=2) as proxy:
+        raw = await Raw.connect(proxy.port(1))
+        await create_topic(raw, "thw", 1)
+        start, end = proxy.throttle_window(1, 600)
+        assert end - start == 600 and abs(start - time.monotonic() * 1000) < 50
+        first = await metadata(raw, "thw")
+        # a client ignoring KIP-219 sends at once: answered at once, with the time left, and recorded
+        t0 = time.monotonic()
+        second = await metadata(raw, "thw")
+        assert time.monotonic() - t0 < 0.3
+        assert 0 < second["throttle_time_ms"] <= first["throttle_time_ms"] <= 600
+        reqs = proxy.requests(METADATA, node=1)
+        assert [r.in_throttle_window for r in reqs] == [False, True]    # the first came before any notice
+        resps = proxy.responses(METADATA, node=1)
+        assert [r.throttle_time_ms for r in resps] == [first["throttle_time_ms"], second["throttle_time_ms"]]
+        # a throttled response is recorded once written: the next request arrives strictly after it
+        assert resps[0].time_ms < reqs[1].time_ms
+        assert 0 <= resps[0].time_ms + resps[0].throttle_time_ms - end <= 1.0   # the window's end, ceil'd
+        # after the window: nothing throttled, nothing recorded inside
+        await asyncio.sleep(max(0.0, end / 1000 - time.monotonic()) + 0.01)
+        assert (await metadata(raw, "thw"))["throttle_time_ms"] == 0
+        assert not proxy.requests(METADATA, node=1)[-1].in_throttle_window
+        # pre-KIP-219 version inside a window: the response waits for the window's end
+        proxy.throttle_window(1, 300)
+        t0 = time.monotonic()
+        old = await metadata(raw, "thw", version=5)
+        assert 0 < old["throttle_time_ms"] <= 300 and time.monotonic() - t0 >= 0.25
+        # another node is never throttled; a window may also be placed in the past or the future
+        other = await Raw.connect(proxy.port(2))
+        assert (await metadata(other, "thw"))["throttle_time_ms"] == 0
+        now = time.monotonic() * 1000
+        proxy.throttle_window(2, 200, start_ms=now - 150)
+        assert 0 < (await metadata(other, "thw"))["throttle_time_ms"] <= 50
+        proxy.throttle(2, 500, from_now=True)
+        assert (await metadata(other, "thw"))["throttle_time_ms"] > 50
+        with pytest.raises(ValueError, match="from_now"):
+            proxy.throttle(2, 500, count=2, from_now=True)
+        for r in (raw, other):
+            await r.close()
+
+
+async def test_remove_latency_undoes_one_rule(tansu: str) -> None:
+    async with FaultProxy(tansu, nodes=1) as proxy:
+        raw = await Raw.connect(proxy.port(1))
+        await proxy.aadd_latency(1, 300)
+        await proxy.aadd_latency(None, 20, api_key=API_VERSIONS)
+        body = {"client_software_name": "x", "client_software_version": "1"}
+        t0 = time.monotonic()
+        await raw.call(API_VERSIONS, 3, body)
+        assert time.monotonic() - t0 >= 0.3
+        assert await proxy.aremove_latency(1, 300) == 1
+        with pytest.raises(ValueError, match="no 300 ms rule"):
+            proxy.remove_latency(1, 300)
+        t0 = time.monotonic()
+        await raw.call(API_VERSIONS, 3, body)
+        assert 0.015 <= time.monotonic() - t0 < 0.25     # only the 20 ms rule is left
+        await raw.close()
+
+
 # ------------------------------------------------------------------------------------------- failures
 async def test_fail_requests_answers_without_forwarding(tansu: str) -> None:
     async with FaultProxy(tansu, nodes=1) as proxy:
@@ -350,6 +410,18 @@ async def test_latency_and_version_caps(tansu: str) -> None:
         await raw.close()
 
 
+async def reset_at_once(port: int) -> bool:
+    """Connect and send ApiVersions: True when the connection is reset (not closed in order, not answered)."""
+    try:
+        raw = await Raw.connect(port)
+        await raw.send(API_VERSIONS, 0, {})
+        data = await asyncio.wait_for(raw.reader.read(1), 3)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    await raw.close()
+    return data == b"RST"   # never: an answer or an orderly close is not a reset
+
+
 async def test_stop_start_node_and_drop_connections(tansu: str) -> None:
     async with FaultProxy(tansu, nodes=2) as proxy:
         port = proxy.port(2)
@@ -357,9 +429,14 @@ async def test_stop_start_node_and_drop_connections(tansu: str) -> None:
         await metadata(raw, "sn")
         await proxy.astop_node(2)
         assert await raw.closed_by_peer()
-        with pytest.raises(OSError):
-            await Raw.connect(port)
-        assert not proxy.is_node_up(2)
+        # the stopped node's port resets every connection, and the proxy counts the attempts
+        t0 = time.monotonic()
+        assert [await reset_at_once(port) for _ in range(3)] == [True, True, True]
+        assert time.monotonic() - t0 < 1.0
+        refused = proxy.connections(node=2, kind="refused")
+        assert len(refused) == 3 and {r.reason for r in refused} == {"node stopped"}
+        assert not proxy.connections(node=1, kind="refused")
+        assert not proxy.is_node_up(2) and proxy.is_node_up(1)
         await proxy.astart_node(2)
         assert proxy.port(2) == port
         raw = await Raw.connect(port)
@@ -395,8 +472,13 @@ def test_sync_forms_from_another_thread(tansu: str) -> None:
         assert proxy.drop_connections(1) == 1
         assert _peer_closed(s)
         proxy.stop_node(1)
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), 1)
+        stopped = socket.create_connection(("127.0.0.1", port), 1)
+        stopped.settimeout(5)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):   # the reset may come before the send
+            stopped.sendall(codec.encode_request(API_VERSIONS, 0, 1, "sync", {}))
+            stopped.recv(4)
+        stopped.close()
+        assert len(proxy.connections(node=1, kind="refused")) == 1
         proxy.start_node(1)
         socket.create_connection(("127.0.0.1", port), 1).close()
         s.close()

@@ -6,31 +6,34 @@ import orjson
 import pytest
 
 from akresil.bench import report, stats
-from akresil.bench.scenarios import (METADATA, PRODUCE, AppliedStep, PhaseData, build, summarize)
+from akresil.bench.scenarios import (METADATA, PRODUCE, AppliedStep, PhaseData, build, summarize,
+                                     throttle_arrivals)
 from akresil.testing.recorder import ConnectionEvent, RecordedRequest, RecordedResponse
 
 T0 = 1000.0   # monotonic seconds at which the phase starts
 
 
 def req(api_key: int, t: float, node: int = 1, parts: tuple[tuple[str, int], ...] = (),
-        in_window: bool = False) -> RecordedRequest:
-    return RecordedRequest(node, 1, "c", api_key, 9, 0, (T0 + t) * 1000, parts, in_window)
+        in_window: bool = False, conn: int = 1) -> RecordedRequest:
+    return RecordedRequest(node, conn, "c", api_key, 9, 0, (T0 + t) * 1000, parts, in_window)
 
 
-def resp(t: float, node: int, errors: dict[tuple[str, int], int], throttle: int = 0) -> RecordedResponse:
-    return RecordedResponse(node, 1, "c", PRODUCE, 9, 0, (T0 + t) * 1000, tuple(c for c in errors.values() if c),
-                            errors, throttle)
+def resp(t: float, node: int, errors: dict[tuple[str, int], int], throttle: int = 0, conn: int = 1
+         ) -> RecordedResponse:
+    return RecordedResponse(node, conn, "c", PRODUCE, 9, 0, (T0 + t) * 1000,
+                            tuple(c for c in errors.values() if c), errors, throttle)
 
 
 def phase(name: str, *, requests: list[RecordedRequest] = [], responses: list[RecordedResponse] = [],
           applied: list[AppliedStep] = [], log: stats.DeliveryLog | None = None,
-          attempts: dict[int, list[float]] | None = None) -> PhaseData:
+          connections: list[ConnectionEvent] = []) -> PhaseData:
     sc = build(name, quick=True, seed=1)
     return PhaseData(scenario=sc, client="akresil", start_s=T0, log=log or stats.DeliveryLog(),
                      requests=requests, responses=responses,
                      connections=[ConnectionEvent(1, 1, "open", (T0 + 0.5) * 1000),
-                                  ConnectionEvent(1, 1, "close", (T0 + 0.6) * 1000, "client closed")],
-                     applied=applied, leaders={0: 1, 1: 2, 2: 3}, connect_attempts=attempts or {})
+                                  ConnectionEvent(1, 1, "close", (T0 + 0.6) * 1000, "client closed"),
+                                  *connections],
+                     applied=applied, leaders={0: 1, 1: 2, 2: 3})
 
 
 def test_leader_move_first_success_counts_from_the_clients_first_attempt() -> None:
@@ -50,14 +53,35 @@ def test_leader_move_first_success_counts_from_the_clients_first_attempt() -> No
     assert summary["connections_opened"] == 1 and summary["connections_closed_by_client"] == 1
 
 
-def test_throttle_counts_requests_inside_windows() -> None:
-    data = phase("throttle", requests=[req(PRODUCE, 1.1, in_window=True), req(PRODUCE, 1.2),
-                                       req(METADATA, 2.6, in_window=True)],
-                 responses=[resp(1.0, 1, {("t", 0): 0}, throttle=500)])
+def test_throttle_counts_arrivals_after_the_throttled_response_per_connection() -> None:
+    sc = build("throttle", quick=True, seed=1)
+    step = sc.script.steps[0]
+    w = step.at_s
+    data = phase("throttle", applied=[AppliedStep(step, T0 + w)], requests=[
+        req(PRODUCE, w + 0.010),                    # before any throttled response on connection 1: fine
+        req(PRODUCE, w + 0.020),                    # exactly at the write: not strictly after it
+        req(PRODUCE, w + 0.023),                    # 3 ms after: in flight, counted and counted apart
+        req(METADATA, w + 0.300),                   # inside: a real violation
+        req(PRODUCE, w + 0.300, conn=2),            # another connection was never told
+        req(PRODUCE, w + 0.520),                    # the announced 500 ms have run out
+        req(PRODUCE, w + 1.600, in_window=True),    # the proxy's flag is not what is counted
+    ], responses=[resp(w + 0.020, 1, {("t", 0): 0}, throttle=500),
+                  resp(w + 0.100, 1, {("t", 0): 0}, throttle=420),   # same mute, same end
+                  resp(w + 0.030, 1, {("t", 0): 0}, conn=3)])
     summary, series = summarize(data)
     assert summary["requests_in_throttle_windows"] == 2
-    assert summary["throttled_responses"] == 1
-    assert series["requests_in_throttle_window_per_s"][1:3] == [1.0, 1.0]
+    assert summary["requests_in_throttle_windows_within_5ms"] == 1
+    assert summary["throttled_responses"] == 2 and summary["throttle_windows"] == 1
+    assert sum(series["requests_in_throttle_window_per_s"]) == 2
+
+
+def test_throttle_arrivals_extend_a_mute_and_start_a_new_one_after_it_ends() -> None:
+    responses = [resp(1.000, 1, {}, throttle=100), resp(1.050, 1, {}, throttle=200),   # mute 1.000 .. 1.250
+                 resp(2.000, 1, {}, throttle=100)]                                   # mute 2.000 .. 2.100
+    requests = [req(PRODUCE, t) for t in (1.001, 1.200, 1.260, 2.003, 2.050, 2.100)]
+    got = [(round(t - T0, 3), round(since, 3)) for t, since in throttle_arrivals(requests, responses)]
+    assert got == [(1.001, 1.0), (1.2, 200.0), (2.003, 3.0), (2.05, 50.0)]
+    assert throttle_arrivals(requests, []) == []
 
 
 def test_storm_and_bounce_metrics() -> None:
@@ -79,8 +103,11 @@ def test_storm_and_bounce_metrics() -> None:
     bounce = build("broker-bounce", quick=True, seed=1)
     stop, start = bounce.script.steps
     bnode = bounce.params["node"]
-    attempts = {bnode: [T0 + stop.at_s + 0.5, T0 + stop.at_s + 1.5]}
-    data = phase("broker-bounce", attempts=attempts,
+    refused = [ConnectionEvent(bnode, 7, "refused", (T0 + stop.at_s + 0.5) * 1000, "node stopped"),
+               ConnectionEvent(bnode, 8, "refused", (T0 + stop.at_s + 1.5) * 1000, "node stopped"),
+               ConnectionEvent(bnode, 9, "refused", (T0 + 9.0) * 1000, "proxy stopping"),      # not an attempt
+               ConnectionEvent(bnode % 3 + 1, 10, "refused", (T0 + stop.at_s + 1) * 1000, "node stopped")]
+    data = phase("broker-bounce", connections=refused,
                  applied=[AppliedStep(stop, T0 + stop.at_s), AppliedStep(start, T0 + start.at_s)])
     summary, series = summarize(data)
     assert summary["connect_attempts_while_down"] == 2

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from akresil.testing.chaos import (
-    DEFAULT_WEIGHTS, Consumption, Fault, FaultEvent, FaultRunner, Ledger, LogImage, ScheduleSpec, Step,
-    decode_payload, encode_payload, generate_schedule, judge, leaked_fds, timeline,
+    DEFAULT_WEIGHTS, Consumption, Fault, FaultEvent, FaultProxyControl, FaultRunner, Ledger, LogImage,
+    ScheduleSpec, Step, decode_payload, encode_payload, generate_schedule, judge, leaked_fds, timeline,
 )
+from akresil.errors import error_for_code
+from akresil.testing.proxy import FaultProxy
 from akresil.errors import DeliveryTimeoutError, NotLeaderOrFollowerError
 from akresil.types import TopicPartition
 
@@ -19,7 +21,8 @@ PARTS = [TopicPartition("t", p) for p in range(6)]
 
 
 def spec(**kw: Any) -> ScheduleSpec:
-    base: dict[str, Any] = dict(duration_ms=60_000.0, nodes=NODES, partitions=PARTS, mean_interval_ms=300.0)
+    base: dict[str, Any] = dict(duration_ms=60_000.0, nodes=NODES, partitions=PARTS, mean_interval_ms=300.0,
+                                members=2)
     base.update(kw)
     return ScheduleSpec(**base)
 
@@ -37,8 +40,8 @@ def test_script_is_sorted_within_duration_and_every_kind_appears(seed: int) -> N
     assert all(2_000.0 <= e.at_ms < 60_000.0 for e in events)
     assert all(e.duration_ms >= 0 and e.at_ms + e.duration_ms <= 60_000.0 + 1e-6 for e in events)
     assert {e.fault for e in events} == set(Fault)
-    # roughly one fault per mean interval (failover moves come on top)
-    assert 60_000 / 300 * 0.6 < len(events) < 60_000 / 300 * 2.5
+    # roughly one fault per mean interval (failover moves come on top, kills too close together drop out)
+    assert 60_000 / 300 * 0.5 < len(events) < 60_000 / 300 * 2.5
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -61,7 +64,7 @@ def test_leadership_and_downtime_rules_hold_along_the_timeline(seed: int) -> Non
             assert len(down) <= 1
         elif step.action == "start_node":
             down.remove(a["node"])
-        elif step.action in ("throttle", "drop_connections"):
+        elif step.action in ("throttle", "drop_connections", "fail_requests"):
             assert a["node"] not in down, step
     assert not down
 
@@ -105,6 +108,34 @@ def test_throttle_duration_is_total_mute() -> None:
         assert 1 <= e.args["ms"] <= 800 and 1 <= e.args["count"] <= 3
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_failed_requests_are_a_few_retriable_produce_or_fetch_errors(seed: int) -> None:
+    events = [e for e in generate_schedule(spec(weights={Fault.FAIL_REQUESTS: 1.0}), seed)]
+    assert events and all(e.fault is Fault.FAIL_REQUESTS and e.duration_ms == 0 for e in events)
+    for e in events:
+        a = e.args
+        assert a["api_key"] in (0, 1) and 1 <= a["count"] <= 5 and a["node"] in NODES
+        assert a["error_code"] in ((6, 19) if a["api_key"] == 0 else (6, 56))
+        cls = error_for_code(a["error_code"])
+        assert cls.retriable or cls.invalid_metadata
+    assert {e.args["api_key"] for e in events} == {0, 1}
+
+
+def test_kills_name_a_member_slot_and_keep_their_distance() -> None:
+    events = generate_schedule(spec(weights={Fault.KILL_CONSUMER: 1.0}, members=3, kill_gap_ms=4_000.0), 4)
+    assert len(events) >= 10
+    assert all(e.fault is Fault.KILL_CONSUMER and e.args["member"] in (0, 1, 2) for e in events)
+    assert {e.args["member"] for e in events} == {0, 1, 2}
+    assert min(b.at_ms - a.at_ms for a, b in zip(events, events[1:])) >= 4_000.0
+    late = generate_schedule(spec(weights={Fault.KILL_CONSUMER: 1.0}, members=3, kill_after_ms=30_000.0), 4)
+    assert late and min(e.at_ms for e in late) >= 30_000.0
+    # without members there is nobody to kill: the fault never comes, or the spec is refused when it is
+    # the only one weighted
+    assert Fault.KILL_CONSUMER not in {e.fault for e in generate_schedule(spec(members=0), 4)}
+    with pytest.raises(ValueError, match="kill_consumer is the only fault"):
+        generate_schedule(spec(weights={Fault.KILL_CONSUMER: 1.0}, members=0), 4)
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(duration_ms=0), "duration_ms"),
     (dict(nodes=(1, 1)), "nodes"),
@@ -118,6 +149,13 @@ def test_throttle_duration_is_total_mute() -> None:
     (dict(latency_ms=(1.0,)), "latency_ms"),
     (dict(throttle_count=(0, 2)), "throttle_count"),
     (dict(max_nodes_down=3), "max_nodes_down"),
+    (dict(fail_count=(0, 3)), "fail_count"),
+    (dict(produce_errors=()), "produce_errors"),
+    (dict(produce_errors=(10,)), "produce_errors: 10 is not a retriable"),   # MESSAGE_TOO_LARGE
+    (dict(fetch_errors=(True,)), "fetch_errors"),
+    (dict(members=-1), "members"),
+    (dict(kill_gap_ms=-1.0), "kill_gap_ms"),
+    (dict(kill_after_ms=float("nan")), "kill_after_ms"),
     (dict(quiet_start_ms=60_000.0), "quiet_start_ms"),
 ])
 def test_bad_spec_is_named(bad: dict[str, Any], message: str) -> None:
@@ -182,6 +220,12 @@ class FakeControl:
     async def remove_latency(self, node: int, ms: float) -> None:
         self._call("remove_latency", node, ms)
 
+    async def fail_requests(self, api_key: int, error_code: int, count: int, node: int) -> None:
+        self._call("fail_requests", api_key, error_code, count, node)
+
+    async def kill_consumer(self, member: int) -> None:
+        self._call("kill_consumer", member)
+
 
 async def test_runner_applies_each_step_at_its_time() -> None:
     clock = FakeClock()
@@ -190,14 +234,18 @@ async def test_runner_applies_each_step_at_its_time() -> None:
               FaultEvent(250.0, Fault.STOP_NODE, {"node": 3}, 1_000.0),
               FaultEvent(300.0, Fault.THROTTLE, {"node": 1, "ms": 200, "count": 2}, 400.0),
               FaultEvent(400.0, Fault.LATENCY, {"node": 2, "ms": 30.0}, 100.0),
-              FaultEvent(450.0, Fault.DROP_CONNECTIONS, {"node": 1}, 0.0)]
+              FaultEvent(450.0, Fault.DROP_CONNECTIONS, {"node": 1}, 0.0),
+              FaultEvent(460.0, Fault.FAIL_REQUESTS, {"api_key": 1, "error_code": 6, "count": 3, "node": 2}, 0.0),
+              FaultEvent(470.0, Fault.KILL_CONSUMER, {"member": 1}, 0.0)]
     runner = FaultRunner(control, events, clock=clock, sleep=clock.sleep)
     await runner.run()
     assert control.calls == [(100.0, "move_leader", ("t", 0, 2)), (250.0, "stop_node", (3,)),
                              (300.0, "throttle", (1, 200, 2)), (400.0, "add_latency", (2, 30.0)),
-                             (450.0, "drop_connections", (1,)), (500.0, "remove_latency", (2, 30.0)),
+                             (450.0, "drop_connections", (1,)), (460.0, "fail_requests", (1, 6, 3, 2)),
+                             (470.0, "kill_consumer", (1,)), (500.0, "remove_latency", (2, 30.0)),
                              (1_250.0, "start_node", (3,))]
-    assert runner.errors == [] and runner.faults["stop_node"] == 1 and len(runner.applied) == 7
+    assert runner.errors == [] and runner.faults["stop_node"] == 1 and len(runner.applied) == 9
+    assert runner.faults["kill_consumer"] == 1 and runner.faults["fail_requests"] == 1
 
 
 async def test_runner_heals_when_cancelled_mid_script() -> None:
@@ -237,6 +285,39 @@ async def test_runner_rejects_unknown_step() -> None:
     runner.steps = [Step(0.0, "meteor", {})]
     await runner.run()
     assert runner.errors and "unknown step action 'meteor'" in runner.errors[0]
+
+
+class FakeMembers:
+    def __init__(self) -> None:
+        self.killed: list[int] = []
+
+    async def kill(self, member: int) -> None:
+        self.killed.append(member)
+
+
+async def test_proxy_control_uses_the_public_script_api() -> None:
+    """FaultProxyControl works on a proxy's script state (no sockets needed for these faults): latency is
+    removed rule by rule, failures are counted per request, kills go to the members."""
+    proxy = FaultProxy("127.0.0.1:9", nodes=3)
+    members = FakeMembers()
+    control = FaultProxyControl(proxy, members)
+    await control.add_latency(2, 40.0)
+    await control.add_latency(2, 40.0)
+    await control.remove_latency(2, 40.0)
+    assert proxy.state.latency_ms(2, 0) == 40.0
+    with pytest.raises(ValueError, match="no 55.0 ms rule"):
+        await control.remove_latency(2, 55.0)
+    await control.fail_requests(0, 19, 2, 3)
+    plan_codes = []
+    for _ in range(3):
+        plan = proxy.state.plan_partitions(0, 9, 3, {"topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]})
+        plan_codes.append([a.error_code for a in plan.answers])
+    assert plan_codes == [[19], [19], []]
+    await control.kill_consumer(1)
+    assert members.killed == [1]
+    with pytest.raises(RuntimeError, match="no group members"):
+        await FaultProxyControl(proxy).kill_consumer(0)
 
 
 # ------------------------------------------------------------------------------------------ payloads

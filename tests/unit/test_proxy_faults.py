@@ -6,8 +6,8 @@ import pytest
 
 from akresil.protocol import api as codec
 from akresil.testing.faults import (FAILABLE_APIS, FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER,
-                                    UNKNOWN_LEADER_EPOCH, FaultState, collect_error_codes, error_response_body,
-                                    has_throttle_field, partition_errors, request_partitions,
+                                    UNKNOWN_LEADER_EPOCH, FaultState, Throttle, collect_error_codes,
+                                    error_response_body, has_throttle_field, partition_errors, request_partitions,
                                     throttle_mutes_client)
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
@@ -242,17 +242,78 @@ def test_error_responses_encode_at_every_version(api_key: int) -> None:
 def test_throttle_rules_and_field_versions() -> None:
     st = make_state()
     st.add_throttle(2, 500, client_id="a", count=2)
-    assert st.take_throttle(1, "a", PRODUCE, 9) == 0       # other node
-    assert st.take_throttle(2, "b", PRODUCE, 9) == 0       # other client
-    assert st.take_throttle(2, "a", PRODUCE, 0) == 0       # no throttle field in v0
-    assert st.take_throttle(2, "a", METADATA, 12) == 500
-    assert st.take_throttle(2, "a", PRODUCE, 9) == 500
-    assert st.take_throttle(2, "a", PRODUCE, 9) == 0       # used up
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=0).ms == 0       # other node
+    assert st.take_throttle(2, "b", PRODUCE, 9, now_ms=0).ms == 0       # other client
+    assert st.take_throttle(2, "a", PRODUCE, 0, now_ms=0).ms == 0       # no throttle field in v0
+    assert st.take_throttle(2, "a", METADATA, 12, now_ms=0) == Throttle(500, None)
+    assert st.take_throttle(2, "a", PRODUCE, 9, now_ms=0).ms == 500
+    assert st.take_throttle(2, "a", PRODUCE, 9, now_ms=0).ms == 0       # used up
     assert has_throttle_field(METADATA, 3) and not has_throttle_field(METADATA, 2)
     assert throttle_mutes_client(PRODUCE, 6) and not throttle_mutes_client(PRODUCE, 5)
     assert throttle_mutes_client(60, 0)
     with pytest.raises(ValueError, match="ms"):
         st.add_throttle(1, 0)
+    with pytest.raises(ValueError, match="count"):
+        st.add_throttle(1, 10, count=True)
+
+
+def test_throttle_window_gives_every_response_inside_it_the_time_left() -> None:
+    st = make_state()
+    window = st.add_throttle_window(1, 400, start_ms=1_000.0)
+    assert (window.start_ms, window.end_ms) == (1_000.0, 1_400.0)
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=999.9).ms == 0            # not yet
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=1_000.0) == Throttle(400, 1_400.0)
+    assert st.take_throttle(1, "b", FETCH, 11, now_ms=1_100.0) == Throttle(300, 1_400.0)   # every response
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=1_399.5) == Throttle(1, 1_400.0)    # rounds up
+    assert st.take_throttle(2, "a", PRODUCE, 9, now_ms=1_100.0).ms == 0          # other node
+    assert st.take_throttle(1, "a", PRODUCE, 0, now_ms=1_100.0).ms == 0          # no field in v0
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=1_400.0).ms == 0          # over, and forgotten
+    assert not st.has_throttle()
+
+
+def test_overlapping_windows_report_the_later_end_and_beat_next_response_rules() -> None:
+    st = make_state()
+    st.add_throttle(1, 50, count=1)
+    st.add_throttle_window(1, 300, start_ms=0.0, client_id="a")
+    st.add_throttle_window(1, 100, start_ms=250.0)
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=260.0) == Throttle(90, 350.0)
+    assert st.take_throttle(1, "b", PRODUCE, 9, now_ms=100.0) == Throttle(50, None)   # window is for "a"
+    assert st.take_throttle(1, "b", PRODUCE, 9, now_ms=300.0) == Throttle(50, 350.0)
+    st.clear()
+    assert st.take_throttle(1, "a", PRODUCE, 9, now_ms=260.0).ms == 0
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(ms=0, start_ms=0.0), "ms must be an int > 0"),
+    (dict(ms=1.5, start_ms=0.0), "ms must be an int > 0"),
+    (dict(ms=10, start_ms=float("nan")), "start_ms must be a finite number"),
+    (dict(ms=10, start_ms="now"), "start_ms must be a finite number"),
+])
+def test_throttle_window_rejects_bad_input(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_state().add_throttle_window(1, **kw)
+    with pytest.raises(ValueError, match="node: 9"):
+        make_state().add_throttle_window(9, 10, start_ms=0.0)
+
+
+def test_remove_latency_undoes_one_rule_or_all_of_a_node() -> None:
+    st = make_state()
+    st.add_latency(2, 30)
+    st.add_latency(2, 30)
+    st.add_latency(2, 80, api_key=PRODUCE)
+    st.add_latency(None, 5)
+    assert st.remove_latency(2, 30) == 1
+    assert st.latency_ms(2, FETCH) == 35                # one 30 ms rule and the all-nodes one are left
+    with pytest.raises(ValueError, match=r"no 80 ms rule for node 2, api_key None"):
+        st.remove_latency(2, 80)                         # that rule was added for Produce only
+    assert st.remove_latency(2, 80, api_key=PRODUCE) == 1
+    assert st.remove_latency(None) == 1 and st.latency_ms(1, FETCH) == 0
+    assert st.remove_latency(2) == 1 and not st.has_latency()
+    assert st.remove_latency(2) == 0                     # "all of them" when there are none is fine
+    with pytest.raises(ValueError, match="node: 7"):
+        st.remove_latency(7, 10)
+    with pytest.raises(ValueError, match="ms must be a number"):
+        st.remove_latency(1, "10")                        # type: ignore[arg-type]
 
 
 def test_latency_sums_matching_rules() -> None:
@@ -294,7 +355,7 @@ def test_clear_restores_default_leaders_with_higher_epoch() -> None:
     st.add_throttle(1, 100)
     st.clear()
     assert st.leader("t", 0) == (1, 2)
-    assert st.take_throttle(1, None, PRODUCE, 9) == 0
+    assert st.take_throttle(1, None, PRODUCE, 9, now_ms=0).ms == 0
 
 
 def test_request_partitions_and_error_collection() -> None:
