@@ -559,6 +559,12 @@ class GroupCoordinator:
             core.heartbeat_failed(self._cluster.clock())
             self._coordinator_dead(exc)
             return
+        except errors.AuthenticationError as exc:
+            # a reconnect to the coordinator was refused: fatal for the member (as for every other request
+            # path), surfaced from the consumer's next call; never a crash of the heartbeat task
+            core.fail(exc)
+            self._notify()
+            return
         code = int(response["error_code"])
         action = core.heartbeat_answered(code, sent, self._cluster.clock())
         if action not in (Action.OK, Action.IGNORE):

@@ -61,32 +61,9 @@ async def _until_raises(consumer: Consumer) -> errors.AuthenticationError:
                 return exc
 
 
-@pytest.fixture
-def heartbeat_keeps_auth_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stand-in for a fix outside this change: ``GroupCoordinator._heartbeat`` catches only transport errors,
-    so an AuthenticationError on the coordinator's reconnect escapes the heartbeat loop and crashes the
-    consumer's task group (``close()`` then raises an ExceptionGroup). The fix (reported) is for
-    ``_heartbeat`` to do what this wrapper does; with it in place the wrapper changes nothing."""
-    from akresil.net import group as group_module
-
-    original = group_module.GroupCoordinator._heartbeat
-
-    async def heartbeat(self: Any) -> None:
-        try:
-            await original(self)
-        except errors.AuthenticationError as exc:
-            self._core.fail(exc)
-            self._notify()
-
-    monkeypatch.setattr(group_module.GroupCoordinator, "_heartbeat", heartbeat)
-
-
 @pytest.mark.broker
 @pytest.mark.parametrize("group", [False, True], ids=["assigned", "group"])
-async def test_rotated_credentials_on_reconnect_are_fatal(broker: EmbeddedBroker, group: bool,
-                                                          request: pytest.FixtureRequest) -> None:
-    if group:
-        request.getfixturevalue("heartbeat_keeps_auth_failures")
+async def test_rotated_credentials_on_reconnect_are_fatal(broker: EmbeddedBroker, group: bool) -> None:
     topic = await _topic_with_records(broker, 5)
     tp = TopicPartition(topic, 0)
     async with FaultProxy(broker.bootstrap_servers, nodes=2, sasl_users={USER: PASSWORD}) as proxy:

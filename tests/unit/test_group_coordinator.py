@@ -354,6 +354,28 @@ async def test_fenced_static_member_is_fatal() -> None:
     # run() returned by itself: the task group exited without cancellation
 
 
+async def test_refused_login_on_heartbeat_reconnect_is_fatal_not_a_crash() -> None:
+    """A heartbeat whose reconnect to the coordinator is refused (rotated credentials) makes the member fail
+    with the AuthenticationError; the heartbeat task must not crash the task group that owns it."""
+    cluster, events = FakeCluster(), []
+    FakeGroup(cluster)
+    gc = coordinator(cluster, events)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+
+        def refused(body: dict[str, Any], v: int) -> dict[str, Any]:
+            raise E.SaslAuthenticationFailedError("authentication as 'alice' failed")
+
+        cluster.handlers[ApiKey.HEARTBEAT] = refused
+        await until(lambda: gc.fatal_error is not None)
+        assert isinstance(gc.fatal_error, E.SaslAuthenticationFailedError)
+        with pytest.raises(E.SaslAuthenticationFailedError):
+            await gc.wait_assignment()
+    # run() returned by itself: the task group exited without an ExceptionGroup
+
+
 async def test_not_coordinator_rediscovers_with_backoff() -> None:
     cluster, events = FakeCluster(), []
     group = FakeGroup(cluster)
