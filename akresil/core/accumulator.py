@@ -320,8 +320,8 @@ class RecordAccumulator:
     def append_many(self, tp: TopicPartition, records: Sequence[tuple[bytes | None, bytes | None]],
                     positions: range | list[int], start: int, timestamp_ms: int, headers: list[Header],
                     sink: BulkCompletion, *, now: float, waiter: SpaceWaiter | None = None,
-                    stop_when_full: bool = False) -> BulkAppendResult:
-        """Add ``records[start:]`` to ``tp`` in order, filling its open batch and then new ones, with one
+                    stop_when_full: bool = False, stop: int | None = None) -> BulkAppendResult:
+        """Add ``records[start:stop]`` to ``tp`` in order, filling its open batch and then new ones, with one
         ``sink`` range and one memory charge per batch (the bulk path of ``send_many``). ``positions[i]``
         is where ``records[i]`` sits in the call's input (what ``sink`` reports against).
 
@@ -344,7 +344,7 @@ class RecordAccumulator:
         budget = self.buffer_memory - self._used if waiter is not None or not self._waiters else 0
         base = RECORD_BASE_ESTIMATE + (headers_size(headers) if headers else 0)
         dq = pq.queue
-        total = len(records)
+        total = len(records) if stop is None else stop
         pos = start
         reserved = new_batches = needed = 0
         closed = False
@@ -362,7 +362,7 @@ class RecordAccumulator:
                 self._charge(last, BATCH_OVERHEAD)
                 budget -= BATCH_OVERHEAD
                 new_batches += 1
-            count, used, full = last.payload.append_run(records, pos, timestamp_ms, headers, budget, base)
+            count, used, full = last.payload.append_run(records, pos, timestamp_ms, headers, budget, base, total)
             if count:
                 last.add_range(count, positions[pos:pos + count], timestamp_ms, sink)
                 last.reserved_bytes += used
@@ -682,6 +682,17 @@ class RecordAccumulator:
                     if self._head_ready(pq, now):
                         nodes.add(lead[0])
         return nodes
+
+    def queue_sizes(self, topic: str, partitions: Sequence[int]) -> list[int]:
+        """Batches waiting (not in flight) in each of ``topic``'s ``partitions``: the load statistics of
+        KIP-794's adaptive partitioning. A partition whose leader is slow or down builds a queue, so the
+        sticky partitioner sends it fewer unkeyed records."""
+        parts = self._partitions
+        sizes = []
+        for p in partitions:
+            pq = parts.get(TopicPartition(topic, p))
+            sizes.append(len(pq.queue) if pq is not None else 0)
+        return sizes
 
     def partitions_with_data(self) -> Iterable[TopicPartition]:
         return [tp for tp, pq in self._partitions.items() if pq.queue or pq.in_flight]

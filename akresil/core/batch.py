@@ -60,8 +60,9 @@ class PayloadBuilder(Protocol):
                headers: Sequence[Header]) -> bool: ...
 
     def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, timestamp_ms: int,
-                   headers: list[Header], budget: int, base_size: int) -> tuple[int, int, bool]:
-        """Append ``records[start:]`` in order while the estimated bytes (``base_size + len(key) +
+                   headers: list[Header], budget: int, base_size: int, stop: int | None = None
+                   ) -> tuple[int, int, bool]:
+        """Append ``records[start:stop]`` in order while the estimated bytes (``base_size + len(key) +
         len(value)`` per record) stay within ``budget``; returns ``(appended, estimated bytes, batch full)``."""
         ...
 

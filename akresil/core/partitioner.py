@@ -15,9 +15,17 @@ until ``batch_size`` bytes were appended to it *and* the caller says the partiti
 full (``enable_switch``), or unconditionally once ``2 * batch_size`` bytes were appended; then a
 new partition is drawn. The draw is uniform over the partitions that have a leader (all partitions
 if none has), or, with adaptive partitioning on (Java's default) and queue-size statistics fed in
-through :meth:`StickyPartitioner.update_load_stats`, weighted towards partitions whose queues are
-shorter. Like Java, a draw may pick the partition it is leaving. librdkafka differs here: it
-switches on a timer (``sticky.partitioning.linger.ms``); only keyed placement is shared.
+through :meth:`StickyPartitioner.update_load_stats` (or read live from a ``load_stats`` source),
+weighted towards partitions whose queues are shorter. Like Java, a draw may pick the partition it is
+leaving. librdkafka differs here: it switches on a timer (``sticky.partitioning.linger.ms``); only
+keyed placement is shared.
+
+One deliberate difference: the unit of stickiness is ``min(batch_size, 16 KiB)`` (Java's default
+``batch.size``), not ``batch_size`` itself. akresil's batches default to 256 KiB for throughput
+(docs/architecture.md); sticking to one partition for a whole 256 KiB would leave the other
+partitions, and the brokers leading them, idle for seconds at moderate rates. With a unit smaller
+than the batch, a partition's open batch keeps growing across visits until it is full or lingered,
+so batches stay large while records spread; the switch then ignores whether the batch is full.
 
 Everything is sans-IO and single-threaded: randomness comes from an injectable ``random.Random``.
 """
@@ -46,6 +54,11 @@ MURMUR2_SEED = 0x9747B28C
 #: murmur2's multiplier m (its shift r is 24); written inline in ``murmur2`` for speed
 MURMUR2_M = 0x5BD1E995
 _POSITIVE31 = 0x7FFFFFFF
+#: Java's default ``batch.size``: the largest unit of stickiness (see the module docstring)
+STICKY_UNIT_MAX = 16384
+
+#: ``load_stats(topic)`` -> (partition ids, their queue sizes) or None: the adaptive statistics, read at a switch
+LoadStats = Callable[[str], "tuple[Sequence[int], Sequence[int]] | None"]
 
 # One compiled little-endian "n uint32" unpacker per block count: unpacking all blocks in one C
 # call is the cheapest way to read them (measured ~10% faster than per-block reads).
@@ -145,8 +158,10 @@ class StickyPartitioner:
     then reports :meth:`record_appended` with the bytes the append added to the batch and whether
     the partition's last batch is now full (Java passes "all batches of the partition are full",
     i.e. the deque is empty or its last batch is full). Switching only at a full batch keeps a
-    high ``linger_ms`` from cutting batches into odd fractions; the ``2 * batch_size`` cap bounds
-    how long a partition can keep the stickiness when batches never fill.
+    high ``linger_ms`` from cutting batches into odd fractions; the ``2 * unit`` cap bounds
+    how long a partition can keep the stickiness when batches never fill. ``unit`` is
+    ``min(batch_size, 16 KiB)``: above Java's default batch size the switch comes after one unit
+    whatever the batch state (module docstring).
     """
 
     def __init__(
@@ -155,13 +170,19 @@ class StickyPartitioner:
         *,
         adaptive: bool = True,
         rng: random.Random | None = None,
+        load_stats: LoadStats | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.batch_size = batch_size
+        #: bytes a partition takes before the next draw; below batch_size a full batch is not waited for
+        self.unit = min(batch_size, STICKY_UNIT_MAX)
+        self._switch_any_batch = self.unit < batch_size
         self.adaptive = adaptive
         self._rng = rng if rng is not None else random.Random()
         self._topics: dict[str, _StickyTopic] = {}
+        #: live queue sizes (the accumulator's), read at every switch when adaptive
+        self._load_stats = load_stats
 
     def current(self, topic: str, num_partitions: int, available_partitions: Sequence[int]) -> int:
         """The partition the next unkeyed record of ``topic`` goes to (drawn on first use)."""
@@ -189,7 +210,8 @@ class StickyPartitioner:
             raise ValueError(f"appended_bytes must be >= 0, got {appended_bytes}")
         produced = state.produced_bytes + appended_bytes
         state.produced_bytes = produced
-        if (enable_switch and produced >= self.batch_size) or produced >= 2 * self.batch_size:
+        unit = self.unit
+        if produced >= unit and (enable_switch or self._switch_any_batch) or produced >= 2 * unit:
             self._switch(topic, state)
             return True
         return False
@@ -234,6 +256,13 @@ class StickyPartitioner:
         state.cft_ids = list(partition_ids)
 
     def _switch(self, topic: str, state: _StickyTopic) -> None:
+        if self._load_stats is not None and self.adaptive:
+            stats = self._load_stats(topic)
+            if stats is None:
+                state.cft = None
+            else:
+                ids, sizes = stats
+                self.update_load_stats(topic, sizes, ids, state.num_partitions)
         state.partition = self._next_partition(topic, state)
         state.produced_bytes = 0
 
@@ -276,6 +305,7 @@ class DefaultPartitioner:
         rng: random.Random | None = None,
         key_cache_size: int = 65536,
         key_cache_max_len: int = 256,
+        load_stats: LoadStats | None = None,
     ) -> None:
         if partitioner is not None and not callable(partitioner):
             raise TypeError(f"partitioner must be callable, got {type(partitioner).__name__}")
@@ -283,7 +313,7 @@ class DefaultPartitioner:
             raise ValueError("key_cache_size and key_cache_max_len must be >= 0")
         self.custom = partitioner
         self.ignore_keys = ignore_keys
-        self.sticky = StickyPartitioner(batch_size, adaptive=adaptive, rng=rng)
+        self.sticky = StickyPartitioner(batch_size, adaptive=adaptive, rng=rng, load_stats=load_stats)
         self._cache: dict[bytes, int] = {}
         self._cache_size = key_cache_size
         self._cache_max_len = key_cache_max_len

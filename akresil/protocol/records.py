@@ -106,9 +106,10 @@ class BatchBuilder:
         return True
 
     def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, timestamp_ms: int,
-                   headers: list[Header], budget: int, base_size: int) -> tuple[int, int, bool]:
-        """Append ``records[start:]`` (one timestamp, one header list for all) while the estimated bytes stay
-        within ``budget``; returns ``(appended, estimated bytes, batch full)``.
+                   headers: list[Header], budget: int, base_size: int, stop: int | None = None
+                   ) -> tuple[int, int, bool]:
+        """Append ``records[start:stop]`` (one timestamp, one header list for all) while the estimated bytes
+        stay within ``budget``; returns ``(appended, estimated bytes, batch full)``.
 
         The bulk path of ``send_many``: one tight loop around the C encoder instead of a method call, a
         header conversion and a memory reservation per record. A record's estimate is ``base_size +
@@ -123,9 +124,10 @@ class BatchBuilder:
         n = self.record_count
         used = 0
         full = False
+        end = len(records) if stop is None else stop
         i = start
         # an index loop, not islice: a list subscript is cheap in 3.11 and islice would skip ``start`` items
-        for i in range(start, len(records)):     # noqa: B007 - i is the stop position after the loop
+        for i in range(start, end):     # noqa: B007 - i is the stop position after the loop
             key, value = records[i]
             size = base_size
             if key is not None:
@@ -140,7 +142,7 @@ class BatchBuilder:
             n += 1
             used += size
         else:
-            i = len(records)
+            i = end
         appended = i - start
         self.record_count += appended
         return appended, used, full

@@ -260,6 +260,45 @@ def test_adaptive_off_or_tiny_topics_ignore_load_stats() -> None:
         single.update_load_stats("t", [1, -2], [0, 1], 3)
 
 
+def test_batches_larger_than_javas_default_stick_for_16_kib_whatever_the_batch_state() -> None:
+    """akresil's 256 KiB batches: the unit of stickiness stays Java's default batch.size (16 KiB), and the
+    switch does not wait for a full batch (the batch keeps growing across visits)."""
+    p = StickyPartitioner(batch_size=262_144, rng=ScriptedRandom([0, 2]))
+    assert p.unit == 16_384
+    assert p.current("t", 3, [0, 1, 2]) == 0
+    switched = [p.record_appended("t", 0, 4096, enable_switch=False) for _ in range(4)]
+    assert switched == [False, False, False, True]
+    assert p.current("t", 3, [0, 1, 2]) == 2
+    # at or below 16 KiB nothing changes: Java's rule (full batch, or twice the batch size)
+    assert StickyPartitioner(batch_size=16_384).unit == 16_384
+    assert StickyPartitioner(batch_size=1_000).unit == 1_000
+
+
+def test_live_load_stats_are_read_at_each_switch() -> None:
+    """The producer hands the partitioner its accumulator's queue sizes: a partition whose leader is slow or
+    down (a long queue) gets fewer unkeyed records; equal queues draw uniformly again."""
+    queues = {"sizes": [0, 5, 0]}
+    reads: list[str] = []
+
+    def stats(topic: str) -> tuple[list[int], list[int]]:
+        reads.append(topic)
+        return [0, 1, 2], queues["sizes"]
+
+    # sizes 0 5 0 -> weights 6 1 6 -> cumulative 6 7 13: draw 6 -> p1, draws 0 and 12 -> p0 and p2
+    p = StickyPartitioner(batch_size=1, rng=ScriptedRandom([0, 6, 12, 1]), load_stats=stats)
+    assert p.current("t", 3, [0, 1, 2]) == 0 and reads == ["t"]
+    p.record_appended("t", 0, 1)
+    assert p.current("t", 3, [0, 1, 2]) == 1
+    p.record_appended("t", 1, 1)
+    assert p.current("t", 3, [0, 1, 2]) == 2
+    queues["sizes"] = [2, 2, 2]
+    p.record_appended("t", 2, 1)
+    assert p.current("t", 3, [0, 1, 2]) == 1 and len(reads) == 4     # uniform: available[1 % 3]
+    off = StickyPartitioner(batch_size=1, adaptive=False, rng=ScriptedRandom([0]), load_stats=stats)
+    off.current("t", 3, [0, 1, 2])
+    assert len(reads) == 4                                              # adaptive off: never read
+
+
 # --------------------------------------------------------------------------- librdkafka cross-check
 @pytest.mark.broker
 def test_keyed_placement_matches_librdkafka_murmur2_random() -> None:

@@ -141,6 +141,16 @@ def test_stop_when_full_returns_at_the_batch_boundary() -> None:
     assert [b.open for b in a.batches()] == [False]
 
 
+def test_queue_sizes_count_batches_waiting_not_those_in_flight() -> None:
+    a = acc(batch_size=200)
+    records = [(None, b"x" * 150) for _ in range(4)]                 # one record per batch
+    a.append_many(T0, records, range(4), 0, 1, [], BulkCompletion(records), now=0)
+    assert a.queue_sizes("t", [0, 1]) == [4, 0]
+    a.begin_flush()
+    drained = a.drain(0, sendable={1}, leader_of=lambda tp: (1, 0)).batches[1]
+    assert a.queue_sizes("t", [0, 1]) == [4 - len(drained), 0] and drained
+
+
 def test_expedite_makes_a_tail_batch_ready_before_linger() -> None:
     a = acc(batch_size=10_000, linger_ms=1000, delivery_timeout_ms=5000)
     records = [(None, b"x")] * 3
@@ -254,6 +264,46 @@ async def test_send_many_unkeyed_records_stick_per_full_batch() -> None:
             runs.append((md.partition, 1))
     full = max(b.record_count for b in o.sent)
     assert all(n % full == 0 for _, n in runs[:-1])           # switches only at full batches
+    for p in range(3):
+        offsets = [md.offset for md in mds if md.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+def runs_of(mds: list[RecordMetadata]) -> list[tuple[int, int]]:
+    """(partition, length) of the maximal runs of consecutive records on one partition."""
+    runs: list[tuple[int, int]] = []
+    for md in mds:
+        if runs and runs[-1][0] == md.partition:
+            runs[-1] = (md.partition, runs[-1][1] + 1)
+        else:
+            runs.append((md.partition, 1))
+    return runs
+
+
+async def test_default_batches_spread_unkeyed_records_by_sticky_unit_and_stay_large() -> None:
+    """With the default 256 KiB batches a partition takes one 16 KiB sticky unit of small calls (not a whole
+    batch, which would leave the other partitions idle for seconds at moderate rates); a large call is split
+    into even shares, so it still fills whole batches per visit."""
+    o = Offline(3)
+    o.producer._cluster.rng.seed(5)                                                        # noqa: SLF001
+    assert o.producer.config.batch_size == 262_144 and o.producer._partitioner.sticky.unit == 16_384  # noqa: SLF001
+    records = [(None, b"%05d" % i + b"x" * 95) for i in range(3000)]           # ~330 KiB in all
+    mds: list[RecordMetadata] = []
+    for i in range(0, 3000, 50):                                              # 60 small calls
+        mds += await o.run(o.producer.send_many("t", records[i:i + 50]))
+    per_unit = -(-16_384 // estimate_record_size(None, records[0][1], []))     # records per sticky unit
+    runs = runs_of(mds)
+    # switches come only after a whole unit (a draw may pick the same partition again: longer runs)
+    assert len(runs) > 10 and all(n >= per_unit for _, n in runs[:-1]), (per_unit, runs)
+    assert all(n <= per_unit + 50 for _, n in runs if n < 2 * per_unit), runs
+    counts = {p: sum(n for q, n in runs if q == p) for p in range(3)}
+    assert min(counts.values()) > 300, counts
+
+    big = Offline(3)
+    big.producer._cluster.rng.seed(5)                                                      # noqa: SLF001
+    mds = await big.run(big.producer.send_many("t", records))
+    assert all(n % 1000 == 0 for _, n in runs_of(mds)), runs_of(mds)       # thirds of the call per visit
+    assert len(big.sent) <= 4                                                 # about one batch per visit
     for p in range(3):
         offsets = [md.offset for md in mds if md.partition == p]
         assert offsets == list(range(len(offsets)))
