@@ -2,9 +2,10 @@
 
 Each adapter runs its client with that client's own defaults plus only what the workload fixes for everyone:
 ``linger_ms`` and, where a scenario needs it, a delivery timeout (``Settings``).  Failure scenarios hand
-records over one at a time and log each record's send time, completion time, partition and error kind in a
-``DeliveryLog`` through the client's own per-record completion path; ``steady`` uses each client's fastest
-documented bulk path instead.  confluent-kafka serves its callbacks from a poll thread, as its docs advise.
+records over one at a time, each to an explicit partition (round robin), so every client carries the same load
+per partition and per node whatever its partitioner does with unkeyed records, and log each record's send
+time, completion time, partition and error kind in a ``DeliveryLog`` through the client's own per-record
+completion path; ``steady`` uses each client's fastest documented bulk path instead.  confluent-kafka serves its callbacks from a poll thread, as its docs advise.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ class ProducerAdapter(ABC):
     async def start(self) -> None: ...
 
     @abstractmethod
-    async def produce(self, topic: str, value: bytes) -> None:
-        """Hand one record to the client (waiting only as the client itself blocks); completion goes to the log."""
+    async def produce(self, topic: str, value: bytes, partition: int) -> None:
+        """Hand one record for ``partition`` to the client (waiting only as the client itself blocks);
+        completion goes to the log."""
 
     @abstractmethod
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
@@ -114,11 +116,11 @@ class AkresilProducer(ProducerAdapter):
     async def start(self) -> None:
         await self._producer.start()
 
-    async def produce(self, topic: str, value: bytes) -> None:
+    async def produce(self, topic: str, value: bytes, partition: int) -> None:
         from .. import errors
         idx = self.log.begin(now_s())
         try:
-            fut = await self._producer.enqueue(topic, value)
+            fut = await self._producer.enqueue(topic, value, partition=partition)
         except errors.KafkaError as exc:
             self.log.failed(idx, now_s(), _akresil_kind(exc))
             return
@@ -172,11 +174,11 @@ class AiokafkaProducer(ProducerAdapter):
     async def start(self) -> None:
         await self._producer.start()
 
-    async def produce(self, topic: str, value: bytes) -> None:
+    async def produce(self, topic: str, value: bytes, partition: int) -> None:
         from aiokafka.errors import KafkaError
         idx = self.log.begin(now_s())
         try:
-            fut = await self._producer.send(topic, value)
+            fut = await self._producer.send(topic, value, partition=partition)
         except KafkaError as exc:
             self.log.failed(idx, now_s(), _aiokafka_kind(exc))
             return
@@ -232,12 +234,12 @@ class ConfluentProducer(ProducerAdapter):
     async def start(self) -> None:
         self._poller.start()
 
-    async def produce(self, topic: str, value: bytes) -> None:
+    async def produce(self, topic: str, value: bytes, partition: int) -> None:
         idx = self.log.begin(now_s())
         callback = functools.partial(self._done, idx)
         while True:
             try:
-                self._producer.produce(topic, value, on_delivery=callback)
+                self._producer.produce(topic, value, partition=partition, on_delivery=callback)
                 return
             except BufferError:     # its queue is full: wait as a blocking producer would
                 await asyncio.sleep(0.005)

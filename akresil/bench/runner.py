@@ -63,9 +63,9 @@ class Phase:
                 producers.append(p)
                 await p.start()
             value = random.Random(self.seed).randbytes(sc.value_size)
-            for p in producers:
-                for _ in range(sc.partitions * 2):
-                    await p.produce(self.topic, value)
+            for p in producers:                  # every partition, so every client knows every node first
+                for i in range(sc.partitions * 2):
+                    await p.produce(self.topic, value, i % sc.partitions)
             for p in producers:
                 await p.wait_idle(WARMUP_TIMEOUT_S)
             if len(warm.acked()) != len(warm):
@@ -102,8 +102,8 @@ class Phase:
             if elapsed >= sc.duration_s:
                 break
             due = int(sc.rate * elapsed) - sent
-            for _ in range(due):
-                await producers[sent % len(producers)].produce(self.topic, value)
+            for _ in range(due):      # round robin over partitions: the same load per node for every client
+                await producers[sent % len(producers)].produce(self.topic, value, sent % sc.partitions)
                 sent += 1
             if elapsed - last_report >= 0.25:
                 last_report = elapsed
