@@ -12,6 +12,7 @@ cannot throttle and cannot tell partitions apart in its request log), and tests 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -62,6 +63,48 @@ def gaps(times: Sequence[float]) -> list[float]:
 SLACK_MS = 120.0
 
 
+class LoopLag:
+    """How late this event loop runs its timers while a test runs: a task sleeps ``period`` at a time and keeps
+    the worst oversleep. A client's timer (a backoff end, a mute end) is late by about as much when the machine
+    is loaded, so upper bounds on wire timing add ``max_ms`` to their slack: a shared CI machine then widens
+    only the bounds it actually disturbed, and an idle one keeps them tight. Lower bounds never use it."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        self.period_s = period_s
+        self.max_ms = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(self.period_s)
+            self.max_ms = max(self.max_ms, (time.monotonic() - t0 - self.period_s) * 1000.0)
+
+    def start(self) -> "LoopLag":
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="e2e-loop-lag")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def slack_ms(self, base_ms: float = SLACK_MS) -> float:
+        """``base_ms`` plus the worst timer lateness seen so far."""
+        return base_ms + self.max_ms
+
+
+@contextlib.asynccontextmanager
+async def loop_lag() -> AsyncIterator[LoopLag]:
+    lag = LoopLag().start()
+    try:
+        yield lag
+    finally:
+        await lag.stop()
+
+
 def check_backoff_gaps(observed: Sequence[float], expected: Sequence[float], *, jitter: float = 0.2,
                        slack_ms: float = SLACK_MS) -> list[str]:
     """Problems with observed retry gaps vs KIP-580 backoffs (empty list: within bounds).
@@ -86,6 +129,8 @@ class ProxyHarness:
 
     name = "proxy"
     features = PROXY_FEATURES
+    #: the event loop's timer lateness while the harness runs (set by ``proxy_harness``)
+    lag: LoopLag
 
     def __init__(self, proxy: FaultProxy) -> None:
         self.proxy = proxy
@@ -133,7 +178,9 @@ class ProxyHarness:
 @contextlib.asynccontextmanager
 async def proxy_harness(broker: EmbeddedBroker) -> AsyncIterator[ProxyHarness]:
     async with FaultProxy(broker.bootstrap_servers, nodes=len(NODES)) as proxy:
-        yield ProxyHarness(proxy)
+        h = ProxyHarness(proxy)
+        async with loop_lag() as h.lag:
+            yield h
 
 
 # ---------------------------------------------------------------------------------------------- mock
@@ -142,6 +189,8 @@ class MockHarness:
 
     name = "mock"
     features = COMMON_FEATURES
+    #: the event loop's timer lateness while the harness runs (set by ``harness``)
+    lag: LoopLag
 
     def __init__(self, mock: MockCluster) -> None:
         self.mock = mock
@@ -218,7 +267,8 @@ async def harness(kind: str, broker: EmbeddedBroker | None) -> AsyncIterator[Pro
             yield h
     elif kind == "mock":
         with mock_harness() as m:
-            yield m
+            async with loop_lag() as m.lag:
+                yield m
     else:
         raise ValueError(f"kind: expected 'proxy' or 'mock', got {kind!r}")
 

@@ -38,8 +38,11 @@ async def test_short_soak_keeps_every_acknowledged_record(broker: EmbeddedBroker
     summary = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode()
     where = f"seed={seed} auto_commit={auto_commit} (AKRESIL_CHAOS_SEED={seed} reproduces the fault script)"
     assert report.violations() == [], f"{where}\n{summary}"
-    # the soak proved something: records flowed, faults played, the group consumed everything acknowledged
-    assert report.acked >= report.sent * 0.9 and report.acked > 1_000, f"{where}\n{summary}"
+    # the soak proved something: records flowed, faults played, the group consumed everything acknowledged.
+    # Producers are closed-loop (a send to a stopped node's partition holds its producer until the node is
+    # back), so how many records flow depends on the machine: ~5,500 on an idle 2-core box, 669 seen on a
+    # loaded CI run. The bar is "enough to have crossed every fault", not a throughput figure.
+    assert report.acked >= report.sent * 0.9 and report.acked > 300, f"{where}\n{summary}"
     assert sum(report.faults.values()) >= 10, f"{where}\n{summary}"
     assert {"move_leader", "drop_connections", "fail_requests", "kill_consumer"} <= set(report.faults), \
         f"{where}\n{summary}"
