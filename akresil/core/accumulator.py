@@ -113,13 +113,15 @@ class SpaceWaiter:
 
 
 class _Partition:
-    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "next_index")
+    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "acked_sequence_end", "next_index")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.queue: deque[ProducerBatch] = deque()
         self.in_flight: list[ProducerBatch] = []     # sorted by batch index (creation order)
         self.next_sequence = 0
+        #: the sequence after the last one the broker acknowledged under the current identity
+        self.acked_sequence_end = 0
         self.next_index = 0
 
 
@@ -170,6 +172,10 @@ class RecordAccumulator:
         self._closing = False
         self._aborting = False
         self._drain_start = 0
+        #: idempotence: partitions whose sequence has a gap, not drained until the identity is reset (KIP-360);
+        #: ``_held_all`` holds every partition (the broker refused the identity itself)
+        self._held: set[TopicPartition] = set()
+        self._held_all = False
         self._incomplete = 0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -205,8 +211,44 @@ class RecordAccumulator:
             self.producer_epoch = producer_epoch
             for pq in self._partitions.values():
                 pq.next_sequence = 0
+                pq.acked_sequence_end = 0
                 for batch in pq.queue:
                     batch.base_sequence = -1
+            self._held.clear()
+            self._held_all = False
+
+    def hold(self, tp: TopicPartition | None) -> None:
+        """Stop draining ``tp`` (None: every partition) until ``release`` or the next ``set_producer_identity``:
+        its sequence has (or may have) a gap that only a new identity closes, and more batches under the old one
+        would meet it too. Other partitions keep sending (Java gates per partition too)."""
+        if tp is None:
+            self._held_all = True
+        else:
+            self._held.add(tp)
+
+    def release(self, tp: TopicPartition) -> None:
+        self._held.discard(tp)
+
+    def is_held(self, tp: TopicPartition) -> bool:
+        return self._held_all or tp in self._held
+
+    def in_flight_for(self, tp: TopicPartition) -> bool:
+        pq = self._partitions.get(tp)
+        return pq is not None and bool(pq.in_flight)
+
+    def sequence_resolved(self, tp: TopicPartition) -> bool:
+        """Whether the broker acknowledged everything sequenced for ``tp`` so far (Java's ``isNextSequence``):
+        after a batch expired with its outcome unknown, a later acknowledged batch proves it was written."""
+        pq = self._partitions.get(tp)
+        return pq is None or pq.acked_sequence_end == pq.next_sequence
+
+    def held_in_flight(self) -> bool:
+        """Whether a held partition still has a batch in flight: the identity is reset only after they are
+        resolved, so retried batches keep their order when re-sequenced."""
+        if self._held_all:
+            return any(pq.in_flight for pq in self._partitions.values())
+        parts = self._partitions
+        return any(tp in parts and parts[tp].in_flight for tp in self._held)
 
     def begin_flush(self) -> None:
         """Make every batch ready now (``producer.flush()``); pair with ``end_flush``."""
@@ -441,6 +483,8 @@ class RecordAccumulator:
     # ------------------------------------------------------------------ readiness and drain
     def _blocked(self, pq: _Partition) -> bool:
         """Per-partition ordering gate (see module docstring)."""
+        if self._held_all or (self._held and pq.tp in self._held):
+            return True
         if not pq.in_flight:
             return False
         if self.max_in_flight == 1:
@@ -448,6 +492,12 @@ class RecordAccumulator:
         if self.idempotent:
             if len(pq.in_flight) >= self.max_in_flight:
                 return True
+            pid, epoch = self.producer_id, self.producer_epoch
+            for batch in pq.in_flight:
+                if batch.producer_epoch != epoch or batch.producer_id != pid:
+                    # after an identity reset a partition restarts at sequence 0 only once its batches under the
+                    # old identity are resolved, so nothing new overtakes them (Java's hasStaleProducerIdAndEpoch)
+                    return True
             head = pq.queue[0]
             if head.attempts > 0 and pq.in_flight[0].index < head.index:
                 return True   # a retry waits until no older batch of its partition is outstanding
@@ -540,7 +590,10 @@ class RecordAccumulator:
         """The broker acknowledged ``batch``; False when it had already completed (e.g. expired): ignored."""
         if batch.done:
             return False
-        self._take_in_flight(batch)
+        pq = self._take_in_flight(batch)
+        if (self.idempotent and batch.base_sequence >= 0 and batch.producer_id == self.producer_id
+                and batch.producer_epoch == self.producer_epoch):
+            pq.acked_sequence_end = (batch.base_sequence + batch.record_count) % _MAX_SEQUENCE
         batch.complete(base_offset, log_append_time_ms)
         self._finish(batch, None)
         return True

@@ -27,7 +27,7 @@ from ..config import Config
 from ..core import events
 from ..core.accumulator import RecordAccumulator
 from ..core.backoff import ExponentialBackoff
-from ..core.batch import BatchState, ProducerBatch
+from ..core.batch import ProducerBatch
 from ..core.metadata import BrokerInfo, LeaderHint
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
@@ -118,6 +118,8 @@ class Sender:
         #: or the broker reported a gap or lost producer state): bump the epoch (KIP-360, sequences from 0) once
         #: nothing is in flight, before sending more
         self._identity_reset_wanted = False
+        #: partitions with an expired sequenced batch whose fate is unknown until their in-flight batches resolve
+        self._unresolved: set[TopicPartition] = set()
         #: the epoch was bumped locally and no batch under it was accepted yet; a sequence error now means the
         #: broker does not take the bump, so the next reset asks InitProducerId for a new producer id instead
         self._bump_unconfirmed = False
@@ -161,11 +163,17 @@ class Sender:
         expired = acc.expire(now)
         if expired:
             self._signal_progress()
-            if any(e.batch.base_sequence >= 0 for e in expired):
-                self._sequence_gap("expired batch")
+            for e in expired:
+                if e.batch.base_sequence >= 0 and acc.idempotent:
+                    # written or not is unknown: hold the partition until its batches in flight are resolved
+                    self._unresolved.add(e.batch.tp)
+                    acc.hold(e.batch.tp)
+        if self._unresolved:
+            self._resolve_sequences()
         wake_at: float | None = None
-        if self._identity_reset_wanted and not self._has_in_flight():
-            # like Java, wait for in-flight batches first: they keep their order when re-sequenced
+        if self._identity_reset_wanted and not acc.held_in_flight():
+            # like Java, wait for the gapped partitions' in-flight batches first: they keep their order when
+            # re-sequenced; other partitions were never held, and wait only for their own old-identity batches
             self._identity_reset_wanted = False
             self._reset_identity()
         if acc.idempotent and acc.producer_id < 0:
@@ -197,8 +205,6 @@ class Sender:
                     self._connecting.add(node_id)
                     assert self._tg is not None
                     self._tg.start_soon(self._connect, node_id)
-        if self._identity_reset_wanted:
-            sendable.clear()     # more batches under the old identity would only meet the sequence gap
         drained = acc.drain(now, sendable=sendable, leader_of=leader_of)
         if drained.unknown_leaders:
             cluster.request_metadata_refresh("unknown-leader")
@@ -220,9 +226,28 @@ class Sender:
             return None
         return max(0.0, wake_at - now)
 
-    def _sequence_gap(self, cause: str) -> None:
-        """A partition's sequence has a gap: reset the producer identity once nothing is in flight (KIP-360)."""
-        if self.acc.idempotent and not self._identity_reset_wanted:
+    def _resolve_sequences(self) -> None:
+        """Java's ``maybeResolveSequences``: once a partition with an expired sequenced batch has nothing in flight,
+        either the broker acknowledged everything sequenced after it (so it was written: release the partition)
+        or the sequence has a gap (reset the identity)."""
+        acc = self.acc
+        for tp in list(self._unresolved):
+            if not acc.is_held(tp):
+                self._unresolved.discard(tp)        # a new identity restarted its sequences meanwhile
+            elif not acc.in_flight_for(tp):
+                self._unresolved.discard(tp)
+                if not acc.sequence_resolved(tp):
+                    self._sequence_gap("expired batch", tp)
+                elif not self._identity_reset_wanted:
+                    acc.release(tp)                 # (with a reset under way it is released by the reset)
+
+    def _sequence_gap(self, cause: str, tp: TopicPartition | None) -> None:
+        """``tp``'s sequence has a gap (None: the identity itself was refused): hold that partition and reset the
+        producer identity once its batches in flight are resolved (KIP-360). Other partitions keep sending."""
+        if not self.acc.idempotent:
+            return
+        self.acc.hold(tp)
+        if not self._identity_reset_wanted:
             log.info("idempotent producer: %s left a sequence gap; resetting the producer identity (KIP-360)", cause)
             self._identity_reset_wanted = True
             self.wake()
@@ -246,9 +271,6 @@ class Sender:
                      "refused" if self._bump_unconfirmed or not self._local_bump_works else "not possible")
             self._bump_unconfirmed = False
             acc.set_producer_identity(-1, -1)
-
-    def _has_in_flight(self) -> bool:
-        return any(batch.state is BatchState.IN_FLIGHT for batch in self.acc.batches())
 
     async def _connect(self, node_id: int) -> None:
         try:
@@ -361,7 +383,7 @@ class Sender:
             decision = self.acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
             refresh = refresh or bool(decision and decision.refresh_metadata)
             if decision is not None and not decision.retry and batch.base_sequence >= 0:
-                self._sequence_gap(f"failed batch ({type(error).__name__})")
+                self._sequence_gap(f"failed batch ({type(error).__name__})", batch.tp)
         if refresh:
             self.cluster.request_metadata_refresh("produce-error")
 
@@ -379,14 +401,18 @@ class Sender:
             log.info("broker refused the bumped producer epoch %s (error %s): taking a new producer id",
                      acc.producer_epoch, code)
             self._local_bump_works = False
-            self._sequence_gap("refused epoch bump")
+            self._sequence_gap("refused epoch bump", None)
             return BumpRefusedRetryError
-        if not current or self._identity_reset_wanted:
-            # sent under an identity already replaced, or a reset is under way: the retry is re-sequenced
-            return _STALE_RETRY[code]
+        if not current:
+            return _STALE_RETRY[code]      # sent under an identity already replaced: the retry is re-sequenced
         if behind:
             return OutOfOrderBehindRetryError      # the older batch's retry closes the gap
-        self._sequence_gap(f"error {code} for {batch.tp.topic}-{batch.tp.partition} seq {batch.base_sequence}")
+        if self._identity_reset_wanted:
+            # a reset is under way: hold this partition too, its retry is re-sequenced under the new identity
+            self._sequence_gap(f"error {code} for {batch.tp.topic}-{batch.tp.partition}", batch.tp)
+            return _STALE_RETRY[code]
+        self._sequence_gap(f"error {code} for {batch.tp.topic}-{batch.tp.partition} seq {batch.base_sequence}",
+                           batch.tp)
         return SequenceGapRetryError if code == _OUT_OF_ORDER_SEQUENCE else UnknownProducerIdRetryError
 
     def _older_batch_pending(self, batch: ProducerBatch) -> bool:
@@ -434,7 +460,7 @@ class Sender:
                 lead = cluster.metadata.snapshot.leader_of(tp)
                 decision = acc.on_batch_error(batch, error, now, leader_epoch=None if lead is None else lead[1])
                 if decision is not None and not decision.retry and batch.base_sequence >= 0:
-                    self._sequence_gap(f"failed batch ({error_class.__name__})")
+                    self._sequence_gap(f"failed batch ({error_class.__name__})", batch.tp)
                 if decision is not None and decision.refresh_metadata:
                     refresh_cause = "not-leader" if code in _LEADER_ERRORS else "produce-error"
         missing = [b for tp, b in by_tp.items() if tp not in answered]

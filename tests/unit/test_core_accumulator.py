@@ -349,9 +349,35 @@ def test_idempotent_retry_goes_back_to_the_head_and_waits_for_older() -> None:
     a.on_batch_success(b0, 0, now=5000)
     assert a.drain(5000, sendable={1}, leader_of=lead).batches[1] == [b1]
     assert b1.base_sequence == 1          # a retry keeps its sequence
-    a.set_producer_identity(1, 1)         # epoch bump: queued batches are re-sequenced from 0
-    b2 = a.drain(5000, sendable={1}, leader_of=lead).batches[1][0]
+    a.set_producer_identity(1, 1)         # epoch bump: queued batches are re-sequenced from 0 ...
+    # ... but not while b1 is still out under epoch 0: sequence 0 of epoch 1 must not overtake it (Java)
+    assert a.drain(5000, sendable={1}, leader_of=lead).batches == {}
+    a.on_batch_success(b1, 1, now=5001)
+    b2 = a.drain(5001, sendable={1}, leader_of=lead).batches[1][0]
     assert (b2.index, b2.base_sequence, b2.producer_epoch) == (2, 0, 1)
+
+
+def test_held_partition_waits_for_the_identity_reset_while_others_keep_sending() -> None:
+    """KIP-360 per partition: a gap holds only its own partition; the reset waits for the held partition's
+    batches in flight, not for every partition's."""
+    a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
+    a.set_producer_identity(1, 0)
+    lead = leaders({T0: (1, 0), T1: (2, 0)})
+    for tp in (T0, T0, T1, T1):
+        a.append(tp, 0, None, b"x" * 70, now=0)
+    sent = a.drain(0, sendable={1, 2}, leader_of=lead).batches
+    (p0,), (p1,) = sent[1], sent[2]
+    a.hold(T0)
+    assert a.held_in_flight()                                   # T0's batch is still out
+    more = a.drain(0, sendable={1, 2}, leader_of=lead).batches
+    assert 1 not in more and [b.tp for b in more[2]] == [T1]    # T1 keeps sending, T0 is held
+    a.on_batch_success(p0, 0, now=1)
+    assert not a.held_in_flight()                               # T1's own in-flight batches do not count
+    a.set_producer_identity(1, 1)
+    (q0,) = a.drain(1, sendable={1, 2}, leader_of=lead).batches[1]
+    assert (q0.tp, q0.base_sequence, q0.producer_epoch) == (T0, 0, 1)
+    a.hold(None)                                      # the identity itself refused: hold all
+    assert a.drain(1, sendable={1, 2}, leader_of=lead).batches == {} and a.held_in_flight()
 
 
 def test_abort_fails_everything_once() -> None:

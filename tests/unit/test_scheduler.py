@@ -56,12 +56,13 @@ class TaskRecorder:
 
 
 def metadata(leader: int, epoch: int) -> dict[str, Any]:
+    """Partition 0 led by ``leader``; partition 1 by node 2 (for tests that need a second, healthy one)."""
     return {"brokers": [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n, "rack": None} for n in (1, 2)],
             "controller_id": 1, "cluster_id": "c",
             "topics": [{"name": "t", "error_code": 0, "topic_id": bytes(16), "is_internal": False,
-                        "partitions": [{"partition_index": 0, "leader_id": leader, "leader_epoch": epoch,
+                        "partitions": [{"partition_index": p, "leader_id": lead, "leader_epoch": epoch,
                                         "replica_nodes": [1, 2], "isr_nodes": [1, 2], "offline_replicas": [],
-                                        "error_code": 0}]}]}
+                                        "error_code": 0} for p, lead in ((0, leader), (1, 2))]}]}
 
 
 @pytest.fixture
@@ -113,9 +114,9 @@ def not_leader_response(leader: int | None, epoch: int) -> dict[str, Any]:
                 "current_leader": hint}]}]}
 
 
-def ok_response(offset: int = 42) -> dict[str, Any]:
+def ok_response(offset: int = 42, partition: int = 0) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "node_endpoints": None, "responses": [{"name": "t", "partition_responses": [{
-        "index": 0, "error_code": 0, "base_offset": offset, "log_append_time_ms": -1, "log_start_offset": 0,
+        "index": partition, "error_code": 0, "base_offset": offset, "log_append_time_ms": -1, "log_start_offset": 0,
         "record_errors": [], "error_message": None, "current_leader": None}]}]}
 
 
@@ -305,6 +306,75 @@ async def test_an_expired_sequenced_batch_bumps_the_epoch() -> None:
     assert isinstance(results[0], errors.DeliveryTimeoutError)
     sender._turn()                                  # noqa: SLF001
     assert (sender.acc.producer_id, sender.acc.producer_epoch) == (1000, 1)
+
+
+async def test_an_expired_batch_whose_successor_was_acknowledged_needs_no_bump() -> None:
+    """Java's sequence resolution: a batch expired in flight, but the broker then acknowledged the next one of
+    its partition, which it only does after writing the expired one; the sequence has no gap, the epoch stays."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    first_created = clock.now
+    append(sender, clock, results, b"a" * 40)               # batch 0
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    clock.now += 1_000
+    append(sender, clock, results, b"b" * 40)               # batch 1, created 1 s later
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    (_, b0), (_, b1) = tasks.produces()
+    clock.now = first_created + 3_000
+    sender._turn()                                          # noqa: SLF001 - batch 0 expires in flight
+    assert isinstance(results[0], errors.DeliveryTimeoutError)
+    append(sender, clock, results, b"c" * 40)               # waits: partition 0's sequence is unresolved
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    assert tasks.produces() == []
+    finish(sender, 1, b1, ok_response(43), clock)           # sequence 1 accepted: sequence 0 was written
+    sender._turn()                                          # noqa: SLF001
+    assert sender.acc.producer_epoch == 0 and not sender._identity_reset_wanted   # noqa: SLF001
+    [(_, b2)] = tasks.produces()
+    assert (b2[0].producer_epoch, b2[0].base_sequence) == (0, 2)
+
+
+async def test_a_gapped_partition_is_held_while_a_healthy_one_keeps_sending() -> None:
+    """KIP-360 per partition: partition 0's expired batch waits for its own batches in flight; partition 1
+    (another node) goes on sending meanwhile, then restarts at sequence 0 only after its own old-epoch batch."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    tp1 = TopicPartition("t", 1)
+
+    def append1(value: bytes) -> None:
+        sender.acc.append(tp1, 0, None, value, (), lambda md, err: results.append(err or md), now=clock())
+
+    created = clock.now
+    append(sender, clock, results, b"a" * 40)               # p0 batch 0
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    clock.now += 1_000
+    append(sender, clock, results, b"b" * 40)               # p0 batch 1
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    (_, p0b0), (_, p0b1) = tasks.produces()
+    clock.now = created + 3_000
+    sender._turn()                                          # noqa: SLF001 - p0 batch 0 expires in flight
+    append1(b"x" * 40)
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    [(node, q0)] = tasks.produces()
+    assert node == 2 and (q0[0].tp, q0[0].producer_epoch, q0[0].base_sequence) == (tp1, 0, 0)   # not held
+    finish(sender, 1, p0b1, error_response(errors.OutOfOrderSequenceNumberError.errno), clock)  # a real gap
+    sender._turn()                                          # noqa: SLF001 - p0 resolved: bump at once
+    assert sender.acc.producer_epoch == 1
+    clock.now += 100                                        # the retry's backoff
+    sender._turn()                                          # noqa: SLF001
+    resent = tasks.produces()
+    assert [(b.tp, b.base_sequence) for _, bs in resent for b in bs] == [(TP, 0)]   # p0's retry, epoch 1
+    append1(b"y" * 40)                                      # p1 still has its epoch-0 batch out: waits
+    clock.now += 5
+    sender._turn()                                          # noqa: SLF001
+    assert tasks.produces() == []
+    finish(sender, 2, q0, ok_response(0, partition=1), clock)
+    sender._turn()                                          # noqa: SLF001
+    [(node, q1)] = tasks.produces()
+    assert node == 2 and (q1[0].producer_epoch, q1[0].base_sequence) == (1, 0)
 
 
 @pytest.mark.parametrize("code", [errors.OutOfOrderSequenceNumberError.errno, errors.UnknownProducerIdError.errno])
