@@ -171,6 +171,7 @@ async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
     proxy = FaultProxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
     await asyncio.to_thread(proxy.start)
     try:
+        await _warm_up(proxy.bootstrap_servers, cfg, client, seed)
         for size in cfg.sizes:
             topic = f"bench-steady-{client}-{size}-{seed}-{random.randrange(1 << 30):08x}"
             await create_topic(broker, topic, cfg.partitions)
@@ -199,6 +200,20 @@ async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
     finally:
         await asyncio.to_thread(proxy.stop)
     return out
+
+
+async def _warm_up(bootstrap: str, cfg: SteadyConfig, client: str, seed: int, records: int = 2_000) -> None:
+    """An untimed produce and consume first: module imports and first-use costs are not throughput."""
+    topic = f"bench-warmup-{client}-{seed}-{random.randrange(1 << 30):08x}"
+    await create_topic(bootstrap, topic, cfg.partitions)
+    producer = make_producer(client, bootstrap, f"bench-{client}-warmup", Settings(), DeliveryLog())
+    await producer.start()
+    try:
+        await producer.produce_bulk(topic, b"w" * 100, records)
+    finally:
+        await producer.close()
+    await bench_clients.consume_all(client, bootstrap, f"bench-{client}-warmup", topic, cfg.partitions, records,
+                                    timeout_s=30)
 
 
 async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,

@@ -167,5 +167,9 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 3)
 
 
-def _r(x: float | None, digits: int = 2) -> float | None:
+def round_ms(x: float | None, digits: int = 2) -> float | None:
+    """A figure for the report: rounded, ``None`` kept (no data is not zero)."""
     return None if x is None else round(x, digits)
+
+
+_r = round_ms

@@ -99,6 +99,14 @@ def test_storm_and_bounce_metrics() -> None:
     assert summary["requests_per_s_to_failing_node"] == pytest.approx(20 / fail.window_s, rel=0.01)
     assert summary["peak_requests_per_s_to_node"] == 10
     assert summary["recovery_ms"] == pytest.approx(250.0, abs=0.5)
+    # the script's clear lands a hair after the window's nominal end: the burst of queued batches sent on
+    # recovery falls in the window's last (partial) bucket, and must not count as a storm
+    late_clear = AppliedStep(clear, T0 + clear.at_s + 0.001)
+    burst = [req(PRODUCE, clear.at_s + 0.01 + 0.001 * i, node) for i in range(200)]
+    data = phase("retry-storm", requests=reqs + burst, log=log,
+                 applied=[AppliedStep(fail, T0 + fail.at_s), late_clear])
+    summary, _ = summarize(data)
+    assert summary["requests_to_failing_node"] == 20 and summary["peak_requests_per_s_to_node"] == 10
 
     bounce = build("broker-bounce", quick=True, seed=1)
     stop, start = bounce.script.steps
@@ -114,6 +122,27 @@ def test_storm_and_bounce_metrics() -> None:
     assert summary["connect_attempts_per_s_while_down"] == pytest.approx(2 / stop.window_s, rel=0.01)
     assert summary["recovery_ms"] is None                      # nothing was acknowledged afterwards
     assert sum(series["connect_attempts_per_s"]) == 2
+    assert summary["acked_beyond_delivery_timeout"] == 0 and summary["healthy_partitions_p99_ms"] is None
+
+    # while node `bnode` is down: a live node's partition answers in 10 ms, one record waited 3 s (past the
+    # 2.5 s bound, head-of-line blocked); the down node's partition gets its record acked after the restart
+    bound = bounce.settings.delivery_timeout_ms
+    assert bound is not None
+    healthy = next(p for p, n in {0: 1, 1: 2, 2: 3}.items() if n != bnode)
+    down = next(p for p, n in {0: 1, 1: 2, 2: 3}.items() if n == bnode)
+    log = stats.DeliveryLog()
+    for i in range(99):
+        sent = T0 + stop.at_s + 0.01 * i
+        log.succeeded(log.begin(sent), sent + 0.010, healthy)
+    sent = T0 + stop.at_s + 1.0
+    log.succeeded(log.begin(sent), sent + bound / 1000 + 0.5, healthy)
+    log.succeeded(log.begin(sent), T0 + start.at_s + 0.1, down)
+    data = phase("broker-bounce", log=log,
+                 applied=[AppliedStep(stop, T0 + stop.at_s), AppliedStep(start, T0 + start.at_s)])
+    summary, _ = summarize(data)
+    late = 1 + (1 if (T0 + start.at_s + 0.1 - sent) * 1000 > bound else 0)
+    assert summary["acked_beyond_delivery_timeout"] == late
+    assert summary["healthy_partitions_p99_ms"] == pytest.approx(10.0, abs=0.01)   # nearest rank: 99 of 100
 
 
 def test_missing_step_is_reported_not_guessed() -> None:
