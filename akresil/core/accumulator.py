@@ -47,6 +47,8 @@ from .events import Hooks
 from .retry import RetryDecision, backing_off, observe_leader_epoch, plan_retry
 
 _MAX_SEQUENCE = 2**31
+#: the part of delivery_timeout_ms an open batch accepts records for (see ``append_window_ms``)
+APPEND_WINDOW_FRACTION = 0.1
 _index_key = attrgetter("index")
 
 LeaderOf = Callable[[TopicPartition], "tuple[int, int] | None"]
@@ -147,6 +149,10 @@ class RecordAccumulator:
             raise ConfigError("max_in_flight_requests_per_connection: must be <= 5 with enable_idempotence")
         self.linger_ms = float(linger_ms)
         self.delivery_timeout_ms = float(delivery_timeout_ms)
+        #: an open batch takes no more records once this old: the batch's deadline is every record's, so a record
+        #: joining an old batch (a partition stalled behind a down leader) would fail long before its own
+        #: delivery_timeout_ms. With this, every record gets at least 90% of it, or the linger if longer
+        self.append_window_ms = max(self.linger_ms, self.delivery_timeout_ms * APPEND_WINDOW_FRACTION)
         self.buffer_memory = int(buffer_memory)
         self.max_in_flight = int(max_in_flight)
         self.idempotent = bool(enable_idempotence)
@@ -640,16 +646,21 @@ class RecordAccumulator:
 
     # ------------------------------------------------------------------ deadlines
     def expire(self, now: float) -> list[ExpiredBatch]:
-        """Fail batches whose delivery deadline has passed (KIP-91), head-first per partition."""
+        """Fail batches whose delivery deadline has passed (KIP-91), head-first per partition; close open
+        batches older than ``append_window_ms`` to further records."""
         expired: list[ExpiredBatch] = []
+        window = self.append_window_ms
         for pq in self._partitions.values():
             while pq.in_flight and pq.in_flight[0].deadline <= now:
                 expired.append(self._expire(pq.in_flight.pop(0), "in-flight", now))
-            while pq.queue and pq.queue[0].deadline <= now:
-                batch = pq.queue[0]
+            queue = pq.queue
+            while queue and queue[0].deadline <= now:
+                batch = queue[0]
                 stage = batch.stage(now)
-                pq.queue.popleft()
+                queue.popleft()
                 expired.append(self._expire(batch, stage, now))
+            if queue and queue[-1].open and queue[-1].created_at + window <= now:
+                queue[-1].open = False
         return expired
 
     def _expire(self, batch: ProducerBatch, stage: str, now: float) -> ExpiredBatch:
@@ -693,6 +704,7 @@ class RecordAccumulator:
         """
         best: float | None = None
         hurry = self._flushing or self._closing or bool(self._waiters)
+        window = self.append_window_ms
         for pq in self._partitions.values():
             if pq.in_flight:
                 d = pq.in_flight[0].deadline
@@ -702,6 +714,9 @@ class RecordAccumulator:
                 continue
             head = pq.queue[0]
             d = head.deadline
+            last = pq.queue[-1]
+            if last.open and last.created_at + window < d:
+                d = last.created_at + window            # when it stops taking records (see ``expire``)
             if best is None or d < best:
                 best = d
             if self._blocked(pq):

@@ -159,7 +159,9 @@ def test_expedite_makes_a_tail_batch_ready_before_linger() -> None:
     assert a.next_wakeup(1) == 1000
     a.expedite([T0])
     assert a.ready_nodes(1, lambda tp: (1, 0)) == {1}
-    assert a.next_wakeup(1) == 5000                        # no linger timer left, only the deadline
+    assert a.next_wakeup(1) == 1000                        # no linger timer, but the end of its append window
+    a.expire(1000)
+    assert a.next_wakeup(1000) == 5000                     # closed to records: only the deadline is left
 
 
 def test_bulk_completion_sizes_for_mixed_null_keys_and_values() -> None:

@@ -147,7 +147,8 @@ async def test_idle_sender_sleeps_until_woken() -> None:
 
 
 async def test_muted_node_gets_nothing_until_the_window_ends() -> None:
-    sender, clock, tasks, results = await make()
+    # a delivery timeout whose append window (10%) ends after the mute: the only timer here is the mute's
+    sender, clock, tasks, results = await make(delivery_timeout_ms=30_000)
     sender.cluster.node(1).on_response(int(ApiKey.PRODUCE), 8, 400, clock())   # KIP-219 mute for 400 ms
     start = clock.now
     append(sender, clock, results)
@@ -161,6 +162,28 @@ async def test_muted_node_gets_nothing_until_the_window_ends() -> None:
     clock.now = start + 400
     sender._turn()                                   # noqa: SLF001
     assert [n for n, _ in tasks.produces()] == [1]
+
+
+async def test_a_batch_stalled_behind_a_muted_node_stops_taking_records_after_its_append_window() -> None:
+    """KIP-91 per record: a record must not join a batch that is already close to its deadline (the batch's
+    deadline is every record's). After 10% of delivery_timeout_ms the open batch closes; the sender wakes
+    for that, and a later record starts a batch with its own deadline."""
+    sender, clock, tasks, results = await make()                      # delivery_timeout_ms 3000: window 300
+    sender.cluster.node(1).on_response(int(ApiKey.PRODUCE), 8, 2_000, clock())   # muted for 2 s
+    start = clock.now
+    append(sender, clock, results)
+    assert sender._turn() == pytest.approx(5)                         # noqa: SLF001 - linger
+    clock.now = start + 5
+    assert sender._turn() == pytest.approx(295)                       # noqa: SLF001 - the append window end
+    clock.now = start + 300
+    sender._turn()                                                    # noqa: SLF001
+    append(sender, clock, results)
+    first, second = sender.acc.batches()
+    assert not first.open and second.created_at == start + 300
+    assert second.deadline - start == pytest.approx(3_300)
+    clock.now = start + 2_000
+    sender._turn()                                                    # noqa: SLF001 - mute over: both go
+    assert [b.created_at for _, bs in tasks.produces() for b in bs] == [start, start + 300]
 
 
 async def test_throttle_on_a_pre_kip219_version_does_not_mute() -> None:
