@@ -62,6 +62,7 @@ def plot_failure(name: str, result: Mapping[str, Any], path: Path) -> Path:
     axes[0].set_ylabel("acked msg/s")
     axes[1].set_ylabel("p99 latency ms (by send s)")
     axes[1].set_yscale("symlog", linthresh=10)
+    axes[1].set_ylim(bottom=0)                       # latencies: no negative decades on the axis
     axes[2].set_ylabel(label)
     axes[2].set_xlabel("seconds into the run (red: fault)")
     axes[0].legend(loc="lower left")
