@@ -2,7 +2,8 @@
 
 ``EmbeddedBroker`` starts Tansu (or noida-db) on a free loopback port; ``FaultProxy`` fronts it with virtual
 broker ids and scripts failures (leader moves with KIP-951 hints, throttles, latency, errors, node stops).
-See docs/testing.md.
+``rdkafka_mock`` (imported on its own, it needs confluent-kafka's bundled librdkafka) binds librdkafka's
+multi-broker mock cluster.  See docs/testing.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One script surface over both fault harnesses, so each end-to-end test runs against both.
 
 ``ProxyHarness`` fronts Tansu with ``akresil.testing.FaultProxy`` (3 virtual nodes); ``MockHarness`` drives
-librdkafka's mock cluster (3 brokers) through ``tests.harness.rdkafka_mock``.  Both pin partition *p* of a
+librdkafka's mock cluster (3 brokers) through ``akresil.testing.rdkafka_mock``.  Both pin partition *p* of a
 test topic to node ``p % 3 + 1`` and report what reached the wire as ``WireRequest(node, time_ms)`` on the
 ``time.monotonic()`` clock in milliseconds, the clock akresil itself schedules on, so a test can compare
 gaps on the wire with the backoff, mute and deadline values it configured.
@@ -16,13 +16,12 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from akresil import Admin, NewTopic, Producer
 from akresil.testing import EmbeddedBroker, FaultProxy
-
-from .rdkafka_mock import ApiKey, MockCluster
+from akresil.testing.rdkafka_mock import ApiKey, MockCluster
 
 NODES = (1, 2, 3)
 PRODUCE = int(ApiKey.PRODUCE)
@@ -156,7 +155,7 @@ class ProxyHarness:
     def requests(self, api_key: int, *, since_ms: float | None = None) -> list[WireRequest]:
         return [WireRequest(r.node_id, r.time_ms) for r in self.proxy.requests(api_key, since_ms=since_ms)]
 
-    def fail_produce(self, error_code: int, count: int, node: int | None = None) -> None:
+    async def fail_produce(self, error_code: int, count: int, node: int | None = None) -> None:
         """The next ``count`` Produce requests (to ``node``, or any) fail with ``error_code``."""
         self.proxy.fail_requests(PRODUCE, error_code, count=count, node=node)
 
@@ -168,10 +167,10 @@ class ProxyHarness:
     async def stop_node(self, node: int) -> None:
         await self.proxy.astop_node(node)
 
-    def delay_produce(self, node: int, ms: int) -> None:
+    async def delay_produce(self, node: int, ms: int) -> None:
         self.proxy.add_latency(node, ms, api_key=PRODUCE)
 
-    def delay_metadata(self, ms: int) -> None:
+    async def delay_metadata(self, ms: int) -> None:
         self.proxy.add_latency(None, ms, api_key=METADATA)
 
 
@@ -201,10 +200,15 @@ class MockHarness:
     def supports(self, feature: str) -> bool:
         return feature in self.features
 
+    async def _call(self, fn: Callable[..., object], *args: object) -> None:
+        """A mock-cluster call in a worker thread: it waits for the mock's own thread to serve it, which now
+        and then takes ~1 s, and the event loop (the client under test) must not freeze meanwhile."""
+        await asyncio.to_thread(fn, *args)
+
     async def create_topic(self, topic: str, partitions: int = 1) -> None:
-        self.mock.create_topic(topic, partitions, 1)
+        await self._call(self.mock.create_topic, topic, partitions, 1)
         for p in range(partitions):
-            self.mock.set_leader(topic, p, default_leader(p))
+            await self._call(self.mock.set_leader, topic, p, default_leader(p))
             self._leaders[(topic, p)] = default_leader(p)
 
     def leader(self, topic: str, partition: int) -> int:
@@ -220,36 +224,36 @@ class MockHarness:
                if r.api_key == api_key]
         return [r for r in out if since_ms is None or r.time_ms >= since_ms]
 
-    def fail_produce(self, error_code: int, count: int, node: int | None = None) -> None:
+    async def fail_produce(self, error_code: int, count: int, node: int | None = None) -> None:
         """The next ``count`` Produce requests (to ``node``, or any) fail with ``error_code``."""
         if node is None:
-            self.mock.push_request_errors(PRODUCE, [error_code] * count)
+            await self._call(self.mock.push_request_errors, PRODUCE, [error_code] * count)
         else:
-            self.mock.push_request_errors_with_rtt(node, PRODUCE, [(error_code, 0)] * count)
+            await self._call(self.mock.push_request_errors_with_rtt, node, PRODUCE, [(error_code, 0)] * count)
 
     async def move_leader(self, topic: str, partition: int, to_node: int, *, stale_for_s: float = 0.0,
                           stale_epoch: int | None = None) -> None:
         """Move leadership (epoch + 1); with ``stale_for_s`` the next Metadata answers name the old leader
         with ``stale_epoch`` (the mock queues answers, not a duration: a generous number is pushed)."""
         old = self._leaders[(topic, partition)]
-        self.mock.set_leader(topic, partition, to_node)
+        await self._call(self.mock.set_leader, topic, partition, to_node)
         self._leaders[(topic, partition)] = to_node
         if stale_for_s > 0:
             if stale_epoch is None:
                 raise ValueError("stale_epoch: the mock needs the old leader epoch to report it")
             for _ in range(20):
-                self.mock.push_leader_response(topic, partition, old, stale_epoch)
+                await self._call(self.mock.push_leader_response, topic, partition, old, stale_epoch)
 
     async def stop_node(self, node: int) -> None:
-        self.mock.broker_set_down(node)
+        await self._call(self.mock.broker_set_down, node)
 
-    def delay_produce(self, node: int, ms: int) -> None:
+    async def delay_produce(self, node: int, ms: int) -> None:
         """Delay the next Produce answer from ``node`` by ``ms`` (the proxy delays every one)."""
-        self.mock.push_request_errors_with_rtt(node, PRODUCE, [(0, ms)])
+        await self._call(self.mock.push_request_errors_with_rtt, node, PRODUCE, [(0, ms)])
 
-    def delay_metadata(self, ms: int) -> None:
+    async def delay_metadata(self, ms: int) -> None:
         for node in NODES:
-            self.mock.push_request_errors_with_rtt(node, METADATA, [(0, ms)] * 8)
+            await self._call(self.mock.push_request_errors_with_rtt, node, METADATA, [(0, ms)] * 8)
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ async def test_fetch_follows_leader_hint_without_waiting_for_metadata(kind: str,
             c.assign([tp])
             assert await read_until(c, b"before-2") == [b"before-0", b"before-1", b"before-2"]
 
-            h.delay_metadata(METADATA_DELAY_MS)
+            await h.delay_metadata(METADATA_DELAY_MS)
             await h.move_leader(topic, 0, 2)
             start = now_ms()
             await producer.send(topic, b"after-move", partition=0)

@@ -25,7 +25,7 @@ async def test_retries_follow_exponential_backoff_and_reset_after_success(kind: 
         async with fast_producer(h.bootstrap_servers) as producer:
             await producer.send(topic, b"warm-up", partition=0)   # producer id, connections, metadata
 
-            h.fail_produce(ERROR, 5)
+            await h.fail_produce(ERROR, 5)
             start = now_ms()
             md = await producer.send(topic, b"retried", partition=0)
             attempts = h.produce_requests(topic, 0, since_ms=start)
@@ -37,7 +37,7 @@ async def test_retries_follow_exponential_backoff_and_reset_after_success(kind: 
             assert not problems, problems
 
             # a fresh failure after a success backs off from the base again, not from the cap
-            h.fail_produce(ERROR, 2)
+            await h.fail_produce(ERROR, 2)
             start = now_ms()
             md = await producer.send(topic, b"after-success", partition=0)
             attempts = h.produce_requests(topic, 0, since_ms=start)

@@ -59,7 +59,7 @@ async def test_in_flight_batch_expires_while_its_request_is_outstanding(kind: st
         async with fast_producer(h.bootstrap_servers, hooks=[hook], request_timeout_ms=DELIVERY_TIMEOUT_MS,
                                  delivery_timeout_ms=DELIVERY_TIMEOUT_MS) as producer:
             await producer.send(topic, b"warm-up", partition=0)
-            h.delay_produce(1, 10_000)
+            await h.delay_produce(1, 10_000)
 
             start = now_ms()
             with pytest.raises(DeliveryTimeoutError) as info:

@@ -33,7 +33,7 @@ async def test_retry_goes_to_hinted_leader_without_metadata_or_backoff(kind: str
         async with fast_producer(h.bootstrap_servers, retry_backoff_ms=BACKOFF_MS,
                                  retry_backoff_max_ms=1000) as producer:
             await producer.send(topic, b"warm-up", partition=0)
-            h.delay_metadata(METADATA_DELAY_MS)
+            await h.delay_metadata(METADATA_DELAY_MS)
             await h.move_leader(topic, 0, 2)
 
             start = now_ms()

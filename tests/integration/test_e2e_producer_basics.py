@@ -89,8 +89,8 @@ async def test_idempotent_sequences_are_accepted_through_retries(kind: str, brok
             await producer.send(topic, b"warm-up", partition=0)
             if kind == "proxy":
                 for node in (1, 2, 3):          # each partition's next batch fails once, with the batches
-                    h.delay_produce(node, 20)    # behind it already in flight (the delay keeps them there)
-                    h.fail_produce(NotEnoughReplicasError.errno, 1, node=node)
+                    await h.delay_produce(node, 20)    # behind it already in flight (the delay keeps them there)
+                    await h.fail_produce(NotEnoughReplicasError.errno, 1, node=node)
             futures = []
             for i in range(600):
                 futures.append(await producer.enqueue(topic, f"{i:04d}".encode() * 10, partition=i % 3))
@@ -128,7 +128,7 @@ async def test_failed_idempotent_batch_does_not_poison_later_records(kind: str, 
         await h.create_topic(topic, 1)
         async with fast_producer(h.bootstrap_servers, batch_size=200) as producer:
             await producer.send(topic, b"warm-up", partition=0)
-            h.fail_produce(InvalidRecordError.errno, 1)             # not retriable
+            await h.fail_produce(InvalidRecordError.errno, 1)             # not retriable
             futures = [await producer.enqueue(topic, b"x" * 100, partition=0) for _ in range(20)]
             results = []
             for f in futures:
