@@ -394,17 +394,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="throughput and latency under failure: akresil vs aiokafka vs "
                        "confluent-kafka",
                        description="Runs each scenario's fault script against every client through FaultProxy "
-                       "in front of an embedded broker; writes bench.json, table.txt and PNG plots.")
+                       "in front of an embedded broker (or on librdkafka's mock cluster: --harness mock); writes "
+                       "bench.json, table.txt and PNG plots.")
     _bench_arguments(p)
     return parser
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench.command import run as run_bench
+    from .bench.command import BenchArgumentError, run as run_bench
     from .bench.plots import PlotsUnavailable
     try:
         await run_bench(args)
-    except PlotsUnavailable as exc:
+    except (PlotsUnavailable, BenchArgumentError) as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 

@@ -1,13 +1,16 @@
 """PNG plots of a run: per failure scenario, throughput, p99 latency and the scenario's wire metric over time,
 one line per client, fault windows shaded and instantaneous faults (leader moves) as vertical lines; for
-``steady``, bars of msg/s per client.  matplotlib is imported here only, with the Agg backend, so the
-rest of ``akresil bench`` works without it until plots are asked for.
+``steady``, bars of msg/s per client.  Titles name the harness; scenarios the harness skipped get no plot.
+matplotlib is imported here only, with the Agg backend, so the rest of ``akresil bench`` works without it until
+plots are asked for.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
+
+from .report import HARNESSES
 
 #: the wire metric shown in the third panel of each failure scenario: (series key, axis label)
 THIRD_PANEL: dict[str, tuple[str, str]] = {
@@ -16,6 +19,9 @@ THIRD_PANEL: dict[str, tuple[str, str]] = {
     "broker-bounce": ("connect_attempts_per_s", "connects/s to the stopped node"),
     "retry-storm": ("produce_requests_to_node_per_s", "Produce requests/s to the failing node"),
 }
+#: librdkafka's mock logs no connection attempts: its bounce panel shows Produce requests to the bounced node
+MOCK_THIRD_PANEL: dict[str, tuple[str, str]] = {
+    **THIRD_PANEL, "broker-bounce": ("produce_requests_to_node_per_s", "Produce requests/s to the bounced node")}
 COLORS = {"akresil": "tab:blue", "aiokafka": "tab:orange", "confluent": "tab:green"}
 
 
@@ -38,9 +44,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_failure(name: str, result: Mapping[str, Any], path: Path) -> Path:
+def plot_failure(name: str, result: Mapping[str, Any], path: Path, harness: str = "proxy") -> Path:
     plt = _pyplot()
-    key, label = THIRD_PANEL[name]
+    key, label = (MOCK_THIRD_PANEL if harness == "mock" else THIRD_PANEL)[name]
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     script = result["scenario"]["script"]
     for client, data in result["clients"].items():
@@ -66,7 +72,7 @@ def plot_failure(name: str, result: Mapping[str, Any], path: Path) -> Path:
     axes[2].set_ylabel(label)
     axes[2].set_xlabel("seconds into the run (red: fault)")
     axes[0].legend(loc="lower left")
-    axes[0].set_title(f"akresil bench {name}")
+    axes[0].set_title(f"akresil bench {name} ({HARNESSES[harness]})")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -96,10 +102,13 @@ def plot_steady(result: Mapping[str, Any], path: Path) -> Path:
 
 
 def plot_all(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """One PNG per scenario in the document: ``<scenario>.png``."""
+    """One PNG per scenario the document has figures for: ``<scenario>.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, result in doc["scenarios"].items():
+        if "skipped" in result:
+            continue
         path = out_dir / f"{name}.png"
-        written.append(plot_steady(result, path) if name == "steady" else plot_failure(name, result, path))
+        written.append(plot_steady(result, path) if name == "steady"
+                       else plot_failure(name, result, path, doc["harness"]))
     return written

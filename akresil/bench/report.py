@@ -3,7 +3,8 @@ file writers at the end.
 
 Ratios are ``akresil / other`` for each headline metric of a scenario, with the direction that is better
 (``lower`` for latencies and request counts, ``higher`` for throughput), so a reader never has to guess
-whether 0.2 is good news.
+whether 0.2 is good news.  Every document, table and docs section names its harness (``HARNESSES``): figures
+from FaultProxy + Tansu and from librdkafka's mock cluster are not interchangeable.
 """
 
 from __future__ import annotations
@@ -16,12 +17,34 @@ from typing import Any, Mapping
 
 import orjson
 
+from .mock_scenarios import MOCK_HEADLINES
 from .scenarios import HEADLINES
 
 DOC_BEGIN = "<!-- bench:begin -->"
 DOC_END = "<!-- bench:end -->"
+MOCK_DOC_BEGIN = "<!-- bench-mock:begin -->"
+MOCK_DOC_END = "<!-- bench-mock:end -->"
 JSON_NAME = "bench.json"
 TABLE_NAME = "table.txt"
+#: harness -> what it is, for the table's run line and the plot titles
+HARNESSES = {"proxy": "FaultProxy in front of Tansu", "mock": "librdkafka's mock cluster"}
+
+
+def check_harness(harness: str) -> str:
+    if harness not in HARNESSES:
+        raise ValueError(f"harness: unknown {harness!r} (known: {', '.join(HARNESSES)})")
+    return harness
+
+
+def headlines(harness: str) -> dict[str, list[tuple[str, str, str]]]:
+    """The headline metrics of each scenario on ``harness``."""
+    return MOCK_HEADLINES if check_harness(harness) == "mock" else HEADLINES
+
+
+def markers(harness: str) -> tuple[str, str]:
+    """The docs page markers between which ``--update-docs`` puts this harness's table: each harness has its own,
+    so a mock run never overwrites the proxy's table."""
+    return (MOCK_DOC_BEGIN, MOCK_DOC_END) if check_harness(harness) == "mock" else (DOC_BEGIN, DOC_END)
 
 
 def environment() -> dict[str, Any]:
@@ -47,11 +70,11 @@ def lookup(summary: Mapping[str, Any], path: str) -> float | None:
     return node if isinstance(node, (int, float)) and not isinstance(node, bool) else None
 
 
-def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str = "akresil"
-           ) -> list[dict[str, Any]]:
+def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str = "akresil",
+           harness: str = "proxy") -> list[dict[str, Any]]:
     """One row per headline metric: every client's value and ``base / other`` for each other client."""
     rows = []
-    for label, path, better in HEADLINES[scenario]:
+    for label, path, better in headlines(harness)[scenario]:
         values = {client: lookup(s, path) for client, s in summaries.items()}
         row: dict[str, Any] = {"metric": label, "path": path, "better": better, "values": values, "ratios": {}}
         if base in summaries:
@@ -70,9 +93,10 @@ def _ratio(a: float | None, b: float | None) -> float | str | None:
     return round(a / b, 3)
 
 
-def document(*, seed: int, quick: bool, env: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[str, Any]:
-    return {"benchmark": "akresil-bench", "seed": seed, "quick": quick, "environment": dict(env),
-            "scenarios": dict(scenarios)}
+def document(*, seed: int, quick: bool, env: Mapping[str, Any], scenarios: Mapping[str, Any],
+             harness: str = "proxy") -> dict[str, Any]:
+    return {"benchmark": "akresil-bench", "harness": check_harness(harness), "seed": seed, "quick": quick,
+            "environment": dict(env), "scenarios": dict(scenarios)}
 
 
 def dumps(doc: Mapping[str, Any]) -> bytes:
@@ -118,18 +142,23 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     env = doc["environment"]
     lines.append("")
-    lines.append(f"Run: seed {doc['seed']}, {'--quick' if doc['quick'] else 'full'}; Python {env['python']}, "
+    skipped = [f"{name} ({s['skipped']})" for name, s in scen.items() if "skipped" in s]
+    if skipped:
+        lines.append(f"Skipped: {'; '.join(skipped)}.")
+    lines.append(f"Run: {HARNESSES[doc['harness']]} (--harness {doc['harness']}), seed {doc['seed']}, "
+                 f"{'--quick' if doc['quick'] else 'full'}; Python {env['python']}, "
                  f"{env['cpus']} CPUs, load average {', '.join(str(x) for x in env['load_avg'])}; aiokafka "
                  f"{env['aiokafka']}, confluent-kafka {env['confluent_kafka']} (librdkafka {env['librdkafka']}).")
     return "\n".join(lines) + "\n"
 
 
-def replace_between_markers(text: str, snippet: str) -> str:
-    """Put ``snippet`` between the bench markers of a markdown page (the markers stay)."""
-    begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
+def replace_between_markers(text: str, snippet: str, harness: str = "proxy") -> str:
+    """Put ``snippet`` between the bench markers of ``harness`` in a markdown page (the markers stay)."""
+    begin_marker, end_marker = markers(harness)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin < 0 or end < 0 or end < begin:
-        raise ValueError(f"docs page: needs the markers {DOC_BEGIN} and {DOC_END}, in that order")
-    return text[:begin + len(DOC_BEGIN)] + "\n" + snippet + text[end:]
+        raise ValueError(f"docs page: needs the markers {begin_marker} and {end_marker}, in that order")
+    return text[:begin + len(begin_marker)] + "\n" + snippet + text[end:]
 
 
 def write(doc: Mapping[str, Any], out_dir: Path, docs_page: Path | None = None) -> list[Path]:
@@ -142,6 +171,6 @@ def write(doc: Mapping[str, Any], out_dir: Path, docs_page: Path | None = None) 
     table_path.write_text(table)
     written = [json_path, table_path]
     if docs_page is not None:
-        docs_page.write_text(replace_between_markers(docs_page.read_text(), table))
+        docs_page.write_text(replace_between_markers(docs_page.read_text(), table, doc["harness"]))
         written.append(docs_page)
     return written

@@ -5,6 +5,8 @@ recordings belong to that client alone), and meet the same script at the same of
 own event loop in a thread, like a separate broker process would; clients run on the caller's loop
 (confluent-kafka in its own threads).  The load is open-loop: records are offered at a fixed rate whatever
 the client does, so a stall shows as latency and a dip in acknowledgements, not as a slower generator.
+``PhaseBase`` holds what does not depend on the broker side, so ``mock_runner`` offers librdkafka's mock
+cluster exactly the same load and script.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Callable
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Generic, TypeVar
 
 from ..admin import Admin
 from ..testing import EmbeddedBroker, FaultProxy
@@ -29,18 +32,19 @@ TICK_S = 0.005
 WARMUP_TIMEOUT_S = 20.0
 
 ProgressFn = Callable[[str, str, float, float, int, int], None]   # scenario, client, elapsed, duration, acked, failed
+#: the broker side a phase scripts faults on (``FaultProxy``, or the mock's ``MockCluster``)
+H = TypeVar("H")
 
 
-def _no_progress(*_: Any) -> None:
+def no_progress(*_: Any) -> None:
     return None
 
 
-class Phase:
-    """One client's run of one failure scenario."""
+class PhaseBase(ABC, Generic[H]):
+    """One client's run of one failure scenario, whatever the broker side: producers, warm-up, the offered load
+    and the fault script's clock.  Subclasses say how a step is applied to their harness ``H``."""
 
-    def __init__(self, broker: str, scenario: Scenario, client: str, seed: int,
-                 progress: ProgressFn = _no_progress) -> None:
-        self.broker = broker
+    def __init__(self, scenario: Scenario, client: str, seed: int, progress: ProgressFn = no_progress) -> None:
         self.scenario = scenario
         self.client = client
         self.seed = seed
@@ -49,49 +53,50 @@ class Phase:
         self.log = DeliveryLog()
         self.applied: list[AppliedStep] = []
 
-    async def run(self) -> PhaseData:
+    async def _drive(self, harness: H, bootstrap: str, producers: list[ProducerAdapter]) -> float:
+        """Start and warm up the producers (appended to ``producers``, which the caller closes on failure), offer
+        the load while the script runs, undo the faults, drain and close; returns the instant the load began."""
         sc = self.scenario
-        await create_topic(self.broker, self.topic, sc.partitions)
-        proxy = FaultProxy(self.broker, nodes=sc.nodes)
-        await asyncio.to_thread(proxy.start)
-        producers: list[ProducerAdapter] = []
+        warm = DeliveryLog()
+        for i in range(sc.producers):
+            p = make_producer(self.client, bootstrap, f"bench-{self.client}-{i}", sc.settings, warm)
+            producers.append(p)
+            await p.start()
+        value = random.Random(self.seed).randbytes(sc.value_size)
+        for p in producers:                  # every partition, so every client knows every node first
+            for i in range(sc.partitions * 2):
+                await p.produce(self.topic, value, i % sc.partitions)
+        for p in producers:
+            await p.wait_idle(WARMUP_TIMEOUT_S)
+        if len(warm.acked()) != len(warm):
+            raise RuntimeError(f"{self.client}: warm-up records were not delivered ({warm.error_counts()})")
+        for p in producers:
+            p.log = self.log
+        self._begin_recording(harness)
+        start = now_s()
+        script_task = asyncio.create_task(self._script(harness, start))
         try:
-            warm = DeliveryLog()
-            for i in range(sc.producers):
-                cid = f"bench-{self.client}-{i}"
-                p = make_producer(self.client, proxy.bootstrap_servers, cid, sc.settings, warm)
-                producers.append(p)
-                await p.start()
-            value = random.Random(self.seed).randbytes(sc.value_size)
-            for p in producers:                  # every partition, so every client knows every node first
-                for i in range(sc.partitions * 2):
-                    await p.produce(self.topic, value, i % sc.partitions)
-            for p in producers:
-                await p.wait_idle(WARMUP_TIMEOUT_S)
-            if len(warm.acked()) != len(warm):
-                raise RuntimeError(f"{self.client}: warm-up records were not delivered ({warm.error_counts()})")
-            for p in producers:
-                p.log = self.log
-            leaders = {p: proxy.leader(self.topic, p)[0] for p in range(sc.partitions)}
-            proxy.recorder.clear()
-            start = now_s()
-            script_task = asyncio.create_task(self._script(proxy, start))
-            try:
-                await self._offer(producers, value, start)
-            finally:
-                script_task.cancel()
-                await asyncio.gather(script_task, return_exceptions=True)
-                await self._undo_faults(proxy)
-            deadline = now_s() + sc.drain_s
-            for p in producers:
-                await p.wait_idle(max(0.0, deadline - now_s()))
-            await _close_all(producers)
-            return PhaseData(scenario=sc, client=self.client, start_s=start, log=self.log,
-                             requests=proxy.requests(), responses=proxy.responses(),
-                             connections=proxy.connections(), applied=self.applied, leaders=leaders)
+            await self._offer(producers, value, start)
         finally:
-            await _close_all(producers)
-            await asyncio.to_thread(proxy.stop)
+            script_task.cancel()
+            await asyncio.gather(script_task, return_exceptions=True)
+            await self._undo_faults(harness)
+        deadline = now_s() + sc.drain_s
+        for p in producers:
+            await p.wait_idle(max(0.0, deadline - now_s()))
+        await close_all(producers)
+        return start
+
+    @abstractmethod
+    def _begin_recording(self, harness: H) -> None:
+        """Note the partition leaders and forget what the warm-up left in the recordings: the load starts."""
+
+    @abstractmethod
+    async def _apply(self, harness: H, step: FaultStep, start: float) -> AppliedStep: ...
+
+    @abstractmethod
+    async def _undo_faults(self, harness: H) -> None:
+        """Leave no fault in force for the drain, whatever the script reached."""
 
     async def _offer(self, producers: list[ProducerAdapter], value: bytes, start: float) -> None:
         sc = self.scenario
@@ -112,14 +117,43 @@ class Phase:
                               counts["timeout"] + counts["other"])
             await asyncio.sleep(TICK_S)
 
-    async def _script(self, proxy: FaultProxy, start: float) -> None:
+    async def _script(self, harness: H, start: float) -> None:
         cursor = self.scenario.script.cursor()
         while not cursor.done:
             at = cursor.next_at()
             assert at is not None
             await asyncio.sleep(max(0.0, start + at - now_s()))
             for step in cursor.due(now_s() - start):
-                self.applied.append(await self._apply(proxy, step, start))
+                self.applied.append(await self._apply(harness, step, start))
+
+
+class Phase(PhaseBase[FaultProxy]):
+    """One client's run of one failure scenario through a fresh ``FaultProxy`` in front of ``broker``."""
+
+    def __init__(self, broker: str, scenario: Scenario, client: str, seed: int,
+                 progress: ProgressFn = no_progress) -> None:
+        super().__init__(scenario, client, seed, progress)
+        self.broker = broker
+        self.leaders: dict[int, int] = {}
+
+    async def run(self) -> PhaseData:
+        sc = self.scenario
+        await create_topic(self.broker, self.topic, sc.partitions)
+        proxy = FaultProxy(self.broker, nodes=sc.nodes)
+        await asyncio.to_thread(proxy.start)
+        producers: list[ProducerAdapter] = []
+        try:
+            start = await self._drive(proxy, proxy.bootstrap_servers, producers)
+            return PhaseData(scenario=sc, client=self.client, start_s=start, log=self.log,
+                             requests=proxy.requests(), responses=proxy.responses(),
+                             connections=proxy.connections(), applied=self.applied, leaders=self.leaders)
+        finally:
+            await close_all(producers)
+            await asyncio.to_thread(proxy.stop)
+
+    def _begin_recording(self, proxy: FaultProxy) -> None:
+        self.leaders = {p: proxy.leader(self.topic, p)[0] for p in range(self.scenario.partitions)}
+        proxy.recorder.clear()
 
     async def _apply(self, proxy: FaultProxy, step: FaultStep, start: float) -> AppliedStep:
         applied = AppliedStep(step, now_s())
@@ -152,7 +186,7 @@ class Phase:
                 await asyncio.to_thread(proxy.start_node, node)
 
 
-async def _close_all(producers: list[ProducerAdapter]) -> None:
+async def close_all(producers: list[ProducerAdapter]) -> None:
     """Close in reverse start order: an akresil Producer started in a task holds a task group (a cancel scope)
     on that task, and anyio scopes must be exited innermost first."""
     while producers:
@@ -165,7 +199,7 @@ async def create_topic(broker: str, topic: str, partitions: int) -> None:
 
 
 async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
-                     progress: ProgressFn = _no_progress) -> dict[str, Any]:
+                     progress: ProgressFn = no_progress) -> dict[str, Any]:
     """Produce then consume ``cfg.records`` records per size through a fault-free proxy."""
     out: dict[str, Any] = {}
     proxy = FaultProxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
@@ -217,7 +251,7 @@ async def _warm_up(bootstrap: str, cfg: SteadyConfig, client: str, seed: int, re
 
 
 async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,
-                      progress: ProgressFn = _no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
+                      progress: ProgressFn = no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
     data = await Phase(broker, scenario, client, seed, progress).run()
     return summarize(data)
 

@@ -3,7 +3,9 @@
 ``build(name, quick=..., seed=...)`` returns a ``Scenario`` whose fault script is fixed by the seed, so every
 client in a run (and every run with that seed) meets the same faults at the same offsets.  ``summarize``
 turns what one client's phase produced (its ``DeliveryLog`` and the proxy's recordings) into the summary
-metrics; it is pure, so the definitions below are unit-tested on hand-made timelines.
+metrics; it is pure, so the definitions below are unit-tested on hand-made timelines.  On librdkafka's mock
+cluster ``mock_scenarios.summarize_mock`` reuses every definition that needs only the delivery log and the
+times of requests to a node.
 
 Metric definitions (times on the proxy's monotonic clock):
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import random
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from ..protocol.api import ApiKey
 from ..testing.recorder import ConnectionEvent, RecordedRequest, RecordedResponse
@@ -160,6 +162,18 @@ class AppliedStep:
     moved: list[tuple[tuple[str, int], int]] = field(default_factory=list)
 
 
+class PhaseRecord(Protocol):
+    """What every harness's phase leaves behind besides its broker-side recordings: the metrics computed from
+    these alone (delivery, latency, recovery) mean the same on the proxy and on librdkafka's mock."""
+
+    scenario: Scenario
+    client: str
+    start_s: float
+    log: stats.DeliveryLog
+    applied: list[AppliedStep]
+    leaders: dict[int, int]
+
+
 @dataclass
 class PhaseData:
     """Everything one client's phase left behind; ``summarize`` reads only this."""
@@ -176,31 +190,38 @@ class PhaseData:
     leaders: dict[int, int]
 
 
-def summarize(data: PhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary metrics, per-second series) of one client's phase."""
-    sc = data.scenario
-    start, end = data.start_s, data.start_s + sc.duration_s
-    log = data.log
+def delivery_summary(log: stats.DeliveryLog, start: float, duration_s: float) -> dict[str, Any]:
+    """The metrics of the client's own delivery log: outcomes, throughput, latency."""
     acked = log.acked()
     errors = log.error_counts()
     lat = stats.latency_summary([d - s for s, d, _ in acked])
-    in_run = [r for r in data.requests if start <= r.time_ms / 1000 < end]
-    opened = [c for c in data.connections if c.kind == "open" and start <= c.time_ms / 1000 < end]
-    closed_by_client = [c for c in data.connections if c.kind == "close" and c.reason.startswith("client")
-                        and start <= c.time_ms / 1000 < end]
-    summary: dict[str, Any] = {
+    return {
         "records_offered": len(log),
         "records_acked": len(acked),
         "failed_timeout": errors[stats.TIMEOUT],
         "failed_other": errors[stats.OTHER],
         "unfinished": errors[stats.UNFINISHED],
-        "throughput_msg_per_s": round(sum(1 for _, d, _ in acked if d < end) / sc.duration_s, 1),
+        "throughput_msg_per_s": round(sum(1 for _, d, _ in acked if d < start + duration_s) / duration_s, 1),
         "latency": lat.as_dict(),
+    }
+
+
+def summarize(data: PhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary metrics, per-second series) of one client's phase."""
+    sc = data.scenario
+    start, end = data.start_s, data.start_s + sc.duration_s
+    log = data.log
+    in_run = [r for r in data.requests if start <= r.time_ms / 1000 < end]
+    opened = [c for c in data.connections if c.kind == "open" and start <= c.time_ms / 1000 < end]
+    closed_by_client = [c for c in data.connections if c.kind == "close" and c.reason.startswith("client")
+                        and start <= c.time_ms / 1000 < end]
+    summary = delivery_summary(log, start, sc.duration_s)
+    summary.update({
         "metadata_requests": sum(1 for r in in_run if r.api_key == METADATA),
         "produce_requests": sum(1 for r in in_run if r.api_key == PRODUCE),
         "connections_opened": len(opened),
         "connections_closed_by_client": len(closed_by_client),
-    }
+    })
     series: dict[str, Any] = dict(stats.delivery_series(log, start, sc.duration_s))
     series["produce_requests_per_s"] = stats.rate_series(
         (r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE), start, sc.duration_s)
@@ -276,17 +297,17 @@ def _throttle_metrics(data: PhaseData, start: float, end: float, series: dict[st
                                        if r.throttle_time_ms > 0 and start <= r.time_ms / 1000 < end)}
 
 
-def _fault_node(data: PhaseData) -> int:
+def fault_node(data: PhaseRecord) -> int:
     return int(data.scenario.params["node"])
 
 
-def _recovery(data: PhaseData, node: int, fault_end: float) -> float | None:
+def _recovery(data: PhaseRecord, node: int, fault_end: float) -> float | None:
     """From ``fault_end`` to the first record acknowledged on a partition ``node`` led."""
     led = {p for p, n in data.leaders.items() if n == node}
     return stats.first_after((d for _, d, p in data.log.acked() if p in led), fault_end)
 
 
-def _window(data: PhaseData, action: str) -> tuple[float, float]:
+def _window(data: PhaseRecord, action: str) -> tuple[float, float]:
     for a in data.applied:
         if a.step.action == action:
             return a.at_s, a.at_s + a.step.window_s
@@ -294,14 +315,23 @@ def _window(data: PhaseData, action: str) -> tuple[float, float]:
 
 
 def _bounce_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
-    node = _fault_node(data)
+    node = fault_node(data)
+    attempts = [c.time_ms / 1000 for c in data.connections
+                if c.kind == "refused" and c.node_id == node and c.reason == "node stopped"]
+    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
+    return bounce_metrics(data, start, end, series, to_node=to_node, attempts=attempts)
+
+
+def bounce_metrics(data: PhaseRecord, start: float, end: float, series: dict[str, Any], *,
+                   to_node: Sequence[float], attempts: Sequence[float] | None) -> dict[str, Any]:
+    """``broker-bounce`` from the times of the Produce requests the stopped node read and of the connection
+    attempts it refused (``None``: the harness cannot see them, the metrics stay ``None``)."""
+    node = fault_node(data)
     down_at, up_at = _window(data, "stop_node")
     restarted = [a.at_s for a in data.applied if a.step.action == "start_node"]
     up_at = restarted[0] if restarted else up_at
-    attempts = [c.time_ms / 1000 for c in data.connections
-                if c.kind == "refused" and c.node_id == node and c.reason == "node stopped"]
-    series["connect_attempts_per_s"] = stats.rate_series(attempts, start, end - start)
-    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
+    if attempts is not None:
+        series["connect_attempts_per_s"] = stats.rate_series(attempts, start, end - start)
     series["produce_requests_to_node_per_s"] = stats.rate_series(to_node, start, end - start)
     after = [t for t in to_node if up_at <= t < min(end, up_at + 1.0)]
     recovery = _recovery(data, node, up_at)
@@ -316,8 +346,8 @@ def _bounce_metrics(data: PhaseData, start: float, end: float, series: dict[str,
     healthy = {p for p, n in data.leaders.items() if n != node}
     healthy_ms = [(d - s) * 1000 for s, d, p in acked if p in healthy and down_at <= s < up_at]
     return {"node": node, "down_s": round(up_at - down_at, 3),
-            "connect_attempts_while_down": len(attempts),
-            "connect_attempts_per_s_while_down": round(len(attempts) / down_s, 2),
+            "connect_attempts_while_down": None if attempts is None else len(attempts),
+            "connect_attempts_per_s_while_down": None if attempts is None else round(len(attempts) / down_s, 2),
             "produce_requests_first_s_after_return": len(after),
             "recovery_ms": None if recovery is None else round(recovery * 1000, 1),
             "acked_beyond_delivery_timeout": late,
@@ -325,11 +355,18 @@ def _bounce_metrics(data: PhaseData, start: float, end: float, series: dict[str,
 
 
 def _storm_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
-    node = _fault_node(data)
+    node = fault_node(data)
+    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
+    return storm_metrics(data, start, end, series, to_node=to_node)
+
+
+def storm_metrics(data: PhaseRecord, start: float, end: float, series: dict[str, Any], *,
+                  to_node: Sequence[float]) -> dict[str, Any]:
+    """``retry-storm`` from the times of the Produce requests the failing node read."""
+    node = fault_node(data)
     fail_at, fail_end = _window(data, "fail_produce")
     cleared = [a.at_s for a in data.applied if a.step.action == "clear"]
     fail_end = cleared[0] if cleared else fail_end
-    to_node = [r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE and r.node_id == node]
     per_s = stats.rate_series(to_node, start, end - start)
     series["produce_requests_to_node_per_s"] = per_s
     during = stats.count_between(to_node, fail_at, fail_end)
