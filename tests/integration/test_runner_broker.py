@@ -130,6 +130,8 @@ async def test_task_timeout_is_raised_on_time_with_real_clients(broker: Embedded
         assert isinstance(info.value.__cause__, TimeoutError)
         elapsed = failed_at - first_timeout[0]
         assert 0.8 <= elapsed < 1.3 + lag.max_ms / 1000, (elapsed, lag.max_ms)
-        assert 5 <= len(first_timeout) <= 12        # 100, 200, 400 ms ... backoff, clamped to the deadline
+        # 100, 200, 400 ms ... backoff (±20%), the last clamped to the deadline: 4 or 5 attempts when idle (0,
+        # 120, 360, then 800 with the jitter high), fewer only if the machine delays them; never a tight loop
+        assert 3 <= len(first_timeout) <= 12, first_timeout
         assert await consumer.committed(TopicPartition(src, 1)) == N
         assert await consumer.committed(TopicPartition(src, 0)) is None

@@ -176,6 +176,8 @@ def test_producer_through_leader_move_and_throttle(broker: EmbeddedBroker, backe
             assert (throttled.offset, after.offset) == (2, 3)
             produce = proxy.requests(0, node=new_leader)
             assert produce and not any(r.in_throttle_window for r in produce)   # KIP-219: it waited the mute out
-            assert proxy.responses(0, node=new_leader)[-2].throttle_time_ms == 300
+            # exactly one response carried the throttle (which one depends on timing: a loaded machine may
+            # interleave another Produce answer), and nothing reached the node inside its window (above)
+            assert [r.throttle_time_ms for r in proxy.responses(0, node=new_leader)].count(300) == 1
 
         run(backend, scenario)
