@@ -17,21 +17,9 @@ from akresil.bench.progress import Progress
 from akresil.bench.script import FaultScript, FaultStep
 from akresil.testing.rdkafka_mock import MockCluster
 
+from ..harness.streams import TextSink
+
 pytestmark = pytest.mark.broker
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, text: str) -> None:
-        self.lines.append(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 async def test_tiny_leader_move_on_the_mock_writes_a_labelled_document(tmp_path: Path,
@@ -45,7 +33,7 @@ async def test_tiny_leader_move_on_the_mock_writes_a_labelled_document(tmp_path:
     out = tmp_path / "out"
     args = parser.parse_args(["leader-move", "--quick", "--harness", "mock", "--clients", "akresil",
                               "--out", str(out)])
-    sink = Sink()
+    sink = TextSink()
     await run(args, Progress(sink))  # type: ignore[arg-type]
 
     doc = orjson.loads((out / "bench.json").read_bytes())

@@ -14,6 +14,8 @@ from akresil.bench.progress import Progress
 from akresil.bench.script import FaultScript, FaultStep
 from akresil.testing import EmbeddedBroker
 
+from ..harness.streams import TextSink
+
 pytestmark = pytest.mark.broker
 
 
@@ -29,19 +31,9 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
     add_arguments(parser)
     args = parser.parse_args(["leader-move", "--quick", "--clients", "akresil", "--out", str(tmp_path / "out"),
                               "--bootstrap-servers", broker.bootstrap_servers, "--update-docs", str(page)])
-    lines: list[str] = []
-
-    class Sink:
-        def write(self, text: str) -> None:
-            lines.append(text)
-
-        def flush(self) -> None:
-            pass
-
-        def isatty(self) -> bool:
-            return False
-
-    await run(args, Progress(Sink()))  # type: ignore[arg-type]
+    sink = TextSink()
+    lines = sink.lines
+    await run(args, Progress(sink))  # type: ignore[arg-type]
 
     doc = orjson.loads((tmp_path / "out" / "bench.json").read_bytes())
     assert doc["environment"]["cpus"] and doc["seed"] == 1 and doc["quick"] is True

@@ -18,6 +18,8 @@ from akresil.bench.progress import Progress
 from akresil.bench.scenarios import METADATA, PRODUCE, AppliedStep, build
 from akresil.testing.rdkafka_mock import MockRequest
 
+from ..harness.streams import TextSink
+
 T0 = 1000.0   # monotonic seconds at which the phase starts
 LEADERS = {0: 1, 1: 2, 2: 3}
 
@@ -172,22 +174,8 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, text: str) -> None:
-        self.lines.append(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-
 async def test_skipped_scenarios_are_noted_in_the_output_and_the_json(tmp_path: Path) -> None:
-    sink = _Sink()
+    sink = TextSink()
     for name in ("throttle", "steady"):
         doc = await run(_args(name, "--harness", "mock", "--no-plots", "--out", str(tmp_path)),
                         Progress(sink))  # type: ignore[arg-type]
