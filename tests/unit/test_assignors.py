@@ -453,12 +453,12 @@ def test_large_group_is_fast() -> None:
     counts = {f"topic-{i}": 64 for i in range(16)}                     # 1024 partitions
     topic_map = {f"member-{i:03d}": [t for j, t in enumerate(counts) if (i + j) % 3] for i in range(60)}
     assignor = CooperativeStickyAssignor()
-    start = time.perf_counter()
+    start = time.process_time()          # CPU time: a loaded machine's waits for a core do not count
     first = assignor.assign(counts, plain(topic_map))
     subs = {m: v2(topic_map[m], first[m].partitions, 1) for m in topic_map}
     del subs["member-007"]
     second = assignor.assign(counts, subs)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     check_valid(counts, plain(topic_map), first)
     check_valid(counts, subs, second)
     assert sticky_balanced(counts, subs, parts(second))

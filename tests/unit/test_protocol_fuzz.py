@@ -323,28 +323,30 @@ def _metadata_frame(partitions: int) -> bytes:
 
 
 def _best_time(frame: bytes, version: int = 12) -> float:
+    """The best of 5 decodes in this process's CPU time: time spent waiting for a core on a loaded machine does
+    not count, which wall-clock time would."""
     best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
+    for _ in range(5):
+        t0 = time.process_time()
         try:
             api.decode_response(api.ApiKey.METADATA, version, frame)
         except ProtocolError:
             pass
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return best
 
 
 def test_decode_time_grows_linearly_with_the_frame() -> None:
-    """10x the partitions must cost about 10x the time (a quadratic loop would cost ~100x).
+    """16x the partitions must cost about 16x the time (a quadratic loop would cost ~256x).
 
     Both a valid frame and the same frame cut short near its end (the decoder walks almost all of it before
-    failing) are measured; the bound of 30x leaves room for a loaded machine."""
-    small, big = _metadata_frame(1_000), _metadata_frame(10_000)
-    assert _best_time(big) < 30 * _best_time(small)
+    failing) are measured; the bound of 48x leaves room for noise and still fails anything quadratic."""
+    small, big = _metadata_frame(1_000), _metadata_frame(16_000)
+    assert _best_time(big) < 48 * _best_time(small)
     cut_small, cut_big = small[:-3], big[:-3]
     with pytest.raises(ProtocolError):
         api.decode_response(api.ApiKey.METADATA, 12, cut_big)
-    assert _best_time(cut_big) < 30 * _best_time(cut_small)
+    assert _best_time(cut_big) < 48 * _best_time(cut_small)
 
 
 def test_count_claims_are_checked_against_bytes_left_at_every_nesting_level() -> None:
