@@ -91,8 +91,8 @@ class LatencySummary:
     max_ms: float | None
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"count": self.count, "p50_ms": _r(self.p50_ms), "p99_ms": _r(self.p99_ms),
-                "max_ms": _r(self.max_ms)}
+        return {"count": self.count, "p50_ms": round_ms(self.p50_ms), "p99_ms": round_ms(self.p99_ms),
+                "max_ms": round_ms(self.max_ms)}
 
 
 def latency_summary(latencies_s: Sequence[float]) -> LatencySummary:
@@ -135,9 +135,9 @@ def delivery_series(log: DeliveryLog, start_s: float, duration_s: float, bucket_
     return {
         "acked_per_s": acked,
         "failed_per_s": failed,
-        "p50_ms": [_r(percentile(b, 50)) for b in by_send],
-        "p99_ms": [_r(percentile(b, 99)) for b in by_send],
-        "max_ms": [_r(max(b)) if b else None for b in by_send],
+        "p50_ms": [round_ms(percentile(b, 50)) for b in by_send],
+        "p99_ms": [round_ms(percentile(b, 99)) for b in by_send],
+        "max_ms": [round_ms(max(b)) if b else None for b in by_send],
     }
 
 
@@ -154,7 +154,7 @@ def count_between(times_s: Iterable[float], start_s: float, end_s: float) -> int
 def summary_of(values: Sequence[float]) -> dict[str, float | int | None]:
     """Count, median and max of a list of delays in seconds, reported in ms."""
     ms = [v * 1000.0 for v in values]
-    return {"count": len(ms), "median_ms": _r(percentile(ms, 50)), "max_ms": _r(max(ms)) if ms else None}
+    return {"count": len(ms), "median_ms": round_ms(percentile(ms, 50)), "max_ms": round_ms(max(ms)) if ms else None}
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -171,5 +171,3 @@ def round_ms(x: float | None, digits: int = 2) -> float | None:
     """A figure for the report: rounded, ``None`` kept (no data is not zero)."""
     return None if x is None else round(x, digits)
 
-
-_r = round_ms
