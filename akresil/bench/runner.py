@@ -200,33 +200,19 @@ async def create_topic(broker: str, topic: str, partitions: int) -> None:
 
 async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
                      progress: ProgressFn = no_progress) -> dict[str, Any]:
-    """Produce then consume ``cfg.records`` records per size through a fault-free proxy."""
+    """Produce then consume ``cfg.records`` records per size through a fault-free proxy, after an untimed warm-up
+    (module imports and first-use costs are not throughput)."""
     out: dict[str, Any] = {}
     proxy = FaultProxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
     await asyncio.to_thread(proxy.start)
     try:
-        await _warm_up(proxy.bootstrap_servers, cfg, client, seed)
+        await _produce_then_consume(proxy.bootstrap_servers, cfg.partitions, client, "warmup", seed, b"w" * 100,
+                                    WARMUP_RECORDS)
         for size in cfg.sizes:
-            topic = f"bench-steady-{client}-{size}-{seed}-{random.randrange(1 << 30):08x}"
-            await create_topic(broker, topic, cfg.partitions)
             value = random.Random(seed).randbytes(size)
-            producer = make_producer(client, proxy.bootstrap_servers, f"bench-{client}", Settings(),
-                                     DeliveryLog())
-            await producer.start()
-            try:
-                progress("steady", f"{client} {size} B produce", 0.0, 1.0, 0, 0)
-                t0 = time.perf_counter()
-                await producer.produce_bulk(topic, value, cfg.records)
-                produce_s = time.perf_counter() - t0
-            finally:
-                await producer.close()
-            progress("steady", f"{client} {size} B consume", 0.5, 1.0, cfg.records, 0)
-            t0 = time.perf_counter()
-            got = await bench_clients.consume_all(client, proxy.bootstrap_servers, f"bench-{client}-consumer",
-                                                  topic, cfg.partitions, cfg.records, timeout_s=60)
-            consume_s = time.perf_counter() - t0
-            if got < cfg.records:
-                raise RuntimeError(f"{client}: consumed {got} of {cfg.records} records of {size} B in 60 s")
+            produce_s, got, consume_s = await _produce_then_consume(
+                proxy.bootstrap_servers, cfg.partitions, client, f"{size}", seed, value, cfg.records,
+                lambda step, done, acked: progress("steady", f"{client} {size} B {step}", done, 1.0, acked, 0))
             out[f"{size}B"] = {
                 "produce_msg_per_s": round(cfg.records / produce_s), "consume_msg_per_s": round(got / consume_s),
                 "produce_mb_per_s": round(cfg.records * size / produce_s / 1e6, 2),
@@ -236,18 +222,34 @@ async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
     return out
 
 
-async def _warm_up(bootstrap: str, cfg: SteadyConfig, client: str, seed: int, records: int = 2_000) -> None:
-    """An untimed produce and consume first: module imports and first-use costs are not throughput."""
-    topic = f"bench-warmup-{client}-{seed}-{random.randrange(1 << 30):08x}"
-    await create_topic(bootstrap, topic, cfg.partitions)
-    producer = make_producer(client, bootstrap, f"bench-{client}-warmup", Settings(), DeliveryLog())
+#: records of the untimed steady warm-up
+WARMUP_RECORDS = 2_000
+
+
+async def _produce_then_consume(bootstrap: str, partitions: int, client: str, label: str, seed: int, value: bytes,
+                                records: int, step: Callable[[str, float, int], None] = lambda *_: None
+                                ) -> tuple[float, int, float]:
+    """``records`` copies of ``value`` into a fresh topic by the client's bulk path, then all of them read back
+    from the beginning; returns (produce seconds, records read, consume seconds)."""
+    topic = f"bench-steady-{client}-{label}-{seed}-{random.randrange(1 << 30):08x}"
+    await create_topic(bootstrap, topic, partitions)
+    producer = make_producer(client, bootstrap, f"bench-{client}", Settings(), DeliveryLog())
     await producer.start()
     try:
-        await producer.produce_bulk(topic, b"w" * 100, records)
+        step("produce", 0.0, 0)
+        t0 = time.perf_counter()
+        await producer.produce_bulk(topic, value, records)
+        produce_s = time.perf_counter() - t0
     finally:
         await producer.close()
-    await bench_clients.consume_all(client, bootstrap, f"bench-{client}-warmup", topic, cfg.partitions, records,
-                                    timeout_s=30)
+    step("consume", 0.5, records)
+    t0 = time.perf_counter()
+    got = await bench_clients.consume_all(client, bootstrap, f"bench-{client}-consumer", topic, partitions,
+                                          records, timeout_s=60)
+    consume_s = time.perf_counter() - t0
+    if got < records:
+        raise RuntimeError(f"{client}: consumed {got} of {records} records of {len(value)} B in 60 s")
+    return produce_s, got, consume_s
 
 
 async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,

@@ -80,3 +80,14 @@ async def test_tiny_throttle_and_bounce_phases_use_the_proxys_windows_and_refusa
     summary, _ = scenarios.summarize(data)
     assert summary["connect_attempts_while_down"] == len(refused)
     assert summary["records_acked"] == summary["records_offered"]   # 1.5 s down < the delivery timeout
+
+
+async def test_tiny_steady_run_measures_produce_and_consume_after_a_warm_up(broker: EmbeddedBroker) -> None:
+    from akresil.bench.runner import run_steady
+
+    seen: list[str] = []
+    out = await run_steady(broker.bootstrap_servers, scenarios.SteadyConfig(records=500, sizes=(100,), partitions=2),
+                           "akresil", 1, lambda _sc, what, *_: seen.append(what))
+    figures = out["100B"]
+    assert figures["produce_msg_per_s"] > 0 and figures["consume_msg_per_s"] > 0
+    assert seen == ["akresil 100 B produce", "akresil 100 B consume"]      # the warm-up reports nothing
