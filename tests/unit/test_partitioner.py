@@ -305,7 +305,7 @@ def test_keyed_placement_matches_librdkafka_murmur2_random() -> None:
     """confluent-kafka's murmur2_random partitioner and ours put every key on the same partition."""
     from confluent_kafka import Producer
 
-    from tests.harness.rdkafka_mock import MockCluster
+    from akresil.testing.rdkafka_mock import MockCluster
 
     rnd = random.Random(42)
     keys = [b"user-%d" % i for i in range(150)]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.rdkafka_mock import (
+from akresil.testing.rdkafka_mock import (
     TRANSPORT_ERROR,
     ApiKey,
     MockCluster,
@@ -398,7 +398,7 @@ def test_no_thread_leaks_and_an_unclosed_cluster_does_not_block_exit() -> None:
     script = textwrap.dedent(
         """
         import os, socket, time
-        from tests.harness.rdkafka_mock import MockCluster
+        from akresil.testing.rdkafka_mock import MockCluster
 
         def threads():
             return len(os.listdir("/proc/self/task"))
