@@ -326,6 +326,16 @@ async def test_default_batches_spread_unkeyed_records_by_sticky_unit_and_stay_la
         assert offsets == list(range(len(offsets)))
 
 
+async def test_the_sticky_partitioner_reads_the_accumulators_queues() -> None:
+    """KIP-794 wiring: the producer hands its partitioner the live queue sizes of partitions with a leader."""
+    o = Offline(3, batch_size=200)
+    load = o.producer._partitioner.sticky._load_stats                                   # noqa: SLF001
+    assert load is not None and load("t") == ((0, 1, 2), [0, 0, 0])
+    for _ in range(4):
+        await o.producer.enqueue("t", b"x" * 150, partition=1)                          # one batch each
+    assert load("t") == ((0, 1, 2), [0, 4, 0])
+
+
 async def test_send_many_with_an_explicit_partition() -> None:
     o = Offline(3)
     mds = await o.run(o.producer.send_many("t", [(b"k", b"v"), (None, b"w")], partition=2))
