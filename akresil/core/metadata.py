@@ -77,12 +77,17 @@ class MetadataSnapshot:
         return None if parts is None else parts.get(tp.partition)
 
     def leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """``(leader id, leader epoch)`` or None when the partition or its leader is unknown."""
+        """``(leader id, leader epoch)`` or None when the partition or its leader is unknown.
+
+        A leader missing from ``brokers`` counts as unknown: a broker that is down is left out of the brokers
+        list while the partitions it led may still name it, and there is no address to connect to. Treating it
+        as a leader made the producer try to connect to it in a loop, every try failing at once.
+        """
         parts = self.topics.get(tp.topic)
         if parts is None:
             return None
         info = parts.get(tp.partition)
-        if info is None or info.leader < 0:
+        if info is None or info.leader < 0 or info.leader not in self.brokers:
             return None
         return info.leader, info.leader_epoch
 
@@ -92,7 +97,8 @@ class MetadataSnapshot:
 
     def available_partitions(self, topic: str) -> tuple[int, ...]:
         parts = self.topics.get(topic)
-        return tuple(sorted(p for p, info in parts.items() if info.leader >= 0)) if parts else ()
+        brokers = self.brokers
+        return tuple(sorted(p for p, info in parts.items() if info.leader in brokers)) if parts else ()
 
     def topic_name(self, topic_id: bytes) -> str | None:
         for name, tid in self.topic_ids.items():

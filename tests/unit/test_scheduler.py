@@ -269,6 +269,25 @@ async def test_unknown_leader_requests_a_metadata_refresh() -> None:
     assert "unknown-leader" in sender.cluster.metadata.refresh_causes and "unknown-leader" not in before
 
 
+async def test_a_leader_missing_from_the_brokers_list_is_unknown_not_connected_to() -> None:
+    """A broker that is down drops out of Metadata's brokers list while its partitions still name it (librdkafka's
+    mock does this; so does Kafka until the controller moves leadership). There is no address to connect to:
+    the partition waits for metadata like an unknown leader, instead of a connect task per turn that fails at
+    once (which spun the loop and stalled every other broker's partitions)."""
+    sender, clock, tasks, results = await make()
+    down = metadata(leader=3, epoch=6)            # node 3 leads partition 0 but is not among brokers 1, 2
+    sender.cluster.metadata.update_from_metadata(down, clock())
+    sender.acc.append(TP, 0, None, b"v", (), lambda md, err: results.append(err or md), now=clock())
+    live = TopicPartition("t", 1)
+    sender.acc.append(live, 0, None, b"w", (), lambda md, err: results.append(err or md), now=clock())
+    clock.now += 5
+    for _ in range(20):
+        sender._turn()                               # noqa: SLF001
+    assert [c for c in tasks.calls if c[0] == "_connect"] == []
+    assert [(node, [b.tp for b in batches]) for node, batches in tasks.produces()] == [(2, [live])]
+    assert "unknown-leader" in sender.cluster.metadata.refresh_causes
+
+
 def error_response(code: int) -> dict[str, Any]:
     response = ok_response()
     part = response["responses"][0]["partition_responses"][0]
