@@ -16,6 +16,7 @@ _LAZY = {
     "TopicPartition": "akresil.types",
     "RecordMetadata": "akresil.types",
     "ConsumerRecord": "akresil.types",
+    "DeliveryFuture": "akresil.delivery",
 }
 
 __all__ = ["__version__", *_LAZY]

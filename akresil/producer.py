@@ -13,10 +13,11 @@ sender ships full batches while a caller that never awaits anything else keeps a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import nullcontext
-from typing import Any, Callable, Generator, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -27,6 +28,7 @@ from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
 from .core.events import Hooks
 from .core.partitioner import DefaultPartitioner
+from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
 from .net.scheduler import Sender
 from .types import Header, RecordMetadata, TopicPartition
@@ -41,6 +43,14 @@ _wall_time = time.time
 _YIELD_BYTES = 256 * 1024
 
 
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop this task runs on; None under trio (no asyncio loop runs in this thread)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
     """``bytearray`` / ``memoryview`` as bytes; TypeError naming the field (and record) for anything else."""
     if isinstance(data, (bytearray, memoryview)):
@@ -48,59 +58,6 @@ def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
     where = f"send_many: record {index}: " if index is not None else ""
     raise TypeError(f"{where}{what} must be bytes or None (got {type(data).__name__}); "
                     f"pass {what}_serializer= to convert it")
-
-
-class DeliveryFuture:
-    """Completion of one record. ``await fut`` returns its ``RecordMetadata`` or raises its error.
-
-    Cheaper than an asyncio future (no loop call per record) and backend-neutral: the event that wakes an
-    awaiting task is only created when somebody awaits before completion.
-    """
-
-    __slots__ = ("_metadata", "_error", "_done", "_event", "_new_event")
-
-    def __init__(self, new_event: Callable[[], anyio.Event] = anyio.Event) -> None:
-        self._metadata: RecordMetadata | None = None
-        self._error: BaseException | None = None
-        self._done = False
-        self._event: anyio.Event | None = None
-        #: the running backend's concrete event class (the producer passes it: skips anyio's backend lookup)
-        self._new_event = new_event
-
-    def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
-        """The core's record callback."""
-        self._metadata, self._error, self._done = metadata, error, True
-        if self._event is not None:
-            self._event.set()
-
-    def done(self) -> bool:
-        return self._done
-
-    def result(self) -> RecordMetadata:
-        if not self._done:
-            raise errors.IllegalStateError("record not delivered yet")
-        if self._error is not None:
-            raise self._error
-        assert self._metadata is not None
-        return self._metadata
-
-    def exception(self) -> BaseException | None:
-        return self._error if self._done else None
-
-    async def wait(self) -> RecordMetadata:
-        if not self._done:
-            if self._event is None:
-                self._event = self._new_event()
-            await self._event.wait()
-        return self.result()
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        # a generator, not ``self.wait().__await__()``: awaiting a done future then costs no coroutine
-        if not self._done:
-            if self._event is None:
-                self._event = self._new_event()
-            yield from self._event.wait().__await__()
-        return self.result()
 
 
 class Producer:
@@ -139,7 +96,8 @@ class Producer:
         self._checked_topics: set[str] = set()
         #: started, not closed: the one flag the per-record path checks (with the sender's fatal error)
         self._accepting = False
-        self._new_event: Callable[[], anyio.Event] = anyio.Event
+        #: the running asyncio loop, given to each DeliveryFuture (None under trio: event-based futures)
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: enqueue yields once before its next record after ~_YIELD_BYTES went into batches that closed
         self._yield_due = False
         self._since_yield = 0
@@ -158,7 +116,7 @@ class Producer:
         try:
             await self._cluster.start(self._tg)
             await self._tg.start(self._sender.run)
-            self._new_event = type(anyio.Event())     # this backend's event class, for the per-record futures
+            self._loop = _running_asyncio_loop()
             self._accepting = True
         except BaseException:
             self._tg.cancel_scope.cancel()
@@ -232,8 +190,14 @@ class Producer:
         return await fut
 
     async def enqueue(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
-                      timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> DeliveryFuture:
-        """Buffer one record; returns once it is buffered (waiting up to ``max_block_ms`` for space)."""
+                      timestamp_ms: int | None = None, headers: Sequence[Header] | None = None,
+                      on_delivery: DeliveryCallback | None = None) -> DeliveryFuture:
+        """Buffer one record; returns once it is buffered (waiting up to ``max_block_ms`` for space).
+
+        The returned ``DeliveryFuture`` is a future of the running backend (``gather``, ``wait``,
+        ``as_completed`` take it as it is). ``on_delivery(metadata, error)`` is called once, synchronously, when
+        the record is acknowledged or fails: the cheapest way to learn every record's outcome.
+        """
         # The per-record hot path: every check is inline and the slow cases branch out.
         if self._yield_due:
             # Full batches are waiting for the sender, which cannot run while a caller enqueues in a loop
@@ -276,7 +240,7 @@ class Producer:
         if tps is None or len(tps) <= p:
             tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(max(num, p + 1))]
         tp = tps[p]
-        fut = DeliveryFuture(self._new_event)
+        fut = DeliveryFuture(self._loop, on_delivery)
         if timestamp_ms is None:
             timestamp_ms = int(_wall_time() * 1000)
         acc = self._acc

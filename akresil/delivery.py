@@ -1,0 +1,208 @@
+"""``DeliveryFuture``: the outcome of one produced record, a real future of the running backend.
+
+Under asyncio it speaks asyncio's future protocol (``_asyncio_future_blocking``, ``get_loop``,
+``add_done_callback``, ``cancel`` ...), so ``await``, ``asyncio.gather``, ``wait``, ``as_completed``,
+``shield``, ``wait_for`` and ``timeout`` take it as it is: no Task is wrapped around it and no event is
+created per awaited record. An awaiting task parks on the future itself and is woken by one ``call_soon``
+when the record completes. Under trio (or any other anyio backend) awaiting it waits on an event created
+only if somebody awaits before completion, and done-callbacks run synchronously at completion.
+
+Why not an ``asyncio.Future``: creating one per record costs a loop lookup and several objects, and the
+cyclic GC scans every live object; with one task per record a backlog of pending records (a broker down
+for the delivery timeout) made full collections long enough to stall every other partition. This class is
+one object per record (two once a task awaits it).
+
+Cancelling never recalls the record (a produced record cannot be withdrawn): ``cancel()`` only makes
+the awaiters stop waiting (``CancelledError``). The record is still delivered or failed by the producer,
+and that outcome still reaches ``on_delivery`` (``Producer.enqueue(..., on_delivery=cb)``) and is kept:
+``delivery_outcome()`` returns it after a cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextvars import Context
+from typing import Any, Callable, Generator, Optional
+
+import anyio
+
+from . import errors
+from .types import RecordMetadata
+
+log = logging.getLogger(__name__)
+
+#: ``on_delivery(metadata, error)``: exactly one of them is None; called once, synchronously, at completion
+DeliveryCallback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
+
+_PENDING, _DONE, _CANCELLED = 0, 1, 2
+
+
+class DeliveryFuture:
+    """Completion of one record. ``await fut`` returns its ``RecordMetadata`` or raises its error."""
+
+    __slots__ = ("_metadata", "_error", "_state", "_loop", "_cb", "_cb_ctx", "_more", "_event", "_on_delivery",
+                 "_delivered", "_asyncio_future_blocking", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None,
+                 on_delivery: DeliveryCallback | None = None) -> None:
+        self._metadata: RecordMetadata | None = None
+        self._error: BaseException | None = None
+        self._state = _PENDING
+        #: the asyncio loop it belongs to; None under other backends (trio)
+        self._loop = loop
+        #: first done-callback and its context, kept out of a list: one waiting task is the common case
+        self._cb: Callable[[DeliveryFuture], Any] | None = None
+        self._cb_ctx: Context | None = None
+        self._more: list[tuple[Callable[[DeliveryFuture], Any], Context | None]] | None = None
+        self._event: anyio.Event | None = None
+        self._on_delivery = on_delivery
+        #: the record's outcome arrived (also after a cancel, when ``_state`` stays cancelled)
+        self._delivered = False
+        self._asyncio_future_blocking = False
+
+    # ------------------------------------------------------------------ the core's record callback
+    def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        """The producer reports the record's outcome (exactly once)."""
+        if self._delivered:
+            return
+        self._delivered = True
+        self._metadata, self._error = metadata, error
+        pending = self._state == _PENDING
+        if pending:
+            self._state = _DONE
+        if self._on_delivery is not None:
+            try:
+                self._on_delivery(metadata, error)
+            except Exception:  # noqa: BLE001 - a user callback must not break the sender
+                log.exception("on_delivery callback %r raised", self._on_delivery)
+        if pending:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+        cb = self._cb
+        if cb is None:
+            return
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon(cb, self, context=self._cb_ctx)
+            if self._more:
+                for fn, ctx in self._more:
+                    loop.call_soon(fn, self, context=ctx)
+        else:
+            _run_callback(cb, self)
+            if self._more:
+                for fn, _ in self._more:
+                    _run_callback(fn, self)
+        self._cb = self._cb_ctx = self._more = None
+
+    # ------------------------------------------------------------------ future API
+    def done(self) -> bool:
+        return self._state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def result(self) -> RecordMetadata:
+        state = self._state
+        if state == _DONE:
+            error = self._error
+            if error is not None:
+                # one error instance is shared by a batch's records: raise it with a fresh traceback each time,
+                # or every raise would chain the raising frame onto it and keep all of them alive
+                raise error.with_traceback(None)
+            return self._metadata  # type: ignore[return-value]
+        if state == _CANCELLED:
+            raise asyncio.CancelledError("waiting for the record's delivery was cancelled (the record was not)")
+        raise NotDeliveredError("record not delivered yet")
+
+    def exception(self) -> BaseException | None:
+        if self._state == _CANCELLED:
+            raise asyncio.CancelledError("waiting for the record's delivery was cancelled (the record was not)")
+        if self._state != _DONE:
+            raise NotDeliveredError("record not delivered yet")
+        return self._error
+
+    def delivery_outcome(self) -> tuple[RecordMetadata | None, BaseException | None] | None:
+        """``(metadata, error)`` once the record's outcome is known, else None; unaffected by ``cancel()``."""
+        return (self._metadata, self._error) if self._delivered else None
+
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any], *, context: Context | None = None) -> None:
+        """Call ``fn(fut)`` once done: under asyncio from the loop (``call_soon``), as asyncio does; under other
+        backends synchronously at completion. Already done: scheduled (asyncio) or called now."""
+        if self._state != _PENDING:
+            if self._loop is not None:
+                self._loop.call_soon(fn, self, context=context)
+            else:
+                _run_callback(fn, self)
+            return
+        if self._cb is None:
+            self._cb, self._cb_ctx = fn, context
+        else:
+            if self._more is None:
+                self._more = []
+            self._more.append((fn, context))
+
+    def remove_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> int:
+        removed = 0
+        if self._more:
+            kept = [(f, c) for f, c in self._more if f != fn]
+            removed = len(self._more) - len(kept)
+            self._more = kept or None
+        if self._cb is not None and self._cb == fn:
+            removed += 1
+            if self._more:
+                self._cb, self._cb_ctx = self._more.pop(0)
+            else:
+                self._cb = self._cb_ctx = None
+        return removed
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Stop waiting: awaiters get ``CancelledError``. The record itself is not recalled (see the module)."""
+        if self._state != _PENDING:
+            return False
+        self._state = _CANCELLED
+        self._wake()
+        return True
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("DeliveryFuture: not running under asyncio")
+        return self._loop
+
+    # ------------------------------------------------------------------ awaiting
+    async def wait(self) -> RecordMetadata:
+        return await self
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if self._state == _PENDING:
+            if self._loop is not None:
+                # asyncio's protocol: the task parks on this object and registers its wake-up callback
+                self._asyncio_future_blocking = True
+                yield self
+                if self._state == _PENDING:
+                    raise RuntimeError("await wasn't used with future")
+            else:
+                if self._event is None:
+                    self._event = anyio.Event()
+                yield from self._event.wait().__await__()
+        return self.result()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "cancelled")[self._state]
+        return f"<DeliveryFuture {state}{' error=' + repr(self._error) if self._error is not None else ''}>"
+
+
+def _run_callback(fn: Callable[[DeliveryFuture], Any], fut: DeliveryFuture) -> None:
+    try:
+        fn(fut)
+    except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+        log.exception("done callback %r raised", fn)
+
+
+class NotDeliveredError(errors.IllegalStateError, asyncio.InvalidStateError):
+    """``result()`` / ``exception()`` before the record's outcome is known (asyncio's InvalidStateError too)."""
