@@ -23,7 +23,7 @@ import anyio
 
 from . import errors
 from .config import resolve
-from .core.events import Hooks
+from .core.events import RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
@@ -381,6 +381,8 @@ class Consumer:
             event = fetcher.data_event()
             result = state.drain(max_records, parts)
             if result:
+                if self.hooks:
+                    self._emit_consumed(result)
                 fetcher.wake()
                 return result
             self._check_open()
@@ -393,6 +395,17 @@ class Consumer:
             fetcher.wake()
             with anyio.move_on_after(remaining / 1000.0):
                 await event.wait()
+
+    def _emit_consumed(self, result: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        """``records_consumed`` per partition handed out (only with hooks attached: metrics, tracing)."""
+        read_committed = self.config.isolation_level == "read_committed"
+        for tp, records in result.items():
+            st = self._state.state(tp)
+            end = st.last_stable_offset if read_committed else st.high_watermark
+            lag = end - st.position if end >= 0 and st.position is not None else None
+            size = sum(len(v) for r in records for v in (r.key, r.value) if isinstance(v, (bytes, bytearray)))
+            self.hooks.emit(RECORDS_CONSUMED, topic=tp.topic, partition=tp.partition, records=len(records),
+                            bytes=size, lag=lag)
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (from ``partitions`` if given), waiting as long as it takes."""
