@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -105,3 +111,24 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
     lag = points[("akresil.consumer.lag", frozenset({("client_id", "otel-c"), ("topic", topic),
                                                      ("partition", str(md.partition))}))]
     assert lag.value == 0         # the consumer's getmany took everything up to the high watermark
+
+
+def test_the_documented_example_prints_what_the_page_shows() -> None:
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "opentelemetry.md").read_text(encoding="utf-8")
+    example = root / "examples" / "otel_tracing.py"
+    assert f"```python\n{example.read_text(encoding='utf-8')}```" in page
+    shown = re.search(r"It prints:\n\n```text\n(.*?)```", page, re.S)
+    assert shown is not None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown.group(1)
+
+
+def test_the_page_maps_every_metric() -> None:
+    from akresil.otel import METRIC_NAMES
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "opentelemetry.md").read_text(encoding="utf-8")
+    for prom, otel in METRIC_NAMES.items():
+        assert f"| `{prom}` | `{otel}` |" in page
