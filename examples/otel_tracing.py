@@ -21,9 +21,14 @@ from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition
 from akresil.otel import instrument_consumer, instrument_producer
 
 
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None          # finished spans always have one
+    return int(span.context.span_id)
+
+
 def span_tree(spans: tuple[ReadableSpan, ...]) -> list[str]:
     """Each span as an indented line under its parent, with its kind and the spans it links to."""
-    names = {s.context.span_id: s.name for s in spans}
+    names = {span_id(s): s.name for s in spans}
     children: dict[int | None, list[ReadableSpan]] = {}
     for s in spans:
         children.setdefault(s.parent.span_id if s.parent else None, []).append(s)
@@ -33,7 +38,7 @@ def span_tree(spans: tuple[ReadableSpan, ...]) -> list[str]:
         for s in sorted(children.get(parent, []), key=lambda s: s.start_time or 0):
             links = ", ".join(names.get(link.context.span_id, "?") for link in s.links)
             lines.append("  " * depth + f"{s.name} [{s.kind.name}]" + (f" -> links {links}" if links else ""))
-            walk(s.context.span_id, depth + 1)
+            walk(span_id(s), depth + 1)
 
     walk(None, 0)
     return lines
@@ -66,7 +71,7 @@ async def main(bootstrap: str) -> None:
 
     spans = exporter.get_finished_spans()
     print("\n".join(span_tree(spans)))
-    trace_of = {s.name: s.context.trace_id for s in spans}
+    trace_of = {s.name: s.context.trace_id for s in spans if s.context is not None}
     print("request and processing share one trace:", trace_of["POST /orders"] == trace_of["process orders"])
 
 
