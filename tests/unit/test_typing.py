@@ -1,5 +1,5 @@
 """Users' code type-checks: ``mypy --strict`` (and ``pyright`` in strict mode, where it runs) pass on examples/
-and on the Python blocks of docs/getting-started.md, and the public signatures are precise: a sample of user
+and on the Python blocks of docs/getting-started.md and docs/typing.md, and the public signatures are precise: a sample of user
 code must reveal the documented types (serializer overloads, ``ConsumerRecord[K, V]`` from deserializers) and
 must be rejected exactly where it is wrong (an unknown config key, a bad choice, a value the serializer does not
 take).  akresil is found the way a user's checker finds an installed package (on the interpreter's path)."""
@@ -23,7 +23,7 @@ from akresil.config_keys import AdminConfig, ConsumerConfig, ProducerConfig
 mypy_api = pytest.importorskip("mypy.api")
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC_PAGES = ("getting-started.md",)
+DOC_PAGES = ("getting-started.md", "typing.md")
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 #: user code with its expected verdicts: ``# reveal: TEXT`` (mypy's revealed type contains TEXT) or
