@@ -167,7 +167,7 @@ class TracedProducer(Generic[K, V]):
             self._propagator.inject(carrier, setter=_SETTER)
             try:
                 yield span, carrier
-            except BaseException as exc:
+            except Exception as exc:     # a cancellation is not the operation's failure
                 _fail(span, exc)
                 raise
 
@@ -313,7 +313,7 @@ class TracedConsumer(Generic[K, V]):
                 set_status_on_exception=False) as span:
             try:
                 yield span
-            except BaseException as exc:
+            except Exception as exc:     # a cancellation is not the operation's failure
                 _fail(span, exc)
                 raise
 

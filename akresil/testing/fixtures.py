@@ -7,13 +7,13 @@ from __future__ import annotations
 import threading
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterable, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from ..admin import Admin
-from ..types import NewTopic
+from ..types import NewTopic, TopicPartition
 from .proxy import FaultProxy
 
 __all__ = ["KafkaFaults", "TopicFactory"]
@@ -82,7 +82,7 @@ class KafkaFaults:
                                 stale_metadata_for_s=stale_metadata_for_s)
 
     async def fail_requests(self, api_key: int, error_code: int, count: int | None = 1, node: int | None = None,
-                            partitions: Any = None) -> None:
+                            partitions: Iterable[TopicPartition] | None = None) -> None:
         """Answer the next ``count`` such requests (per partition for Produce/Fetch) with ``error_code``."""
         await self._call(self.proxy.fail_requests, api_key, error_code, count, node, partitions)
 

@@ -19,12 +19,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry
 
-from akresil import Producer
+from akresil import Consumer, ConsumerRecord, Producer
 from akresil.core import events as ev
 from akresil.core.events import Hooks
 from akresil.errors import IllegalStateError
 from akresil.metrics import ClientMetrics
-from akresil.otel import METRIC_NAMES, HeadersGetter, HeadersSetter, OTelMetrics, TracedProducer
+from akresil.otel import METRIC_NAMES, HeadersGetter, HeadersSetter, OTelMetrics, TracedConsumer, TracedProducer
 from akresil.types import Header, TopicPartition
 
 
@@ -169,3 +169,37 @@ async def test_a_failed_send_is_an_error_span() -> None:
     assert span.attributes is not None and span.attributes["error.type"] == "IllegalStateError"
     assert span.attributes["messaging.kafka.message.key"] == "k"
     assert span.attributes["messaging.client.id"] == "p1"
+
+
+def test_process_spans_continue_the_producers_trace_and_record_failures() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    w3c = TraceContextTextMapPropagator()
+    tracer = provider.get_tracer("test")
+    headers: list[Header] = []
+    with tracer.start_as_current_span("send t") as send:
+        w3c.inject(headers, setter=HeadersSetter())
+    traced = TracedConsumer(Consumer(bootstrap_servers="127.0.0.1:1", client_id="c9", group_id="g"),
+                            tracer_provider=provider, propagator=w3c)
+    carried = ConsumerRecord("t", 2, 41, b"k", None, headers, 0)
+    with pytest.raises(ValueError):
+        with traced.process(carried):
+            raise ValueError("bad order")
+    with tracer.start_as_current_span("batch job") as job:
+        with traced.process(ConsumerRecord("t", 0, 7, None, b"v", [], 0)):   # no context in its headers
+            pass
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    failed = [s for s in exporter.get_finished_spans() if s.name == "process t"]
+    assert len(failed) == 2
+    with_parent, orphan = failed
+    assert with_parent.parent is not None and with_parent.parent.span_id == send.get_span_context().span_id
+    assert with_parent.context is not None
+    assert with_parent.context.trace_id == send.get_span_context().trace_id
+    assert with_parent.status.status_code is StatusCode.ERROR
+    assert dict(with_parent.attributes or {})["messaging.kafka.message.tombstone"] is True
+    assert dict(with_parent.attributes or {})["messaging.consumer.group.name"] == "g"
+    assert [link.context.span_id for link in with_parent.links] == [send.get_span_context().span_id]
+    assert orphan.parent is not None and orphan.parent.span_id == job.get_span_context().span_id
+    assert not orphan.links and orphan.status.status_code is StatusCode.UNSET
+    assert "batch job" in spans
