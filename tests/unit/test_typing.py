@@ -157,12 +157,17 @@ def test_public_signatures_reveal_precise_types(mypy_report: list[tuple[str, int
 def test_pyright_strict_agrees(user_code: Path) -> None:
     pyright = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
     if pyright is None:
-        pytest.skip("pyright is not installed (pip install pyright; it needs node, or downloads it)")
+        pytest.skip("pyright is not installed (pip install pyright)")
+    if shutil.which("node") is None:
+        pytest.skip("pyright needs a node runtime on PATH (its PyPI wrapper would try to download one)")
     (user_code / "pyrightconfig.json").write_text(json.dumps({
         "typeCheckingMode": "strict", "extraPaths": [str(ROOT)], "pythonVersion": "3.11",
         "exclude": ["**/__pycache__"]}), encoding="utf-8")
-    done = subprocess.run([pyright, "--outputjson", "--pythonpath", sys.executable, str(user_code)],
-                          capture_output=True, text=True, timeout=240, cwd=user_code)
+    try:
+        done = subprocess.run([pyright, "--outputjson", "--pythonpath", sys.executable, str(user_code)],
+                              capture_output=True, text=True, timeout=240, cwd=user_code)
+    except subprocess.TimeoutExpired:
+        pytest.skip("pyright did not finish in 240 s (fetching its npm package without a network?)")
     try:
         result = json.loads(done.stdout)
     except json.JSONDecodeError:
