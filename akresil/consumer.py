@@ -40,7 +40,7 @@ __all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
 
 _EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
-CommitValue = Any
+CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
 
 
 class RebalanceListener(Protocol):

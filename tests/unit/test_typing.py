@@ -32,7 +32,7 @@ API_SAMPLE = '''
 import json
 from typing import Any
 
-from akresil import Consumer, ConsumerRecord, Producer
+from akresil import Consumer, ConsumerRecord, Producer, TopicPartition
 from akresil.otel import instrument_consumer, instrument_producer
 
 
@@ -70,6 +70,8 @@ async def main() -> None:
     typed_first: ConsumerRecord[str, Any] = await typed.getone()
     wrong: ConsumerRecord[str, Any] = await untyped.getone()  # error: assignment
     Consumer("orders", auto_offset_reset="earliest-ish")  # error: call-overload
+    await typed.commit({TopicPartition("orders", 0): 5, TopicPartition("orders", 1): (6, "note")})
+    await typed.commit({TopicPartition("orders", 0): "5"})  # error: dict-item
     print(first, typed_first, wrong)
 
     traced = instrument_producer(orders)
