@@ -1,8 +1,8 @@
 """Tests of examples/order_service.py with the akresil pytest plugin (``pip install 'akresil[testing]'``).
 
-Run them with ``pytest -p anyio examples/test_order_service.py``: the anyio plugin ships with anyio, which
-akresil depends on.  The fixtures (``kafka_bootstrap``, ``kafka_proxy``, ``kafka_faults``,
-``kafka_topic_factory``) come from the plugin; nothing here starts a broker by hand.
+Run them with ``pytest examples/test_order_service.py``: pytest loads akresil's plugin and anyio's (anyio is an
+akresil dependency) by themselves.  The fixtures (``kafka_bootstrap``, ``kafka_proxy``, ``kafka_faults``,
+``kafka_topic_factory``) come from akresil's plugin; nothing here starts a broker by hand.
 """
 
 from __future__ import annotations
