@@ -437,7 +437,7 @@ class _Instruments:
         self.records_consumed = count("akresil_consumer_records_consumed_total", "{record}",
                                       "Records handed to the application")
         self.bytes_consumed = count("akresil_consumer_consumed_bytes_total", "By",
-                                    "Record bytes handed to the application")
+                                    "Bytes of the fetched record batches handed to the application (as fetched)")
         self.rebalances = count("akresil_consumer_rebalances_total", "{rebalance}", "Completed group rebalances")
         self.rebalance_failures = count("akresil_consumer_rebalance_failures_total", "{rebalance}",
                                         "Rebalances that failed, by error class")

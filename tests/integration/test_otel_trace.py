@@ -108,6 +108,10 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
     sent = points[("akresil.producer.records_sent", frozenset({("client_id", "otel-p"), ("topic", topic)}))]
     consumed = points[("akresil.consumer.records_consumed", frozenset({("client_id", "otel-c"), ("topic", topic)}))]
     assert sent.value == 3 and consumed.value == 3
+    consumed_bytes = points[("akresil.consumer.consumed_bytes",
+                             frozenset({("client_id", "otel-c"), ("topic", topic)}))]
+    payload = sum(len(r.value or b"") + len(r.key or b"") for r in records)
+    assert consumed_bytes.value > payload      # the batches as fetched: records plus batch and record headers
     lag = points[("akresil.consumer.lag", frozenset({("client_id", "otel-c"), ("topic", topic),
                                                      ("partition", str(md.partition))}))]
     assert lag.value == 0         # the consumer's getmany took everything up to the high watermark
