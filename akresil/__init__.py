@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # type checkers see the real classes; at run time they load on first use (_LAZY)
+    from .admin import Admin as Admin
+    from .consumer import Consumer as Consumer
+    from .delivery import DeliveryFuture as DeliveryFuture
+    from .producer import Producer as Producer
+    from .types import ConsumerRecord as ConsumerRecord
+    from .types import NewTopic as NewTopic
+    from .types import RecordMetadata as RecordMetadata
+    from .types import TopicPartition as TopicPartition
 
 __version__ = "0.1.0.dev0"
 
@@ -19,7 +29,9 @@ _LAZY = {
     "DeliveryFuture": "akresil.delivery",
 }
 
-__all__ = ["__version__", *_LAZY]
+# spelled out (not ``[*_LAZY]``): type checkers read __all__ literally
+__all__ = ["__version__", "Producer", "Consumer", "Admin", "NewTopic", "TopicPartition", "RecordMetadata",
+           "ConsumerRecord", "DeliveryFuture"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import anyio
 
@@ -19,6 +19,11 @@ from .core.backoff import ExponentialBackoff
 from .net.cluster import Cluster, metadata_request_body
 from .protocol.api import ApiKey
 from .types import NewTopic, TopicPartition
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .config_keys import AdminConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ class ClusterDescription:
 class Admin:
     """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``."""
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, **config: Unpack[AdminConfig]) -> None:
         self.config = resolve("admin", config)
         self._cluster = Cluster(self.config, allow_auto_topic_creation=False)
         self._backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)

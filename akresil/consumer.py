@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, AsyncIterator, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, Protocol, overload
 
 import anyio
 
 from . import errors
 from .config import resolve
-from .core.events import Hooks
+from .core.events import RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
-from .types import ConsumerRecord, TopicPartition
+from .types import ConsumerRecord, KeyT, TopicPartition, ValueT
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .config_keys import ConsumerConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ __all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
 
 _EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
-CommitValue = Any
+CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
 
 
 class RebalanceListener(Protocol):
@@ -46,7 +51,7 @@ class RebalanceListener(Protocol):
     async def on_partitions_lost(self, lost: set[TopicPartition]) -> None: ...
 
 
-class Consumer:
+class Consumer(Generic[KeyT, ValueT]):
     """Async Kafka consumer. ``async with Consumer("topic", bootstrap_servers=..., group_id=...) as c``.
 
     ``*topics``: subscribe to these topics; or ``pattern=`` (a regex matched against every topic name in the
@@ -54,7 +59,26 @@ class Consumer:
     ``RebalanceListener`` for group subscriptions. Other keyword arguments are Kafka consumer configs in
     snake_case (``akresil.config``) plus ``key_deserializer`` / ``value_deserializer`` (callables on bytes),
     ``hooks`` and ``max_buffered_bytes`` (prefetch bound, default ``fetch_max_bytes``).
+    Generic in the record types: with ``value_deserializer=json.loads`` the records are
+    ``ConsumerRecord[bytes, Any]`` (the overloads below); without deserializers ``ConsumerRecord[bytes, bytes]``.
     """
+
+    @overload
+    def __init__(self: Consumer[bytes, bytes], *topics: str, pattern: str | re.Pattern[str] | None = None,
+                 listener: RebalanceListener | None = None, key_deserializer: None = None,
+                 value_deserializer: None = None, **config: Unpack[ConsumerConfig]) -> None: ...
+    @overload
+    def __init__(self: Consumer[KeyT, bytes], *topics: str, pattern: str | re.Pattern[str] | None = None,
+                 listener: RebalanceListener | None = None, key_deserializer: Callable[[bytes], KeyT],
+                 value_deserializer: None = None, **config: Unpack[ConsumerConfig]) -> None: ...
+    @overload
+    def __init__(self: Consumer[bytes, ValueT], *topics: str, pattern: str | re.Pattern[str] | None = None,
+                 listener: RebalanceListener | None = None, key_deserializer: None = None,
+                 value_deserializer: Callable[[bytes], ValueT], **config: Unpack[ConsumerConfig]) -> None: ...
+    @overload
+    def __init__(self: Consumer[KeyT, ValueT], *topics: str, pattern: str | re.Pattern[str] | None = None,
+                 listener: RebalanceListener | None = None, key_deserializer: Callable[[bytes], KeyT],
+                 value_deserializer: Callable[[bytes], ValueT], **config: Unpack[ConsumerConfig]) -> None: ...
 
     def __init__(self, *topics: str, pattern: str | re.Pattern[str] | None = None,
                  listener: RebalanceListener | None = None, **config: Any) -> None:
@@ -107,7 +131,7 @@ class Consumer:
         self._started = False
         self._closed = False
         # async-for buffer: records taken from the fetch state but not yet yielded
-        self._pending: list[ConsumerRecord] = []
+        self._pending: list[ConsumerRecord[KeyT, ValueT]] = []
         self._pending_index = 0
         self._last_committed: dict[TopicPartition, int] = {}
         self._max_poll_records = cfg.max_poll_records
@@ -156,7 +180,7 @@ class Consumer:
             self._closed = True
             raise
 
-    async def __aenter__(self) -> "Consumer":
+    async def __aenter__(self) -> Consumer[KeyT, ValueT]:
         await self.start()
         return self
 
@@ -353,7 +377,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ consuming
     async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]:
         """Buffered records, waiting up to ``timeout_ms`` for some: ``{TopicPartition: [ConsumerRecord]}``.
 
         At most ``max_records`` (default ``max_poll_records``) in all; only from ``partitions`` if given.
@@ -379,8 +403,11 @@ class Consumer:
         deadline: float | None = None
         while True:
             event = fetcher.data_event()
+            buffered = {tp: st.buffered_bytes for tp, st in state.partitions.items()} if self.hooks else None
             result = state.drain(max_records, parts)
             if result:
+                if buffered is not None:
+                    self._emit_consumed(result, buffered)
                 fetcher.wake()
                 return result
             self._check_open()
@@ -394,7 +421,24 @@ class Consumer:
             with anyio.move_on_after(remaining / 1000.0):
                 await event.wait()
 
-    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+    def _emit_consumed(self, result: Mapping[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]],
+                       buffered_before: Mapping[TopicPartition, int]) -> None:
+        """``records_consumed`` per partition handed out (only with hooks attached: metrics, tracing).
+
+        ``bytes`` counts the fetched batches the drain decoded (as fetched: compressed, with batch headers, as
+        Java's ``bytes-consumed`` does), read off the fetch state's buffer accounting: O(partitions), where
+        summing the records' key and value sizes would cost a few hundred ns per record.
+        """
+        read_committed = self.config.isolation_level == "read_committed"
+        for tp, records in result.items():
+            st = self._state.state(tp)
+            end = st.last_stable_offset if read_committed else st.high_watermark
+            lag = end - st.position if end >= 0 and st.position is not None else None
+            size = max(0, buffered_before.get(tp, 0) - st.buffered_bytes)
+            self.hooks.emit(RECORDS_CONSUMED, topic=tp.topic, partition=tp.partition, records=len(records),
+                            bytes=size, lag=lag)
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[KeyT, ValueT]:
         """The next record (from ``partitions`` if given), waiting as long as it takes."""
         if partitions:
             while True:
@@ -403,10 +447,10 @@ class Consumer:
                     return records[0]
         return await self.__anext__()
 
-    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord[KeyT, ValueT]]:
         return self
 
-    async def __anext__(self) -> ConsumerRecord:
+    async def __anext__(self) -> ConsumerRecord[KeyT, ValueT]:
         i = self._pending_index
         pending = self._pending
         if i < len(pending):
@@ -414,7 +458,7 @@ class Consumer:
             return pending[i]
         return await self._refill()
 
-    async def _refill(self) -> ConsumerRecord:
+    async def _refill(self) -> ConsumerRecord[KeyT, ValueT]:
         if self._closed:
             raise StopAsyncIteration
         while True:

@@ -137,7 +137,8 @@ class _Collectors:
         self.records_consumed = Counter(
             "akresil_consumer_records_consumed_total", "Records handed to the application", t, registry=r)
         self.bytes_consumed = Counter(
-            "akresil_consumer_consumed_bytes_total", "Record bytes handed to the application", t, registry=r)
+            "akresil_consumer_consumed_bytes_total",
+            "Bytes of the fetched record batches handed to the application (as fetched)", t, registry=r)
         self.lag = Gauge(
             "akresil_consumer_lag_records",
             "Records between the position and the high watermark (last stable offset under read_committed)",

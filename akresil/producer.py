@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from contextlib import nullcontext
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, overload
 
 import anyio
 import anyio.lowlevel
@@ -31,7 +31,13 @@ from .core.partitioner import DefaultPartitioner
 from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
 from .net.scheduler import Sender
-from .types import Header, RecordMetadata, TopicPartition
+from .types import (Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT, SerializedT, TopicPartition,
+                    ValueT_contra)
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .config_keys import ProducerConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +66,27 @@ def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
                     f"pass {what}_serializer= to convert it")
 
 
-class Producer:
+class Producer(Generic[KeyT_contra, ValueT_contra]):
     """Async Kafka producer. Use as ``async with Producer(bootstrap_servers=...) as producer``.
 
     Keyword arguments are Kafka's producer configs in snake_case (see ``akresil.config``), plus
     ``key_serializer`` / ``value_serializer`` (callables to bytes) and ``hooks`` (event hook objects).
+    Generic in what it takes as keys and values: ``Producer(value_serializer=json_bytes)`` with
+    ``json_bytes: Callable[[Order], bytes]`` is a ``Producer[RawBytes, Order]`` (the overloads below).
     """
+
+    @overload
+    def __init__(self: Producer[RawBytes, RawBytes], *, key_serializer: None = None,
+                 value_serializer: None = None, **config: Unpack[ProducerConfig]) -> None: ...
+    @overload
+    def __init__(self: Producer[SerializedKeyT, RawBytes], *, key_serializer: Callable[[SerializedKeyT], bytes],
+                 value_serializer: None = None, **config: Unpack[ProducerConfig]) -> None: ...
+    @overload
+    def __init__(self: Producer[RawBytes, SerializedT], *, key_serializer: None = None,
+                 value_serializer: Callable[[SerializedT], bytes], **config: Unpack[ProducerConfig]) -> None: ...
+    @overload
+    def __init__(self: Producer[SerializedKeyT, SerializedT], *, key_serializer: Callable[[SerializedKeyT], bytes],
+                 value_serializer: Callable[[SerializedT], bytes], **config: Unpack[ProducerConfig]) -> None: ...
 
     def __init__(self, **config: Any) -> None:
         self.config = cfg = resolve("producer", config, extra=_EXTRA_KEYS)
@@ -125,7 +146,7 @@ class Producer:
             self._closed = True
             raise
 
-    async def __aenter__(self) -> "Producer":
+    async def __aenter__(self) -> Producer[KeyT_contra, ValueT_contra]:
         await self.start()
         return self
 
@@ -182,14 +203,16 @@ class Producer:
             raise self._sender.fatal_error
 
     # ------------------------------------------------------------------ sending
-    async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
+    async def send(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
+                   partition: int | None = None,
                    timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> RecordMetadata:
         """Send one record and wait for its acknowledgement."""
         fut = await self.enqueue(topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
                                  headers=headers)
         return await fut
 
-    async def enqueue(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
+    async def enqueue(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
+                      partition: int | None = None,
                       timestamp_ms: int | None = None, headers: Sequence[Header] | None = None,
                       on_delivery: DeliveryCallback | None = None) -> DeliveryFuture:
         """Buffer one record; returns once it is buffered (waiting up to ``max_block_ms`` for space).
@@ -271,7 +294,7 @@ class Producer:
                 self._yield_due = True
         return fut
 
-    async def send_many(self, topic: str, records: Iterable[tuple[Any, Any]], *,
+    async def send_many(self, topic: str, records: Iterable[tuple[KeyT_contra | None, ValueT_contra | None]], *,
                         partition: int | None = None, headers: Sequence[Header] | None = None,
                         timestamp_ms: int | None = None, raise_on_error: bool = True) -> list[RecordMetadata]:
         """Send ``(key, value)`` pairs in one pass and wait for all of them.

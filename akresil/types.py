@@ -1,8 +1,33 @@
-"""Small immutable value types of the public API."""
+"""Small immutable value types of the public API, and the type variables that make the clients generic.
+
+A consumer with deserializers yields ``ConsumerRecord[K, V]`` (K, V: what the deserializers return); a producer
+with serializers takes ``K`` / ``V`` (what the serializers accept).  Without them the defaults apply: bytes.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+import sys
+from typing import Any, Generic, NamedTuple, Sequence
+
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:   # TypeVar defaults (PEP 696) arrived in 3.13
+    from typing_extensions import TypeVar
+
+#: what a producer takes as a key / value without a serializer
+RawBytes = bytes | bytearray | memoryview
+
+#: a consumer's key / value type: what its deserializer returns (bytes without one)
+KeyT = TypeVar("KeyT", default=bytes)
+ValueT = TypeVar("ValueT", default=bytes)
+#: a producer's key / value type: what its serializer accepts (bytes-like without one).  Contravariant: a
+#: producer that takes any bytes-like value is a fine ``Producer[bytes, bytes]``.
+KeyT_contra = TypeVar("KeyT_contra", contravariant=True, default=RawBytes)
+ValueT_contra = TypeVar("ValueT_contra", contravariant=True, default=RawBytes)
+#: what a serializer accepts, in the producer's overloads: Any when a checker cannot tell (an unannotated
+#: lambda), instead of the class default, which would reject every value the lambda was written for
+SerializedT = TypeVar("SerializedT", default=Any)
+SerializedKeyT = TypeVar("SerializedKeyT", default=Any)
 
 
 class TopicPartition(NamedTuple):
@@ -22,12 +47,13 @@ class RecordMetadata(NamedTuple):
     serialized_value_size: int = -1
 
 
-class ConsumerRecord(NamedTuple):
+class ConsumerRecord(NamedTuple, Generic[KeyT, ValueT]):
     topic: str
     partition: int
     offset: int
-    key: bytes | None
-    value: bytes | None
+    #: deserialized when the consumer has a key_deserializer (None stays None)
+    key: KeyT | None
+    value: ValueT | None
     headers: Sequence[tuple[str, bytes | None]]
     timestamp_ms: int
     #: 0 = CreateTime, 1 = LogAppendTime

@@ -66,8 +66,8 @@ def run_pipeline(spark: Any, bootstrap: str, source: str = "orders", sink: str =
 
 def sample_orders(n: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
     rng = random.Random(seed)
-    out = []
-    for i in range(n):
+    out: list[tuple[bytes, bytes]] = []
+    for _ in range(n):
         customer = f"c{rng.randrange(5)}"
         out.append((customer.encode(), orjson.dumps({"customer": customer, "amount": rng.randrange(100, 5000) / 100})))
     return out

@@ -1,0 +1,142 @@
+"""The pytest plugin (``akresil.pytest_plugin``) run the way users run it: inner pytest sessions
+started by ``pytester``, with plugin autoloading off and the plugins named explicitly, so the result does not
+depend on what else this environment has installed.  Each inner session starts its own embedded broker."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.broker
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = "akresil.pytest_plugin"
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    return pytester.runpytest("-p", PLUGIN, "-p", "anyio.pytest_plugin", "-p", "pytest_asyncio.plugin",
+                              "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function",
+                              # this outer session imported the plugin already, so the inner one cannot rewrite it
+                              "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+
+
+def test_the_entry_point_names_the_plugin_module() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["entry-points"]["pytest11"] == {"akresil": PLUGIN}
+    __import__(PLUGIN)
+
+
+def test_the_documented_example_service_tests_pass(pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("order_service.py", "test_order_service.py"):
+        shutil.copy(ROOT / "examples" / name, pytester.path / name)
+    result = run(pytester, monkeypatch, "-v", "test_order_service.py")
+    # anyio's default ``anyio_backend`` runs each test on every installed backend: asyncio and trio here
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*test_transient_broker_errors_are_retried_with_backoff?asyncio? PASSED*",
+                                 "*test_transient_broker_errors_are_retried_with_backoff?trio? PASSED*"],
+                                consecutive=False)
+
+
+def test_fixtures_under_pytest_asyncio_and_anyio_on_asyncio_and_trio(pytester: pytest.Pytester,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_inner='''
+        import anyio
+        import pytest
+        from akresil import Admin, Consumer, Producer, TopicPartition
+
+        created = []
+
+        async def roundtrip(bootstrap, topic):
+            async with Producer(bootstrap_servers=bootstrap, linger_ms=0) as producer:
+                md = await producer.send(topic, b"v", key=b"k")
+            async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=50) as consumer:
+                consumer.assign([TopicPartition(topic, md.partition)])
+                got = await consumer.getmany(timeout_ms=5000)
+            return [r.value for rs in got.values() for r in rs]
+
+        @pytest.mark.asyncio
+        async def test_pytest_asyncio(kafka_bootstrap, kafka_topic_factory, kafka_broker):
+            topic = await kafka_topic_factory(partitions=2, prefix="pa")
+            created.append(topic)
+            assert topic.startswith("pa-") and kafka_broker.kind == "tansu"
+            assert await roundtrip(kafka_bootstrap, topic) == [b"v"]
+            async with Admin(bootstrap_servers=kafka_bootstrap) as admin:
+                assert topic in await admin.list_topics()
+
+        @pytest.fixture(params=["asyncio", "trio"])
+        def anyio_backend(request):
+            return request.param
+
+        @pytest.mark.anyio
+        async def test_anyio_through_the_proxy(kafka_proxy, kafka_faults, kafka_topic_factory, anyio_backend):
+            topic = await kafka_topic_factory()
+            async with kafka_faults.node_down(2):
+                assert not kafka_proxy.is_node_up(2)
+            assert kafka_proxy.is_node_up(2)
+            epoch = await kafka_faults.move_leader(topic, 0, to_node=3)
+            assert kafka_proxy.leader(topic, 0) == (3, epoch)
+            assert await roundtrip(kafka_proxy.bootstrap_servers, topic) == [b"v"]
+            assert kafka_proxy.requests(0, node=3, partition=(topic, 0))
+
+        @pytest.mark.kafka_proxy(nodes=5, coordinator_node=4)
+        def test_marker_configures_the_proxy(kafka_proxy):
+            assert kafka_proxy.node_ids == (1, 2, 3, 4, 5)
+
+        @pytest.mark.anyio
+        async def test_topics_are_deleted_after_their_test(kafka_bootstrap):
+            assert created
+            async with Admin(bootstrap_servers=kafka_bootstrap) as admin:
+                assert created[0] not in await admin.list_topics()
+    ''')
+    result = run(pytester, monkeypatch, "-q")
+    result.assert_outcomes(passed=6)      # the two anyio tests run on asyncio and on trio
+
+
+def test_broker_kind_from_the_command_line_and_the_ini_file(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("noida_db")
+    pytester.makepyfile(test_kind='''
+        import os
+        def test_kind(kafka_broker):
+            assert kafka_broker.kind == os.environ["EXPECTED_KIND"]
+    ''')
+    monkeypatch.setenv("EXPECTED_KIND", "noida")
+    run(pytester, monkeypatch, "-q", "--kafka-broker=noida").assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nkafka_broker = noida\n")
+    run(pytester, monkeypatch, "-q").assert_outcomes(passed=1)
+    monkeypatch.setenv("EXPECTED_KIND", "tansu")
+    run(pytester, monkeypatch, "-q", "--kafka-broker=tansu").assert_outcomes(passed=1)   # the option wins
+
+
+def test_bad_configuration_is_named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_bad='''
+        import pytest
+        def test_kind(kafka_broker):
+            pass
+        @pytest.mark.kafka_proxy(3)
+        def test_positional(kafka_proxy):
+            pass
+    ''')
+    pytester.makeini("[pytest]\nkafka_broker = kafka-4\n")
+    result = run(pytester, monkeypatch, "-q")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*kafka_broker: expected one of tansu, noida, got 'kafka-4'*"])
+    pytester.makeini("[pytest]\n")
+    result = run(pytester, monkeypatch, "-q", "-k", "positional")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*kafka_proxy takes keyword arguments only*"])
+
+
+def test_the_testing_page_shows_the_example_files_verbatim() -> None:
+    page = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```$", page, re.S | re.M)
+    for name in ("order_service.py", "test_order_service.py"):
+        assert (ROOT / "examples" / name).read_text(encoding="utf-8") in blocks, f"docs/testing.md: {name} differs"
