@@ -122,7 +122,8 @@ class Fetcher:
                 by_node.setdefault(lead[0], []).append(tp)
             for node, tps in by_node.items():
                 self._tg.start_soon(self._list_offsets, node, state.begin_lookup(tps))
-        plan = state.plan_fetches(now, cluster.metadata.snapshot)
+        plan = state.plan_fetches(now, cluster.metadata.snapshot,
+                                  lambda node: cluster.node(node).next_send_at(now))
         if plan.needs_metadata:
             cluster.request_metadata_refresh("fetch-unknown-leader")
         for request in plan.requests:
@@ -156,7 +157,9 @@ class Fetcher:
                 return
             except _TRANSPORT_ERRORS as exc:
                 log.debug("Fetch to node %s failed: %s", node, exc)
-                state.on_fetch_failed(request, cluster.clock())
+                now = cluster.clock()
+                # the connection closed with a failure: the node's reconnect backoff paces the next Fetch
+                state.on_fetch_failed(request, now, node_backing_off=cluster.node(node).next_send_at(now) is not None)
                 too_large = find_frame_too_large(exc)
                 if too_large is not None:
                     # the same Fetch would get the same answer: tell the application which setting to raise

@@ -19,7 +19,7 @@ import pytest
 from akresil import Consumer, TopicPartition
 from akresil.testing.rdkafka_mock import MockCluster
 
-from ..harness.e2e import NODES, MockHarness, default_leader, fast_producer, loop_lag, mock_harness, unique_topic
+from ..harness.e2e import METADATA, NODES, MockHarness, default_leader, fast_producer, loop_lag, mock_harness, unique_topic
 
 pytestmark = pytest.mark.broker
 
@@ -30,6 +30,10 @@ FETCH_MAX_WAIT_MS = 100
 #: the mock holds a Fetch without data for fetch_max_wait_ms (it does not answer early when data arrives), so
 #: ~110 ms gaps are normal with or without a fault; a 1 s stall (the reconnect backoff cap) would already fail
 MAX_GAP_MS = 800.0
+#: time from the broker's return until its partitions are read again: a metadata refresh (retry_backoff_ms) and a
+#: connect, ~0.2-0.3 s measured ("down"); a Fetch written to the hung broker just before it recovers still waits
+#: for its request timeout (2 s + fetch_max_wait_ms: answers on a connection come in order)
+RECOVERY_S = {"down": 1.0, "hung": 3.5}
 FAULTS: dict[str, tuple[Callable[[MockCluster, int], None], Callable[[MockCluster, int], None]]] = {
     # connections refused
     "down": (lambda mock, node: mock.broker_set_down(node), lambda mock, node: mock.broker_set_up(node)),
@@ -111,6 +115,18 @@ async def test_live_partitions_keep_flowing_while_a_broker_fails(mode: str, faul
                         while not read_all(fetched, sent):
                             await anyio.sleep(0.05)
                     await anyio.to_thread.run_sync(heal, h.mock, down)
+                    # and the returned broker's partitions are read again soon (reconnect and fetch backoff <= 1 s)
+                    back = [(p, b"back-%d" % p) for p in range(PARTITIONS) if p not in live]
+                    healed_at = time.monotonic()
+                    for p, value in back:
+                        await producer.send(topic, value, partition=p)
+                    acked_s = time.monotonic() - healed_at
+                    with anyio.fail_after(8):
+                        while not read_all(fetched, back):
+                            await anyio.sleep(0.05)
+                    recovered_s = time.monotonic() - healed_at
+                    metadata_requests = sum(1 for r in h.mock.get_requests() if r.api_key == METADATA
+                                            and down_at <= r.timestamp_us / 1e6 <= down_at + OUTAGE_S)
                     tg.cancel_scope.cancel()
 
     during = sorted(t for t, p, _ in fetched if down_at <= t <= down_at + OUTAGE_S and p in live)
@@ -120,6 +136,11 @@ async def test_live_partitions_keep_flowing_while_a_broker_fails(mode: str, faul
         f"longest gap between live records while broker {down} was {fault}: {longest:.0f} ms "
         f"(loop lag {h.lag.max_ms:.0f} ms)")
     assert {p for t, p, _ in fetched if down_at <= t <= down_at + OUTAGE_S} >= set(live)
+    assert recovered_s < RECOVERY_S[fault] + h.lag.max_ms / 1000.0, (
+        f"broker {down}'s partitions were read again only {recovered_s:.2f} s after it returned")
+    print(f"{mode}/{fault}: broker {down}, longest live gap {longest:.0f} ms, its partitions read again "
+          f"{recovered_s:.2f} s after it returned (produced and acknowledged after {acked_s:.2f} s); "
+          f"{metadata_requests} Metadata requests in the {OUTAGE_S:.0f} s outage")
 
 
 async def produce_live(producer: object, topic: str, live: list[int], until: float) -> list[tuple[int, bytes]]:
