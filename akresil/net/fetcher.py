@@ -5,8 +5,9 @@ one outstanding), the offset lookups due (committed offsets from the group, rese
 starts a task for each, then sleeps until the earliest backoff the core names or a wake-up (records drained,
 seek/pause/resume, a response, a metadata change). No polling.
 
-Requests go out through ``Cluster.request``, so only when the node may receive them (it waits out a KIP-219
-mute and the reconnect backoff first), and the throttle time of every answer is fed back to the node state. The Fetch
+The plan skips a node that may not be sent to yet (KIP-219 mute, reconnect backoff: its node state's
+``next_send_at``) and wakes at that time; requests go out through ``Cluster.request``, which waits out the same
+gates should one start meanwhile, and the throttle time of every answer is fed back to the node state. The Fetch
 version is the highest both sides support, capped at 12 when a topic's id is unknown (Fetch 13+ names topics
 by id only; noida-db advertises Fetch 13 yet hands out all-zero topic ids).
 

@@ -19,7 +19,8 @@ import pytest
 from akresil import Consumer, TopicPartition
 from akresil.testing.rdkafka_mock import MockCluster
 
-from ..harness.e2e import METADATA, NODES, MockHarness, default_leader, fast_producer, loop_lag, mock_harness, unique_topic
+from ..harness.e2e import (METADATA, NODES, MockHarness, default_leader, fast_producer, loop_lag, mock_harness,
+                           unique_topic)
 
 pytestmark = pytest.mark.broker
 
