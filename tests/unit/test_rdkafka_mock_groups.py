@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from akresil.errors import ProtocolError
 from akresil.protocol.api import decode_response, encode_request
 from akresil.testing.rdkafka_mock import GROUP_VERSION_CAP, ApiKey, MockCluster
 
@@ -93,7 +94,7 @@ def test_uncapped_mock_mishandles_flexible_group_requests(uncapped: MockCluster)
     for version in (3, 4):
         answer = exchange(address, encode_request(ApiKey.LEAVE_GROUP, version, 7, CLIENT_ID, leave_body(version)))
         assert answer is not None
-        with pytest.raises(Exception, match="LeaveGroupResponse v%d" % version):
+        with pytest.raises(ProtocolError, match="LeaveGroupResponse v%d" % version):
             decode_response(ApiKey.LEAVE_GROUP, version, answer)
 
 
