@@ -312,7 +312,7 @@ class Cluster:
                         causes[trying] = _failure_reason(exc)
                     trying = None
                 now = self.clock()
-                next_at = min((self.node(-(i + 1)).next_connect_at(now) or now) for i in range(len(self._bootstrap)))
+                next_at = min(self.node(-(i + 1)).next_connect_at(now) or now for i in range(len(self._bootstrap)))
                 log.warning("no bootstrap server answered (round %d): %s; next attempt in %.0f ms (start() gives up "
                             "in %.1f s, bootstrap_timeout_ms=%d)", rounds, _listing(causes), next_at - now,
                             max(0.0, deadline - now) / 1000.0, timeout_ms)
