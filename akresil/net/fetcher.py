@@ -117,7 +117,7 @@ class Fetcher:
             by_node: dict[int, list[TopicPartition]] = {}
             for tp in resets:
                 lead = snapshot.leader_of(tp)
-                if lead is None:
+                if lead is None or lead[0] not in snapshot.brokers:   # as in plan_fetches: wait for metadata
                     cluster.request_metadata_refresh("reset-unknown-leader")
                     continue
                 by_node.setdefault(lead[0], []).append(tp)
