@@ -146,6 +146,11 @@ OPTIONS: tuple[Option, ...] = (
            kip="KIP-144"),
     Option("socket_connection_setup_timeout_ms", _INT, 10_000, "time allowed to connect (TCP+TLS+SASL)",
            minimum=1, maximum=_MAX_INT),
+    Option("bootstrap_timeout_ms", _INT, 60_000,
+           "how long `start()` keeps trying the bootstrap servers before `NoBrokersAvailableError` (Java's "
+           "`max.block.ms` idea, for every client). 60 s, Java's `max.block.ms` and `default.api.timeout.ms`: an "
+           "application started together with its cluster waits out a broker start instead of crash-looping; "
+           "each failed round logs a WARNING with its causes and the next attempt", minimum=1, maximum=_MAX_INT),
     Option("metadata_max_age_ms", _INT, 300_000, "refresh metadata at least this often", minimum=0,
            maximum=_MAX_INT),
     Option("connections_max_idle_ms", _INT, 540_000, "close connections idle this long", minimum=0,

@@ -37,10 +37,17 @@ class ProtocolError(KafkaError):
 
 
 class KafkaConnectionError(KafkaError):
-    """A connection failed or closed; the request may be retried on a new connection."""
+    """A connection failed or closed; the request may be retried on a new connection.
+
+    ``reason`` is the cause alone, without the address the message names (the bootstrap error lists each
+    address with its reason once)."""
 
     retriable = True
     invalid_metadata = True
+
+    def __init__(self, *args: object, reason: str | None = None) -> None:
+        super().__init__(*args)
+        self.reason: str = reason if reason is not None else (str(args[0]) if args else "")
 
 
 class RequestTimeoutError(KafkaError):

@@ -11,6 +11,9 @@ Rules worth knowing:
 
 * A seek, reset or reassignment bumps the partition's ``generation``; a response for an older generation is
   dropped, so a seek racing an in-flight Fetch never delivers records from the old position.
+* A leader the metadata has no endpoint for, or a node that may not be sent to yet (``node_ready_at``:
+  reconnect backoff, KIP-219 mute), gets no Fetch: its partitions wait for the metadata or the node, not on
+  backoffs of their own, so they resume together when it is back (and follow a leader move at once).
 * NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH with a KIP-951 ``CurrentLeader`` that the metadata cache
   accepts re-plans the partition at once on the new leader (no backoff); without an accepted hint the
   partition backs off (KIP-580). Both ask for a metadata refresh.
@@ -446,8 +449,14 @@ class FetchState:
         return st.retry.on_failure(now)
 
     # ------------------------------------------------------------------ planning
-    def plan_fetches(self, now: float, snapshot: MetadataSnapshot) -> FetchPlan:
-        """Fetch requests to send now: one per leader without a Fetch outstanding."""
+    def plan_fetches(self, now: float, snapshot: MetadataSnapshot,
+                     node_ready_at: Callable[[int], float | None] | None = None) -> FetchPlan:
+        """Fetch requests to send now: one per leader without a Fetch outstanding.
+
+        ``node_ready_at(node)`` (the shell's node state: reconnect backoff, KIP-219 mute) names when a node may
+        be sent to, or None for now. A leader that may not be sent to yet is skipped and its time becomes a
+        wake-up: its partitions stay free (not held by a Fetch waiting for the node), so a leader move sends
+        them to the new leader at once, and they all go out together when the node is ready again."""
         by_node: dict[int, list[FetchPartition]] = {}
         needs_metadata = False
         wake_at: float | None = None
@@ -466,11 +475,18 @@ class FetchState:
                     wake_at = retry_at
                 continue
             lead = snapshot.leader_of(tp)
-            if lead is None:
+            if lead is None or lead[0] not in snapshot.brokers:
+                # no leader, or one the metadata has no endpoint for (a broker that is down drops out of the
+                # broker list while still named leader): wait for metadata, woken by its change
                 needs_metadata = True
                 continue
             node, epoch = lead
             if node in busy:
+                continue
+            ready_at = node_ready_at(node) if node_ready_at is not None else None
+            if ready_at is not None and ready_at > now:
+                if wake_at is None or ready_at < wake_at:
+                    wake_at = ready_at
                 continue
             by_node.setdefault(node, []).append(FetchPartition(tp, st.fetch_offset, epoch, st.generation))
         requests = []
@@ -525,9 +541,14 @@ class FetchState:
                 "rack_id": ""}
 
     # ------------------------------------------------------------------ responses
-    def on_fetch_failed(self, request: FetchRequest, now: float) -> None:
-        """The request itself failed (connection lost, timeout): every partition in it backs off."""
+    def on_fetch_failed(self, request: FetchRequest, now: float, *, node_backing_off: bool = False) -> None:
+        """The request itself failed (connection lost, timeout): every partition in it backs off, unless
+        ``node_backing_off``: the node's own reconnect backoff, which ``plan_fetches`` consults, then paces the
+        retry, so the partitions wait for the node, not each for a backoff of its own (with its own jitter) that
+        would keep some of them idle after the node is back."""
         self._end_fetch(request)
+        if node_backing_off:
+            return
         for p in request.partitions:
             st = self.partitions.get(p.tp)
             if st is not None and st.generation == p.generation:

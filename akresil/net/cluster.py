@@ -148,9 +148,14 @@ class Cluster:
             state.on_disconnected(self.clock(), failed=True)
             self._set_fatal(exc)
             raise
+        except errors.KafkaConnectionError:
+            state.on_disconnected(self.clock(), failed=True)
+            raise   # Connection.connect names the node, the address and the cause already
         except (OSError, errors.KafkaError) as exc:
             state.on_disconnected(self.clock(), failed=True)
-            raise errors.KafkaConnectionError(f"cannot connect to node {node_id} at {host}:{port}: {exc}") from exc
+            reason = str(exc) or type(exc).__name__
+            raise errors.KafkaConnectionError(f"cannot connect to node {node_id} at {host}:{port}: {reason}",
+                                              reason=reason) from exc
         state.on_connected(self.clock())
         self._conns[node_id] = conn
         return conn
@@ -282,21 +287,43 @@ class Cluster:
                 await changed.wait()
 
     async def _bootstrap_metadata(self) -> None:
-        deadline = self.clock() + self.config.socket_connection_setup_timeout_ms + self.config.request_timeout_ms
-        last: BaseException | None = None
-        while self.clock() < deadline:
-            for i in range(len(self._bootstrap)):
-                try:
-                    await self._refresh_from(-(i + 1))
-                    return
-                except errors.AuthenticationError:
-                    raise
-                except (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError) as exc:
-                    last = exc
-                    log.debug("bootstrap via %s:%s failed: %s", *self._bootstrap[i], exc)
-            await anyio.sleep(self._reconnect_backoff.backoff_ms(1) / 1000.0)
+        """The first Metadata, from any bootstrap server, in rounds over all of them for at most
+        ``bootstrap_timeout_ms`` (one deadline for the whole wait, a connect or request in progress included).
+
+        Each address's reconnect backoff paces the rounds; a failed round logs one WARNING naming every address
+        with its cause and the next attempt, and giving up raises one error naming each address and its last
+        cause once."""
+        timeout_ms = self.config.bootstrap_timeout_ms
+        deadline = self.clock() + timeout_ms
+        causes: dict[str, str] = {}
+        rounds = 0
+        trying: str | None = None
+        with anyio.move_on_after(timeout_ms / 1000.0):
+            while True:
+                rounds += 1
+                for i, (host, port) in enumerate(self._bootstrap):
+                    trying = f"{host}:{port}"
+                    try:
+                        await self._refresh_from(-(i + 1))
+                        return
+                    except errors.AuthenticationError:
+                        raise
+                    except (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError) as exc:
+                        causes[trying] = _failure_reason(exc)
+                    trying = None
+                now = self.clock()
+                next_at = min(self.node(-(i + 1)).next_connect_at(now) or now for i in range(len(self._bootstrap)))
+                log.warning("no bootstrap server answered (round %d): %s; next attempt in %.0f ms (start() gives up "
+                            "in %.1f s, bootstrap_timeout_ms=%d)", rounds, _listing(causes), next_at - now,
+                            max(0.0, deadline - now) / 1000.0, timeout_ms)
+                await self._sleep_until(lambda: next_at)
+        if trying is not None:
+            causes[trying] = f"no answer before bootstrap_timeout_ms ran out ({timeout_ms} ms)"
+        for host, port in self._bootstrap:
+            causes.setdefault(f"{host}:{port}", "not tried before bootstrap_timeout_ms ran out")
         raise errors.NoBrokersAvailableError(
-            f"no bootstrap server answered ({', '.join(self.config.bootstrap_servers)}): {last}")
+            f"no bootstrap server answered within bootstrap_timeout_ms={timeout_ms} ({rounds} round(s)): "
+            f"{_listing(causes)}")
 
     def _metadata_body(self, version: int) -> dict[str, Any]:
         return metadata_request_body(None if self._all_topics else sorted(self._topics),
@@ -362,6 +389,17 @@ def _fresh(error: errors.AuthenticationError) -> errors.AuthenticationError:
     copy = type(error)(*error.args)
     copy.__cause__ = error.__cause__
     return copy
+
+
+def _failure_reason(exc: BaseException) -> str:
+    """The cause of a failed bootstrap attempt without the address (the listing names it once)."""
+    if isinstance(exc, errors.KafkaConnectionError):
+        return exc.reason
+    return str(exc) or type(exc).__name__
+
+
+def _listing(causes: dict[str, str]) -> str:
+    return "; ".join(f"{address}: {cause}" for address, cause in causes.items())
 
 
 def _split_host_port(server: str) -> tuple[str, int]:

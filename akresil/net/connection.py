@@ -163,12 +163,13 @@ class Connection:
                         await anyio.aclose_forcefully(tcp)
                         raise
         except TimeoutError:
-            raise errors.KafkaConnectionError(
-                f"connecting to {where} timed out after {connect_timeout_ms:g} ms") from None
+            reason = f"connect timed out after {connect_timeout_ms:g} ms"
+            raise errors.KafkaConnectionError(f"cannot connect to {where}: {reason}", reason=reason) from None
         except ssl.SSLError as exc:
             raise errors.AuthenticationError(f"TLS handshake with {where} failed: {exc}") from exc
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            raise errors.KafkaConnectionError(f"cannot connect to {where}: {exc}") from exc
+            reason = connect_failure_reason(exc)
+            raise errors.KafkaConnectionError(f"cannot connect to {where}: {reason}", reason=reason) from exc
         conn = cls(stream, client_id=client_id, request_timeout_ms=request_timeout_ms,
                    max_in_flight=max_in_flight, node_id=node_id, address=address,
                    max_frame_bytes=max_frame_bytes, hooks=hooks, clock=clock)
@@ -590,3 +591,15 @@ def _set_nodelay(stream: anyio.abc.SocketStream) -> None:
 def _api_name(api_key: Any) -> str:
     return getattr(api_key, "name", None) or f"api {api_key}"
 
+
+def connect_failure_reason(exc: BaseException) -> str:
+    """A failed connect attempt's cause in words. anyio reports a host whose every address failed as
+    "All connection attempts failed" and keeps the last address's error as ``__cause__``: name that one."""
+    if isinstance(exc, socket.gaierror):
+        return f"host name does not resolve ({exc.strerror or exc})"
+    inner = exc.__cause__
+    if type(exc) is OSError and exc.errno is None and isinstance(inner, OSError):
+        return connect_failure_reason(inner)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return str(exc) or type(exc).__name__

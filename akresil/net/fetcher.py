@@ -5,8 +5,9 @@ one outstanding), the offset lookups due (committed offsets from the group, rese
 starts a task for each, then sleeps until the earliest backoff the core names or a wake-up (records drained,
 seek/pause/resume, a response, a metadata change). No polling.
 
-Requests go out through ``Cluster.request``, so only when the node may receive them (it waits out a KIP-219
-mute and the reconnect backoff first), and the throttle time of every answer is fed back to the node state. The Fetch
+The plan skips a node that may not be sent to yet (KIP-219 mute, reconnect backoff: its node state's
+``next_send_at``) and wakes at that time; requests go out through ``Cluster.request``, which waits out the same
+gates should one start meanwhile, and the throttle time of every answer is fed back to the node state. The Fetch
 version is the highest both sides support, capped at 12 when a topic's id is unknown (Fetch 13+ names topics
 by id only; noida-db advertises Fetch 13 yet hands out all-zero topic ids).
 
@@ -116,13 +117,14 @@ class Fetcher:
             by_node: dict[int, list[TopicPartition]] = {}
             for tp in resets:
                 lead = snapshot.leader_of(tp)
-                if lead is None:
+                if lead is None or lead[0] not in snapshot.brokers:   # as in plan_fetches: wait for metadata
                     cluster.request_metadata_refresh("reset-unknown-leader")
                     continue
                 by_node.setdefault(lead[0], []).append(tp)
             for node, tps in by_node.items():
                 self._tg.start_soon(self._list_offsets, node, state.begin_lookup(tps))
-        plan = state.plan_fetches(now, cluster.metadata.snapshot)
+        plan = state.plan_fetches(now, cluster.metadata.snapshot,
+                                  lambda node: cluster.node(node).next_send_at(now))
         if plan.needs_metadata:
             cluster.request_metadata_refresh("fetch-unknown-leader")
         for request in plan.requests:
@@ -156,7 +158,9 @@ class Fetcher:
                 return
             except _TRANSPORT_ERRORS as exc:
                 log.debug("Fetch to node %s failed: %s", node, exc)
-                state.on_fetch_failed(request, cluster.clock())
+                now = cluster.clock()
+                # the connection closed with a failure: the node's reconnect backoff paces the next Fetch
+                state.on_fetch_failed(request, now, node_backing_off=cluster.node(node).next_send_at(now) is not None)
                 too_large = find_frame_too_large(exc)
                 if too_large is not None:
                     # the same Fetch would get the same answer: tell the application which setting to raise

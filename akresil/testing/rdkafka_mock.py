@@ -35,6 +35,7 @@ from akresil.protocol.api import ApiKey   # re-exported: fault scripts name APIs
 
 __all__ = [
     "ApiKey",
+    "GROUP_VERSION_CAP",
     "MockCluster",
     "MockClusterError",
     "MockRequest",
@@ -46,6 +47,21 @@ __all__ = [
 #: ``RD_KAFKA_RESP_ERR__TRANSPORT``: pushed as a request error it makes the mock broker drop the
 #: client's connection instead of answering.
 TRANSPORT_ERROR = -195
+
+#: Highest classic-group versions librdkafka 2.16's mock decodes correctly; ``MockCluster`` caps its
+#: advertised versions to these unless told not to (``cap_group_versions=False``). The mock advertises
+#: JoinGroup 0-6, SyncGroup 0-4 and LeaveGroup 0-4, but its handlers (``rdkafka_mock_handlers.c``)
+#: read the JoinGroup protocols and SyncGroup assignments counts as int32 even in the flexible versions
+#: (JoinGroup v6, SyncGroup v4: a compact uvarint count there), so it misreads a correct request and
+#: drops the connection; and it parses every LeaveGroup as v0-v2 (``member_id``) and answers without
+#: the ``members`` array v3+ requires. librdkafka's own client never sends these versions (it stops at
+#: JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v1), so nothing upstream exercises them.
+#: Heartbeat v4 is decoded and answered correctly and stays uncapped. docs/brokers.md has the bytes.
+GROUP_VERSION_CAP: dict[ApiKey, int] = {
+    ApiKey.JOIN_GROUP: 5,
+    ApiKey.SYNC_GROUP: 3,
+    ApiKey.LEAVE_GROUP: 2,
+}
 
 _RD_KAFKA_PRODUCER = 0
 _ERRSTR_SIZE = 512
@@ -232,9 +248,13 @@ class MockCluster:
 
     Use as a context manager or call :meth:`close`. Broker-addressing methods take a broker id;
     ``-1`` means every broker where librdkafka allows it (down/up/rtt).
+
+    ``cap_group_versions`` (default on) limits the classic-group APIs to :data:`GROUP_VERSION_CAP`, the
+    versions the mock decodes correctly, so any client can join a consumer group on it; turn it off only
+    to observe the mock's own flexible-version handling.
     """
 
-    def __init__(self, num_brokers: int = 3, *, log_level: int = 3) -> None:
+    def __init__(self, num_brokers: int = 3, *, log_level: int = 3, cap_group_versions: bool = True) -> None:
         _check_int("num_brokers", num_brokers, 1, 1000)
         _check_int("log_level", log_level, 0, 7)
         self._lib = lib = _load()
@@ -261,6 +281,9 @@ class MockCluster:
         self.bootstrap_servers: str = lib.rd_kafka_mock_cluster_bootstraps(cluster).decode()
         self._addresses = dict(zip(self._broker_ids, self.bootstrap_servers.split(","), strict=True))
         self._finalizer = weakref.finalize(self, _destroy, lib, cluster, handle)
+        if cap_group_versions:
+            for api_key, max_version in GROUP_VERSION_CAP.items():
+                self.set_api_version(api_key, 0, max_version)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -426,6 +449,21 @@ class MockCluster:
         if min_version > max_version:
             raise ValueError(f"min_version {min_version} > max_version {max_version}")
         self._call("rd_kafka_mock_set_apiversion", key, min_version, max_version)
+
+    def let_followers_sync_first(self, delay_ms: int = 300) -> None:
+        """Order the next rebalance's SyncGroups the way the mock's group coordinator needs them.
+
+        The mock completes a rebalance the moment the leader's SyncGroup brings every member's assignment
+        and answers only the members already waiting; a follower whose SyncGroup arrives later is answered
+        INVALID_REQUEST (with a null assignment, which the field does not allow), so it rejoins and the
+        group never settles when the leader is quick. Kafka instead hands the late follower its assignment.
+        This delays the first JoinGroup answer of each broker by ``delay_ms``: for a new group that is the
+        elected leader's (the mock elects the first member that joined), so the followers sync first.
+        It covers one rebalance: call it again before a membership change a test wants to settle.
+        """
+        _check_int("delay_ms", delay_ms, 1, _INT32_MAX)
+        for broker_id in self._broker_ids:
+            self.push_request_errors_with_rtt(broker_id, ApiKey.JOIN_GROUP, [(0, delay_ms)])
 
     # ------------------------------------------------------------------ brokers
     def broker_set_down(self, broker_id: int) -> None:

@@ -434,6 +434,66 @@ def test_failed_request_backs_off_every_partition_in_it() -> None:
     assert plan.requests == [] and plan.wake_at is not None
 
 
+def test_a_node_that_may_not_be_sent_to_is_skipped_and_its_ready_time_is_a_wakeup() -> None:
+    cache = metadata({0: (1, 0), 1: (2, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    ready = {1: 700.0}
+    plan = st.plan_fetches(100.0, cache.snapshot, ready.get)
+    assert [r.node for r in plan.requests] == [2] and plan.wake_at == 700.0
+    assert not st.partitions[TP0].in_flight          # not held by a Fetch waiting for node 1
+    assert [r.node for r in st.plan_fetches(700.0, cache.snapshot, ready.get).requests] == [1, 2]
+
+
+def test_a_leader_missing_from_the_broker_list_waits_for_metadata_without_a_request() -> None:
+    """A broker that is down drops out of Metadata's broker list while partitions still name it leader (seen on
+    librdkafka's mock); a Fetch to it could not even connect, so none is planned: the partition waits for the
+    metadata refresh it asks for, and goes out as soon as the broker is listed again."""
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    without_1 = metadata({0: (1, 0), 1: (2, 0)}, nodes=(2, 3))
+    plan = st.plan_fetches(0.0, without_1.snapshot)
+    assert [r.node for r in plan.requests] == [2] and plan.needs_metadata
+    assert st.partitions[TP0].retry.next_allowed_at is None
+    listed = metadata({0: (1, 0), 1: (2, 0)})
+    st.begin_fetch(plan.requests[0])
+    assert [r.node for r in st.plan_fetches(0.0, listed.snapshot).requests] == [1]
+
+
+def test_a_failure_the_node_backs_off_for_paces_its_partitions_together() -> None:
+    """Issue 21: partitions each backing off (each with its own jitter) after their broker's connection failed
+    came back one by one, up to retry_backoff_max_ms after the broker did; the node's backoff paces them now."""
+    cache = metadata({0: (1, 0), 2: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP2])
+    st.seek(TP0, 0)
+    st.seek(TP2, 0)
+    for _ in range(6):                                  # a broker down for a while: many failed attempts
+        req = only_request(st, 0.0, cache)
+        st.on_fetch_failed(req, 0.0, node_backing_off=True)
+    assert all(st.partitions[tp].retry.next_allowed_at is None for tp in (TP0, TP2))
+    plan = st.plan_fetches(0.0, cache.snapshot, {1: 1000.0}.get)
+    assert plan.requests == [] and plan.wake_at == 1000.0
+    (back,) = st.plan_fetches(1000.0, cache.snapshot, {1: 1000.0}.get).requests
+    assert {p.tp for p in back.partitions} == {TP0, TP2}
+
+
+def test_partitions_of_a_backing_off_node_follow_a_leader_move_at_once() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    st.on_fetch_failed(only_request(st, 0.0, cache), 0.0, node_backing_off=True)
+    ready = {1: 5000.0}
+    assert st.plan_fetches(10.0, cache.snapshot, ready.get).requests == []
+    moved = metadata({0: (2, 1)})
+    assert [r.node for r in st.plan_fetches(10.0, moved.snapshot, ready.get).requests] == [2]
+
+
 def test_topic_id_responses_map_back_to_names_and_top_level_errors_back_off() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()

@@ -1,0 +1,93 @@
+"""An unreachable bootstrap address (issue 21): one clear error, a WARNING per failed round, a bounded wait.
+
+A refused port (a loopback port nobody listens on) and a name that cannot resolve (``.invalid`` is reserved,
+RFC 2606), for each client: they share ``Cluster``'s bootstrap and its ``bootstrap_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from akresil import Admin, Consumer, Producer
+from akresil.errors import NoBrokersAvailableError
+
+TIMEOUT_MS = 300
+#: generous: the wait ends at the option's deadline; the rest is event-loop and resolver slack on a loaded machine
+BOUND_S = 5.0
+UNRESOLVABLE = "akresil-no-such-host.invalid:9092"
+
+
+def refused_address() -> str:
+    """A loopback port that was free a moment ago: connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def client(kind: str, bootstrap: str) -> Any:
+    config: dict[str, Any] = dict(bootstrap_servers=bootstrap, bootstrap_timeout_ms=TIMEOUT_MS)
+    if kind == "producer":
+        return Producer(**config)
+    if kind == "consumer":
+        return Consumer("t", group_id="g", **config)
+    return Admin(**config)
+
+
+async def start_and_fail(kind: str, bootstrap: str) -> tuple[NoBrokersAvailableError, float]:
+    started = time.monotonic()
+    with pytest.raises(NoBrokersAvailableError) as info:
+        async with client(kind, bootstrap):
+            pass
+    return info.value, time.monotonic() - started
+
+
+@pytest.mark.parametrize("kind", ["producer", "consumer", "admin"])
+async def test_refused_port_gives_one_clear_error_within_the_timeout(kind: str, caplog: pytest.LogCaptureFixture
+                                                                     ) -> None:
+    address = refused_address()
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    error, elapsed = await start_and_fail(kind, address)
+    message = str(error)
+    assert message.count(address) == 1, message
+    assert message.count("connection refused") == 1, message
+    assert f"bootstrap_timeout_ms={TIMEOUT_MS}" in message
+    assert "cannot connect" not in message  # the address is named once, not again inside its cause
+    assert elapsed < BOUND_S
+    rounds = [r for r in caplog.records if r.levelno == logging.WARNING and "no bootstrap server answered" in
+              r.getMessage()]
+    assert rounds, "every failed round logs a WARNING"
+    for record in rounds:
+        text = record.getMessage()
+        assert text.count(address) == 1 and "connection refused" in text and "next attempt in" in text, text
+
+
+async def test_unresolvable_name_and_refused_port_are_each_named_once_with_their_cause(
+        caplog: pytest.LogCaptureFixture) -> None:
+    refused = refused_address()
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    error, elapsed = await start_and_fail("producer", f"{UNRESOLVABLE},{refused}")
+    message = str(error)
+    assert message.count(UNRESOLVABLE) == 1 and message.count(refused) == 1, message
+    assert message.count("does not resolve") == 1 and message.count("connection refused") == 1, message
+    assert message.index(UNRESOLVABLE) < message.index("does not resolve") < message.index(refused), message
+    assert elapsed < BOUND_S
+    first = next(r.getMessage() for r in caplog.records if "no bootstrap server answered" in r.getMessage())
+    assert "round 1" in first and UNRESOLVABLE in first and refused in first
+
+
+async def test_the_option_bounds_the_wait() -> None:
+    """The longer setting keeps trying longer (lower bound exact: start() never gives up early)."""
+    address = refused_address()
+    _, short = await start_and_fail("admin", address)
+    started = time.monotonic()
+    with pytest.raises(NoBrokersAvailableError, match="bootstrap_timeout_ms=1200"):
+        async with Admin(bootstrap_servers=address, bootstrap_timeout_ms=1200):
+            pass
+    long = time.monotonic() - started
+    assert TIMEOUT_MS / 1000 <= short < BOUND_S
+    assert 1.2 <= long < 1.2 + BOUND_S
