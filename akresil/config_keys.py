@@ -30,6 +30,7 @@ class CommonConfig(TypedDict, total=False):
     reconnect_backoff_ms: int
     reconnect_backoff_max_ms: int
     socket_connection_setup_timeout_ms: int
+    bootstrap_timeout_ms: int
     metadata_max_age_ms: int
     connections_max_idle_ms: int
     max_in_flight_requests_per_connection: int
