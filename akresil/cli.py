@@ -395,7 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "confluent-kafka",
                        description="Runs each scenario's fault script against every client through FaultProxy "
                        "in front of an embedded broker (or on librdkafka's mock cluster: --harness mock); writes "
-                       "bench.json, table.txt and PNG plots.")
+                       "bench.json, table.txt and PNG plots. 'akresil bench service' measures the idioms services "
+                       "write (gather, task per record, callbacks, consumers; see its --help).")
     _bench_arguments(p)
     return parser
 
@@ -414,9 +415,35 @@ _ASYNC: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo, "bench": cmd_bench}
 
 
+def _service_parser() -> argparse.ArgumentParser:
+    from .bench.service import __doc__ as doc, add_arguments
+    p = argparse.ArgumentParser(prog="akresil bench service", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(command="bench-service")
+    return p
+
+
+async def cmd_bench_service(args: argparse.Namespace) -> int:
+    from .bench.service import main as run_service
+    try:
+        doc = await run_service(args, progress=lambda line: print(line, file=sys.stderr))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    return EXIT_OK
+
+
+_ASYNC["bench-service"] = cmd_bench_service
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)     # exits 2 on bad usage
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "service"]:
+        # the service idioms take their own options (``akresil bench service --help``)
+        args = _service_parser().parse_args(argv[2:])
+    else:
+        args = build_parser().parse_args(argv)     # exits 2 on bad usage
     try:
         if args.command == "broker":
             return cmd_broker(args)

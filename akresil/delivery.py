@@ -87,10 +87,16 @@ class DeliveryFuture:
             return
         loop = self._loop
         if loop is not None:
-            loop.call_soon(cb, self, context=self._cb_ctx)
+            pending = _pending.get(loop)
+            if pending is None:
+                # the first completion since the loop last ran them: one loop callback runs every completion of
+                # this pass (a batch completes hundreds of records at once: one Handle instead of one each)
+                pending = _pending[loop] = []
+                loop.call_soon(_run_pending, loop)
+            pending.append((cb, self, self._cb_ctx))
             if self._more:
                 for fn, ctx in self._more:
-                    loop.call_soon(fn, self, context=ctx)
+                    pending.append((fn, self, ctx))
         else:
             _run_callback(cb, self)
             if self._more:
@@ -195,6 +201,26 @@ class DeliveryFuture:
     def __repr__(self) -> str:
         state = ("pending", "done", "cancelled")[self._state]
         return f"<DeliveryFuture {state}{' error=' + repr(self._error) if self._error is not None else ''}>"
+
+
+#: per asyncio loop: done-callbacks due, run by one ``call_soon`` (asyncio runs done-callbacks from the loop,
+#: never inside ``set_result``; this keeps that, batched)
+_pending: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[DeliveryFuture], Any], DeliveryFuture,
+                                                     Context | None]]] = {}
+
+
+def _run_pending(loop: asyncio.AbstractEventLoop) -> None:
+    for fn, fut, ctx in _pending.pop(loop, ()):
+        try:
+            if ctx is None:
+                fn(fut)
+            else:
+                ctx.run(fn, fut)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - as asyncio's Handle does: report, go on with the rest
+            loop.call_exception_handler({"message": f"Exception in DeliveryFuture callback {fn!r}",
+                                         "exception": exc, "future": fut})
 
 
 def _run_callback(fn: Callable[[DeliveryFuture], Any], fut: DeliveryFuture) -> None:
