@@ -32,8 +32,8 @@ Rules worth knowing:
   keep the node busy after the application drains the held partition, and its next Fetch (which the broker
   would answer at once) would wait behind it (the consumer's ~500 ms stall of issue 18). The held partition
   frees room as it is drained and the next plan carries both. When the application's last poll found nothing
-  to hand out (it reads other partitions, or none are buffered) nothing is deferred, so the caught-up
-  partitions it waits for are always fetched.
+  to hand out and no records arrived since (it waits for other partitions) nothing is deferred, so the
+  caught-up partitions it waits for are always fetched.
 """
 
 from __future__ import annotations
@@ -307,7 +307,8 @@ class FetchState:
         #: nodes with a Fetch outstanding (one per node)
         self.busy_nodes: set[int] = set()
         self._rotation = 0
-        #: the application's last ``drain`` found nothing to hand out (it is waiting for records)
+        #: the application's last ``drain`` found nothing to hand out and no records arrived since (it waits
+        #: for partitions that have none buffered)
         self.starved = True
 
     # ------------------------------------------------------------------ assignment
@@ -597,6 +598,7 @@ class FetchState:
                 if code == 0:
                     if self._buffer(st, plan, part):
                         data = True
+                        self.starved = False    # records for the application: it is about to drain
                     st.retry.on_success()
                     continue
                 if code in _LEADER_ERRORS:

@@ -436,6 +436,26 @@ def test_no_long_poll_for_caught_up_partitions_while_a_held_partition_has_record
     assert {(p.tp, p.fetch_offset) for p in req.partitions} == {(TP0, 16), (TP1, 0)}
 
 
+def test_a_plan_between_an_answer_and_the_next_poll_does_not_long_poll_either() -> None:
+    # the shell may plan (woken by a metadata refresh) after an answer is buffered and before the application,
+    # which was waiting with nothing buffered, drains it: the records that just arrived count as being read
+    cache = metadata({0: (1, 0), 1: (1, 0), 2: (1, 0)})
+    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(second))
+    st.assign([TP0, TP1, TP2])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 0)
+    assert st.drain(10) == {} and st.starved
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"high_watermark": 0}, TP1: {"records": first + second},
+                                        TP2: {"records": first + second}}), 0, cache)
+    assert not st.starved
+    assert st.plan_fetches(0, cache.snapshot).requests == []      # not TP0 alone
+    st.drain(20)
+    st.drain(20)
+    assert {p.tp for p in only_request(st, 0, cache).partitions} == {TP0, TP1, TP2}
+
+
 def test_caught_up_partitions_are_fetched_when_the_application_waits_or_nothing_more_is_there() -> None:
     # the application reads only TP1 and finds nothing: its long poll goes, TP0's records stay buffered
     st, cache = _held_and_caught_up()
