@@ -45,6 +45,12 @@ PENDING_TOPIC_BACKOFF_MS = 1.0
 ZERO_UUID = bytes(16)
 
 
+def pending_topic_backoff(retry_backoff_max_ms: float, rng: RandomSource | None = None) -> ExponentialBackoff:
+    """The schedule for re-asking about a topic that is not ready yet: ``backoff_ms(n)`` after the n+1-th
+    such answer is 0 (at once), then 1, 2, 4 ... ms, capped at ``retry_backoff_max_ms``."""
+    return ExponentialBackoff(min(PENDING_TOPIC_BACKOFF_MS, retry_backoff_max_ms), retry_backoff_max_ms, rng=rng)
+
+
 class BrokerInfo(NamedTuple):
     node_id: int
     host: str
@@ -159,8 +165,7 @@ class MetadataCache:
         self.metadata_max_age_ms = float(metadata_max_age_ms)
         rng = rng if rng is not None else random.Random()
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rng=rng)
-        self._pending_backoff = ExponentialBackoff(min(PENDING_TOPIC_BACKOFF_MS, retry_backoff_max_ms),
-                                                   retry_backoff_max_ms, rng=rng)
+        self._pending_backoff = pending_topic_backoff(retry_backoff_max_ms, rng)
         self._hooks = hooks if hooks is not None else Hooks()
         #: the Metadata requests ask brokers to create unknown topics (UNKNOWN_TOPIC_OR_PARTITION: not ready yet)
         self.auto_create_topics = auto_create_topics

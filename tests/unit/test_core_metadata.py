@@ -7,7 +7,7 @@ import random
 import pytest
 
 from akresil.core.events import LEADER_HINT, Hooks, RecordingHook
-from akresil.core.metadata import BrokerInfo, MetadataCache
+from akresil.core.metadata import BrokerInfo, MetadataCache, pending_topic_backoff
 from akresil.errors import ProtocolError
 from akresil.types import TopicPartition
 
@@ -270,3 +270,9 @@ def test_set_topics_asks_at_once_only_for_topics_that_are_new() -> None:
     assert c.set_topics(["a"], now=3) == 102                    # fewer topics: the usual coalescing
     assert c.set_topics(["a", "c"], now=4) == 4
     assert c.wanted_topics == ("a", "c") and not c.all_topics
+
+
+def test_pending_topic_schedule_starts_at_once_and_is_capped() -> None:
+    b = pending_topic_backoff(500, random.Random(0))
+    b.jitter = 0.0
+    assert [b.backoff_ms(n) for n in range(12)] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 500, 500]
