@@ -19,6 +19,8 @@ from akresil.core import events
 from akresil.net.clock import monotonic_ms
 from akresil.testing import EmbeddedBroker
 
+from ..harness.e2e import METADATA, fast_producer, gaps, harness, now_ms, unique_topic
+
 pytestmark = pytest.mark.broker
 
 _names = itertools.count()
@@ -87,3 +89,30 @@ async def test_a_consumer_assigned_right_after_start_looks_its_topic_up_at_once(
                  if f["cause"] == "subscription"]
         assert asked and asked[0][1]["due_at"] <= asked[0][0]
         assert not hook.since(mark, events.METADATA_REFRESH_FAILED)
+
+
+async def test_leaderless_answers_are_re_asked_at_once_not_after_the_retry_backoff() -> None:
+    """librdkafka's mock answers the first two Metadata requests for the topic with a leaderless partition
+    (a topic still electing). Those answers are not failures: the client re-asks at once, then after ~1 ms,
+    where before it waited retry_backoff_ms (1 s here) after each. Bound: half the backoff, plus the event
+    loop's measured lateness: far from both behaviours."""
+    async with harness("mock", None) as h:
+        topic, warm = unique_topic("leaderless"), unique_topic("warm")
+        await h.create_topic(topic, 1)
+        await h.create_topic(warm, 1)
+        hook = Recorder()
+        async with fast_producer(h.bootstrap_servers, retry_backoff_ms=1000, retry_backoff_max_ms=1000,
+                                 hooks=[hook]) as p:
+            await p.send(warm, b"warm-up")
+            for _ in range(2):
+                await h._call(h.mock.push_leader_response, topic, 0, -1, -1)
+            mark, start = len(hook.events), now_ms()
+            md = await p.send(topic, b"v")
+            assert (md.partition, md.offset) == (0, 0)
+            asked = [r.time_ms for r in h.requests(METADATA, since_ms=start)]
+            bound = 500 + h.lag.max_ms
+            assert all(gap < bound for gap in gaps(asked)), (gaps(asked), bound)
+            assert len(asked) == 3, asked
+            not_ready = [f.get("not_ready") for _, f in hook.since(mark, events.METADATA_REFRESH)]
+            assert not_ready == [[topic], [topic], []], not_ready
+            assert not hook.since(mark, events.METADATA_REFRESH_FAILED)
