@@ -5,6 +5,7 @@ producer (linger 0 for all three, so the figure is the metadata and produce exch
 record to a pre-created topic and wait for its ack (connections, producer id and metadata are warm), then time
 ``send`` to ack of one record to (a) a brand-new topic the broker auto-creates and (b) an existing topic the
 producer has not used yet. Rounds alternate the clients; the median and the worst of ``--rounds`` are reported.
+Tansu lists every topic in each Metadata answer, so on it (b) may need no Metadata round trip at all.
 
     python benchmarks/bench_first_ack.py [--rounds 5] [--broker tansu|noida] [--out F]
 """
