@@ -16,6 +16,7 @@ import anyio
 from . import errors
 from .config import resolve
 from .core.backoff import ExponentialBackoff
+from .core.metadata import pending_topic_backoff
 from .net.cluster import Cluster, metadata_request_body
 from .protocol.api import ApiKey
 from .types import NewTopic, TopicPartition
@@ -70,6 +71,8 @@ class Admin:
         self.config = resolve("admin", config)
         self._cluster = Cluster(self.config, allow_auto_topic_creation=False)
         self._backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+        #: a created topic that Metadata does not show with leaders yet is not a failure: re-ask soon
+        self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> "Admin":
@@ -153,7 +156,9 @@ class Admin:
             await self._wait_topics_visible(names, timeout_ms)
 
     async def _wait_topics_visible(self, names: list[str], timeout_ms: int) -> None:
-        """CreateTopics returns before every broker knows the topic; wait until Metadata shows leaders."""
+        """CreateTopics returns before every broker knows the topic; wait until Metadata shows leaders.
+
+        The topic is being created, nothing failed: re-asked at once, then after 1, 2, 4 ... ms."""
         failures = 0
         with anyio.fail_after(timeout_ms / 1000.0):
             while True:
@@ -162,8 +167,8 @@ class Admin:
                          and all(p["leader_id"] >= 0 for p in t["partitions"]) for t in md["topics"])
                 if ok:
                     return
+                await anyio.sleep(self._pending_backoff.backoff_ms(failures) / 1000.0)
                 failures += 1
-                await anyio.sleep(self._backoff.backoff_ms(failures) / 1000.0)
 
     async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> None:
         names = _topic_names(names, "delete_topics")

@@ -29,6 +29,14 @@ Rules worth knowing:
   stops fetching, until the application seeks (past it: ``seek(tp, exc.next_offset)``).
 * Fetch sessions (KIP-227) are not used: every request is a full fetch (session id 0, epoch -1). It keeps the
   broker stateless towards us at the cost of re-sending the partition list, which is small for a consumer.
+* One Fetch per node is outstanding, and the broker holds a Fetch up to ``max_wait_ms`` when none of its
+  partitions has records. So a Fetch carrying only caught-up partitions is not sent while a partition of the
+  same node is held back by the prefetch bound and the broker has more records for it: that long poll would
+  keep the node busy after the application drains the held partition, and its next Fetch (which the broker
+  would answer at once) would wait behind it (the consumer's ~500 ms stall of issue 18). The held partition
+  frees room as it is drained and the next plan carries both. When the application's last poll found nothing
+  to hand out and no records arrived since (it waits for other partitions) nothing is deferred, so the
+  caught-up partitions it waits for are always fetched.
 """
 
 from __future__ import annotations
@@ -258,6 +266,11 @@ class PartitionFetchState:
         self.last_stable_offset = -1
         self.log_start_offset = -1
 
+    def caught_up(self, read_committed: bool) -> bool:
+        """The last answer said the broker has nothing past ``fetch_offset`` (False while unknown)."""
+        end = self.last_stable_offset if read_committed and self.last_stable_offset >= 0 else self.high_watermark
+        return end >= 0 and self.fetch_offset is not None and self.fetch_offset >= end
+
     @property
     def has_position(self) -> bool:
         return self.position is not None and self.reset is None and not self.awaiting_committed
@@ -297,6 +310,9 @@ class FetchState:
         #: nodes with a Fetch outstanding (one per node)
         self.busy_nodes: set[int] = set()
         self._rotation = 0
+        #: the application's last ``drain`` found nothing to hand out and no records arrived since (it waits
+        #: for partitions that have none buffered)
+        self.starved = True
 
     # ------------------------------------------------------------------ assignment
     def assign(self, tps: Iterable[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
@@ -456,19 +472,32 @@ class FetchState:
         ``node_ready_at(node)`` (the shell's node state: reconnect backoff, KIP-219 mute) names when a node may
         be sent to, or None for now. A leader that may not be sent to yet is skipped and its time becomes a
         wake-up: its partitions stay free (not held by a Fetch waiting for the node), so a leader move sends
-        them to the new leader at once, and they all go out together when the node is ready again."""
+        them to the new leader at once, and they all go out together when the node is ready again.
+
+        A request whose partitions are all caught up (the broker would hold it ``max_wait_ms``) is deferred
+        while the node has a partition held back by the prefetch bound with records left on the broker and
+        the application is draining (not ``starved``): see the module's notes.
+        """
         by_node: dict[int, list[FetchPartition]] = {}
+        held_nodes: set[int] = set()
         needs_metadata = False
         wake_at: float | None = None
         total_room = self.buffered_bytes < self.max_buffered_bytes
         per_partition_cap = max(self.max_partition_fetch_bytes, 1)
         busy = self.busy_nodes
+        defer = not self.starved
+        read_committed = self.read_committed
         for tp, st in self.partitions.items():
             if (st.paused or st.in_flight or st.error is not None or st.fetch_offset is None
                     or st.reset is not None or st.awaiting_committed):
                 continue
             if st.chunks and (not total_room or st.buffered_bytes >= per_partition_cap):
-                continue   # enough prefetched; a partition with nothing buffered may always fetch
+                # enough prefetched; a partition with nothing buffered may always fetch
+                if defer and not st.caught_up(read_committed):
+                    lead = snapshot.leader_of(tp)
+                    if lead is not None:
+                        held_nodes.add(lead[0])
+                continue
             retry_at = st.retry.next_allowed_at
             if retry_at is not None and now < retry_at:
                 if wake_at is None or retry_at < wake_at:
@@ -491,7 +520,10 @@ class FetchState:
             by_node.setdefault(node, []).append(FetchPartition(tp, st.fetch_offset, epoch, st.generation))
         requests = []
         topic_ids = snapshot.topic_ids
+        partitions = self.partitions
         for node, parts in by_node.items():
+            if node in held_nodes and all(partitions[p.tp].caught_up(read_committed) for p in parts):
+                continue   # it would long-poll while a held partition has records: wait for the drain
             ids = {}
             max_version = 17
             for p in parts:
@@ -587,6 +619,7 @@ class FetchState:
                 if code == 0:
                     if self._buffer(st, plan, part):
                         data = True
+                        self.starved = False    # records for the application: it is about to drain
                     st.retry.on_success()
                     continue
                 if code in _LEADER_ERRORS:
@@ -726,6 +759,7 @@ class FetchState:
             states = [self.state(tp) for tp in partitions]
         n = len(states)
         if n == 0:
+            self.starved = True
             return {}
         start = self._rotation % n
         self._rotation += 1
@@ -751,6 +785,7 @@ class FetchState:
                     break
             elif st.error is not None and pending_error is None:    # reached a corrupt batch
                 pending_error = st.error
+        self.starved = not out
         if not out and pending_error is not None:
             raise pending_error
         return out

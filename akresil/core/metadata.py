@@ -12,6 +12,17 @@ and recreated, so its partitions are replaced whatever their epochs.
 
 Refresh scheduling is KIP-580 backoff plus ``metadata_max_age_ms``: a requested refresh is due once the
 backoff since the previous attempt has passed, an unrequested one when the data is older than the max age.
+The cache also holds the topics the client wants metadata for (``want_topics`` / ``set_topics``), because two
+answers are not failures and must not wait ``retry_backoff_ms`` (issue 18: the first record to a new topic
+waited ~100 ms behind the bootstrap answer's backoff):
+
+* A topic no request has asked about yet is due at once: the backoff after a successful answer exists to
+  coalesce repeated refresh requests, and no earlier answer can hold a topic nobody asked for (Java's
+  ``requestUpdateForNewTopics`` does the same). Only a failure backoff (the last request failed) still holds.
+* An answer in which a wanted topic is not ready (LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION when the
+  request allowed auto-creation, or partitions without a leader) is a topic being created or electing: the
+  next refresh is due at once, then after 1, 2, 4 ... ms (doubling, jittered) up to ``retry_backoff_max_ms``.
+  The fast part is short and bounded: about seven answers in, the wait is ``retry_backoff_ms`` again.
 """
 
 from __future__ import annotations
@@ -27,8 +38,17 @@ from .backoff import ExponentialBackoff, RandomSource
 from .events import Hooks
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 INVALID_TOPIC = 17
+#: first wait (ms) of the schedule for a topic that is not ready yet; doubles per answer (after one re-ask at once)
+PENDING_TOPIC_BACKOFF_MS = 1.0
 ZERO_UUID = bytes(16)
+
+
+def pending_topic_backoff(retry_backoff_max_ms: float, rng: RandomSource | None = None) -> ExponentialBackoff:
+    """The schedule for re-asking about a topic that is not ready yet: ``backoff_ms(n)`` after the n+1-th
+    such answer is 0 (at once), then 1, 2, 4 ... ms, capped at ``retry_backoff_max_ms``."""
+    return ExponentialBackoff(min(PENDING_TOPIC_BACKOFF_MS, retry_backoff_max_ms), retry_backoff_max_ms, rng=rng)
 
 
 class BrokerInfo(NamedTuple):
@@ -144,20 +164,62 @@ class MetadataCache:
 
     def __init__(self, *, retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000,
                  metadata_max_age_ms: float = 300_000, rng: RandomSource | None = None,
-                 hooks: Hooks | None = None) -> None:
+                 hooks: Hooks | None = None, auto_create_topics: bool = False) -> None:
         if metadata_max_age_ms < 0:
             raise ValueError(f"metadata_max_age_ms: must be >= 0, got {metadata_max_age_ms!r}")
         self.snapshot = MetadataSnapshot()
         self.metadata_max_age_ms = float(metadata_max_age_ms)
-        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms,
-                                           rng=rng if rng is not None else random.Random())
+        rng = rng if rng is not None else random.Random()
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rng=rng)
+        self._pending_backoff = pending_topic_backoff(retry_backoff_max_ms, rng)
         self._hooks = hooks if hooks is not None else Hooks()
+        #: the Metadata requests ask brokers to create unknown topics (UNKNOWN_TOPIC_OR_PARTITION: not ready yet)
+        self.auto_create_topics = auto_create_topics
         self._failures = 0
         self._allowed_at = 0.0            # no attempt before this (KIP-580 backoff since the last attempt)
+        self._failed_until = 0.0          # the part of it a failed request set: holds even new topics
         self._last_success_at: float | None = None
         self._need_update = True          # nothing known yet
         self._request_version = 0
         self._causes: list[str] = ["bootstrap"]
+        self._wanted: set[str] = set()
+        self._all_topics = False
+        #: wanted topics no request has carried yet
+        self._unasked: set[str] = set()
+        #: consecutive answers in which some wanted topic was not ready
+        self._pending_answers = 0
+
+    # ------------------------------------------------------------------ wanted topics
+    @property
+    def wanted_topics(self) -> tuple[str, ...]:
+        return tuple(sorted(self._wanted))
+
+    @property
+    def all_topics(self) -> bool:
+        """Requests ask for every topic (a pattern subscription)."""
+        return self._all_topics
+
+    def want_topics(self, topics: Iterable[str], now: float, *, reason: str = "new-topic") -> float | None:
+        """Add topics to the requests; if any is new, a refresh is due at once (see the module notes).
+
+        Returns when the refresh is due, or None when every topic was wanted already.
+        """
+        new = set(topics) - self._wanted
+        if not new:
+            return None
+        self._wanted |= new
+        self._unasked |= new
+        return self.request_refresh(reason, now)
+
+    def set_topics(self, topics: Iterable[str], now: float, *, all_topics: bool = False,
+                   reason: str = "subscription") -> float:
+        """Replace the wanted topics; asks for a refresh (at once when a topic is new)."""
+        wanted = set(topics)
+        self._unasked = (self._unasked & wanted) | (wanted - self._wanted)
+        if all_topics and not self._all_topics:
+            self._unasked.add("*")
+        self._wanted, self._all_topics = wanted, all_topics
+        return self.request_refresh(reason, now)
 
     # ------------------------------------------------------------------ refresh scheduling
     @property
@@ -182,8 +244,10 @@ class MetadataCache:
         """Note that a Metadata request is going out; pass the token to ``update_from_metadata``.
 
         A refresh requested after this point (say a NOT_LEADER_OR_FOLLOWER arriving while the request is in
-        flight) stays pending when the response lands, since the response may predate what caused it.
+        flight) stays pending when the response lands, since the response may predate what caused it. The
+        wanted topics go out with this request: none is new any more.
         """
+        self._unasked.clear()
         return self._request_version
 
     def next_refresh_at(self, now: float) -> float:
@@ -192,15 +256,32 @@ class MetadataCache:
             expire_at = now
         else:
             expire_at = self._last_success_at + self.metadata_max_age_ms
+        if self._unasked:        # a topic nobody asked for yet: only a failure backoff holds it
+            return max(expire_at, self._failed_until)
         return max(expire_at, self._allowed_at)
 
     def on_refresh_failed(self, now: float) -> float:
         """A Metadata request failed at ``now``; back off exponentially. Returns the backoff in ms."""
         self._failures += 1
         delay = self._backoff.backoff_ms(self._failures + 1)
-        self._allowed_at = now + delay
+        self._allowed_at = self._failed_until = now + delay
         self._hooks.emit(events.METADATA_REFRESH_FAILED, failures=self._failures, backoff_ms=delay)
         return delay
+
+    def _not_ready(self, topics_field: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Wanted topics this answer shows as being created or without a leader (not failures: re-ask soon)."""
+        wanted = self._wanted
+        out = []
+        for t in topics_field:
+            name = t.get("name")
+            if name not in wanted:
+                continue
+            error = int(t.get("error_code", 0) or 0)
+            if error == LEADER_NOT_AVAILABLE or (error == UNKNOWN_TOPIC_OR_PARTITION and self.auto_create_topics):
+                out.append(name)
+            elif not error and any(int(p.get("leader_id", -1)) < 0 for p in t.get("partitions") or ()):
+                out.append(name)
+        return out
 
     # ------------------------------------------------------------------ updates
     def update_from_metadata(self, response: Mapping[str, Any], now: float, *,
@@ -281,13 +362,22 @@ class MetadataCache:
         # refresh bookkeeping
         causes = tuple(self._causes)
         self._failures = 0
+        self._failed_until = 0.0
         self._last_success_at = now
-        self._allowed_at = now + self._backoff.backoff_ms(1)
+        not_ready = self._not_ready(topics_field or ()) if self._wanted else []
         if token is None or token >= self._request_version:
             self._need_update = False
             self._causes = []
+        if not_ready:
+            # a topic being created or electing: re-ask at once, then on the short doubling schedule
+            self._pending_answers += 1
+            self._allowed_at = now + self._pending_backoff.backoff_ms(self._pending_answers - 1)
+            self.request_refresh("topic-not-ready", now)
+        else:
+            self._pending_answers = 0
+            self._allowed_at = now + self._backoff.backoff_ms(1)
         self._hooks.emit(events.METADATA_REFRESH, causes=causes, brokers=len(brokers), topics=len(topics),
-                         stale_partitions=len(stale))
+                         stale_partitions=len(stale), not_ready=not_ready)
         return MetadataUpdate(changed, stale, removed)
 
     def apply_leader_hint(self, tp: TopicPartition, leader_id: int, leader_epoch: int,

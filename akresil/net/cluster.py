@@ -52,15 +52,14 @@ class Cluster:
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.metadata = MetadataCache(
             retry_backoff_ms=config.retry_backoff_ms, retry_backoff_max_ms=config.retry_backoff_max_ms,
-            metadata_max_age_ms=config.metadata_max_age_ms, rng=self.rng, hooks=self.hooks)
+            metadata_max_age_ms=config.metadata_max_age_ms, rng=self.rng, hooks=self.hooks,
+            auto_create_topics=allow_auto_topic_creation)
         self._reconnect_backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=self.rng)
         self._nodes: dict[int, NodeState] = {}
         self._conns: dict[int, Connection] = {}
         self._connecting: dict[int, anyio.Event] = {}
         self._bootstrap = [_split_host_port(s) for s in config.bootstrap_servers]
-        self._topics: set[str] = set()
-        self._all_topics = False
         self._refresh_wanted = anyio.Event()
         self._metadata_changed = Broadcast()
         self._metadata_listeners: list[Callable[[], None]] = []
@@ -259,15 +258,13 @@ class Cluster:
 
     # ------------------------------------------------------------------ metadata
     def add_topics(self, topics: Iterable[str]) -> None:
-        new = set(topics) - self._topics
-        if new:
-            self._topics |= new
-            self.request_metadata_refresh("new-topic")
+        """Ask for these topics' metadata too; a new one is refreshed at once (no backoff: nothing failed)."""
+        if self.metadata.want_topics(topics, self.clock()) is not None:
+            self._refresh_wanted.set()
 
     def set_topics(self, topics: Iterable[str], *, all_topics: bool = False) -> None:
-        self._topics = set(topics)
-        self._all_topics = all_topics
-        self.request_metadata_refresh("subscription")
+        self.metadata.set_topics(topics, self.clock(), all_topics=all_topics)
+        self._refresh_wanted.set()
 
     def request_metadata_refresh(self, cause: str) -> None:
         """Ask for an asynchronous, backed-off refresh (KIP-580 backoff inside the metadata cache)."""
@@ -326,7 +323,8 @@ class Cluster:
             f"{_listing(causes)}")
 
     def _metadata_body(self, version: int) -> dict[str, Any]:
-        return metadata_request_body(None if self._all_topics else sorted(self._topics),
+        md = self.metadata
+        return metadata_request_body(None if md.all_topics else md.wanted_topics,
                                      allow_auto_topic_creation=self.allow_auto_topic_creation)
 
     async def _refresh_from(self, node_id: int) -> None:

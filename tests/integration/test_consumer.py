@@ -209,6 +209,39 @@ async def test_out_of_range_position_resets(noida: str) -> None:
             await c.getmany(timeout_ms=3000)
 
 
+async def test_no_poll_waits_out_a_long_poll_while_records_are_unread() -> None:
+    """Issue 18: a Fetch carrying only a caught-up partition long-polled (fetch_max_wait_ms) while the other
+    partition's records were still held back by the prefetch bound; once the application drained them, their
+    next Fetch waited behind the long poll. With max_wait 5 s, a poll that comes back empty after 2.5 s while
+    the position is behind the log end is that stall (the fix answers in milliseconds). Its own broker: Tansu
+    does not stop while a long poll is open, so it is killed at once instead of slowing the session's teardown."""
+    async with EmbeddedBroker(stop_timeout_s=0.2) as broker:
+        await _no_long_poll_while_records_are_unread(broker.bootstrap_servers)
+
+
+async def _no_long_poll_while_records_are_unread(bootstrap: str) -> None:
+    topic = await make_topic(bootstrap, 2)
+    n = 10_000
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=4096) as p:   # ~37 per batch
+        for _ in range(n):
+            await p.enqueue(topic, b"x" * 100, partition=0)                              # partition 1 stays empty
+        await p.flush()
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    # each answer (Tansu bounds it by max_bytes) buffers ~17 batches of partition 0: more than
+    # max_partition_fetch_bytes, so it is held back while the application reads 50 records at a time and
+    # partition 1 is caught up at 0
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5000,
+                        max_partition_fetch_bytes=16_384, fetch_max_bytes=65_536) as c:
+        c.assign([tp0, tp1])
+        got = 0
+        while got < n:
+            batches = await c.getmany(timeout_ms=2500, max_records=50)
+            assert batches, f"a poll waited 2.5 s with {n - got} records unread (position {await c.position(tp0)})"
+            got += sum(len(records) for records in batches.values())
+            await anyio.sleep(0)      # the application awaits between polls (its own work): the fetcher runs
+        assert got == n and await c.position(tp1) == 0
+
+
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(errors.ConfigError, match="pattern: .* not a valid regex"):
         Consumer(pattern="(", bootstrap_servers="127.0.0.1:1")

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from akresil.core.events import LEADER_HINT, Hooks, RecordingHook
-from akresil.core.metadata import BrokerInfo, MetadataCache
+from akresil.core.metadata import BrokerInfo, MetadataCache, pending_topic_backoff
 from akresil.errors import ProtocolError
 from akresil.types import TopicPartition
 
@@ -173,3 +173,106 @@ def test_refresh_requested_during_flight_stays_pending() -> None:
     token = c.begin_refresh(now=5000)
     c.update_from_metadata(response(), now=5010, token=token)
     assert c.next_refresh_at(5010) == 65_010
+
+
+# ------------------------------------------------------------------ new and not-ready topics (issue 18)
+def topic_answer(name: str, error: int = 0, leaders: tuple[int, ...] = (1,)) -> dict:
+    return {"brokers": [{"node_id": 1, "host": "h1", "port": 9001, "rack": None}],
+            "topics": [{"error_code": error, "name": name, "topic_id": TID, "is_internal": False,
+                        "partitions": [{"error_code": 0, "partition_index": p, "leader_id": lead, "leader_epoch": 0}
+                                       for p, lead in enumerate(leaders)] if not error else []}]}
+
+
+def test_a_new_topic_is_asked_for_at_once_not_after_the_backoff_of_the_previous_answer() -> None:
+    hook = RecordingHook()
+    c = cache(retry_backoff_ms=100, hooks=Hooks([hook]))
+    c.update_from_metadata(response(), now=1000)                 # bootstrap: next refresh coalesced ~100 ms out
+    assert c.request_refresh("NotLeaderOrFollowerError", now=1001) >= 1080
+    assert c.want_topics(["new"], now=1002) == 1002              # nothing failed, no answer can hold "new"
+    assert c.next_refresh_at(1002) == 1002 and c.wanted_topics == ("new",)
+    assert c.want_topics(["new"], now=1003) is None              # already wanted: nothing new to ask
+    c.begin_refresh(now=1003)                                   # the request carries it
+    assert c.want_topics(["new"], now=1004) is None
+    c.update_from_metadata(topic_answer("new"), now=1010)
+    assert c.snapshot.leader_of(TopicPartition("new", 0)) == (1, 0)
+    assert c.next_refresh_at(1010) == 1010 + 300_000               # ready: nothing more to ask
+    assert hook.named("metadata_refresh")[-1]["not_ready"] == []
+
+
+def test_a_failure_backoff_still_holds_a_new_topic() -> None:
+    c = cache(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    c._backoff.jitter = 0.0
+    c.update_from_metadata(response(), now=0)
+    c.request_refresh("x", now=0)
+    assert c.on_refresh_failed(100) == 200                     # the request failed: a real failure
+    assert c.want_topics(["new"], now=110) == 300
+    c.update_from_metadata(response(), now=300)
+    assert c.want_topics(["newer"], now=301) == 301             # the failure is over: new topics go at once
+
+
+@pytest.mark.parametrize("answer", [
+    topic_answer("new", error=5),                               # LEADER_NOT_AVAILABLE: being created
+    topic_answer("new", error=3),                               # UNKNOWN_TOPIC_OR_PARTITION, auto-create asked
+    topic_answer("new", leaders=(1, -1)),                       # partitions, one without a leader
+], ids=["leader-not-available", "unknown-auto-create", "leaderless-partition"])
+def test_a_topic_not_ready_is_re_asked_at_once_then_on_a_short_doubling_schedule(answer: dict) -> None:
+    c = cache(retry_backoff_ms=100, retry_backoff_max_ms=1000, auto_create_topics=True)
+    c._backoff.jitter = c._pending_backoff.jitter = 0.0
+    c.update_from_metadata(response(), now=0)
+    c.want_topics(["new"], now=10)
+    waits = []
+    t = 10.0
+    for _ in range(12):
+        c.begin_refresh(now=t)
+        c.update_from_metadata(answer, now=t)
+        due = c.next_refresh_at(t)
+        waits.append(due - t)
+        t = due
+    assert waits == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]   # bounded by retry_backoff_max_ms
+    assert "topic-not-ready" in c.refresh_causes
+    c.begin_refresh(now=t)
+    c.update_from_metadata(topic_answer("new"), now=t)          # ready: back to the normal rules
+    assert c.next_refresh_at(t) == t + 300_000
+    c.request_refresh("NotLeaderOrFollowerError", now=t)
+    assert c.next_refresh_at(t) == t + 100
+
+
+def test_unknown_topic_without_auto_creation_is_an_answer_not_a_topic_being_created() -> None:
+    c = cache(retry_backoff_ms=100, auto_create_topics=False)
+    c._backoff.jitter = 0.0
+    c.want_topics(["gone"], now=0)
+    c.begin_refresh(now=0)
+    c.update_from_metadata(topic_answer("gone", error=3), now=5)
+    assert c.snapshot.topic_errors["gone"] == 3
+    assert c.next_refresh_at(5) == 5 + 300_000                 # nobody needs more: no refresh loop
+    assert c.request_refresh("wait", now=6) == 105              # a waiting producer asks: the usual backoff
+
+
+def test_topics_not_wanted_do_not_make_an_answer_not_ready() -> None:
+    c = cache(retry_backoff_ms=100, auto_create_topics=True)
+    c._backoff.jitter = 0.0
+    c.want_topics(["mine"], now=0)
+    c.begin_refresh(now=0)
+    answer = topic_answer("mine")
+    answer["topics"] += topic_answer("other", error=5)["topics"]   # e.g. an all-topics answer
+    c.update_from_metadata(answer, now=5)
+    c.request_refresh("x", now=5)
+    assert c.next_refresh_at(5) == 105
+
+
+def test_set_topics_asks_at_once_only_for_topics_that_are_new() -> None:
+    c = cache(retry_backoff_ms=100)
+    c._backoff.jitter = 0.0
+    c.update_from_metadata(response(), now=0)
+    assert c.set_topics(["a", "b"], now=1) == 1
+    c.begin_refresh(now=1)
+    c.update_from_metadata(response(), now=2)
+    assert c.set_topics(["a"], now=3) == 102                    # fewer topics: the usual coalescing
+    assert c.set_topics(["a", "c"], now=4) == 4
+    assert c.wanted_topics == ("a", "c") and not c.all_topics
+
+
+def test_pending_topic_schedule_starts_at_once_and_is_capped() -> None:
+    b = pending_topic_backoff(500, random.Random(0))
+    b.jitter = 0.0
+    assert [b.backoff_ms(n) for n in range(12)] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 500, 500]

@@ -408,6 +408,86 @@ def test_prefetch_is_bounded_per_partition_and_overall() -> None:
     assert [p.tp for p in tight.plan_fetches(0, cache.snapshot).requests[0].partitions] == [TP1]
 
 
+def _held_and_caught_up(hw0: int = 100) -> tuple[FetchState, MetadataCache]:
+    """TP0 holds two batches (the prefetch bound) of the ``hw0`` records on the broker; TP1 is empty, caught up."""
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(second))
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": first + second, "high_watermark": hw0},
+                                        TP1: {"high_watermark": 0}}), 0, cache)
+    assert [r.offset for r in st.drain(4)[TP0]] == [0, 1, 2, 3]     # the application is reading TP0
+    return st, cache
+
+
+def test_no_long_poll_for_caught_up_partitions_while_a_held_partition_has_records() -> None:
+    # issue 18: a Fetch of TP1 alone would wait max_wait_ms on the broker, and TP0's next Fetch (records
+    # waiting) behind it once the application drained TP0
+    st, cache = _held_and_caught_up()
+    assert st.partitions[TP0].buffered_bytes >= st.max_partition_fetch_bytes
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    st.drain(4)                                  # rest of the first batch: still held
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    st.drain(1)                                  # decodes the second batch: room again, one Fetch carries both
+    req = only_request(st, 0, cache)
+    assert {(p.tp, p.fetch_offset) for p in req.partitions} == {(TP0, 16), (TP1, 0)}
+
+
+def test_a_plan_between_an_answer_and_the_next_poll_does_not_long_poll_either() -> None:
+    # the shell may plan (woken by a metadata refresh) after an answer is buffered and before the application,
+    # which was waiting with nothing buffered, drains it: the records that just arrived count as being read
+    cache = metadata({0: (1, 0), 1: (1, 0), 2: (1, 0)})
+    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(second))
+    st.assign([TP0, TP1, TP2])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 0)
+    assert st.drain(10) == {} and st.starved
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"high_watermark": 0}, TP1: {"records": first + second},
+                                        TP2: {"records": first + second}}), 0, cache)
+    assert not st.starved
+    assert st.plan_fetches(0, cache.snapshot).requests == []      # not TP0 alone
+    st.drain(20)
+    st.drain(20)
+    assert {p.tp for p in only_request(st, 0, cache).partitions} == {TP0, TP1, TP2}
+
+
+def test_caught_up_partitions_are_fetched_when_the_application_waits_or_nothing_more_is_there() -> None:
+    # the application reads only TP1 and finds nothing: its long poll goes, TP0's records stay buffered
+    st, cache = _held_and_caught_up()
+    assert st.drain(10, [TP1]) == {} and st.starved
+    assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP1]
+    # TP0 holds everything the broker has: nothing to wait for, TP1's long poll goes
+    st, cache = _held_and_caught_up(hw0=16)
+    assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP1]
+    # a paused partition's records do not count
+    st, cache = _held_and_caught_up()
+    st.pause([TP0])
+    assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP1]
+
+
+def test_read_committed_measures_caught_up_against_the_last_stable_offset() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(second), isolation_level="read_committed")
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    # TP1: the high watermark is ahead but an open transaction holds the LSO at 0: nothing to return
+    st.on_fetch_response(req, response({TP0: {"records": first + second, "high_watermark": 50,
+                                              "last_stable_offset": 50},
+                                        TP1: {"high_watermark": 5, "last_stable_offset": 0}}), 0, cache)
+    st.drain(1)
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    st.partitions[TP1].last_stable_offset = 5     # the transaction committed: TP1 has records to return
+    assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP1]
+
+
 def test_drain_rotates_partitions_so_none_starves() -> None:
     cache = metadata({0: (1, 0), 1: (1, 0)})
     st = fetch_state()
