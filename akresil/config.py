@@ -146,6 +146,10 @@ OPTIONS: tuple[Option, ...] = (
            kip="KIP-144"),
     Option("socket_connection_setup_timeout_ms", _INT, 10_000, "time allowed to connect (TCP+TLS+SASL)",
            minimum=1, maximum=_MAX_INT),
+    Option("default_api_timeout_ms", _INT, 60_000,
+           "bound of one admin call (all its retries) and of the consumer's offset lookups "
+           "(beginning_offsets, end_offsets, offsets_for_times)", clients=frozenset({_CONSUMER, _ADMIN}),
+           minimum=1, maximum=_MAX_INT, kip="KIP-266"),
     Option("metadata_max_age_ms", _INT, 300_000, "refresh metadata at least this often", minimum=0,
            maximum=_MAX_INT),
     Option("connections_max_idle_ms", _INT, 540_000, "close connections idle this long", minimum=0,

@@ -73,6 +73,7 @@ _SECTIONS = (
     ("Every client", lambda o: o.clients == config._ALL),
     ("Producer", lambda o: o.clients == frozenset({config._PRODUCER})),
     ("Consumer", lambda o: o.clients == frozenset({config._CONSUMER})),
+    ("Consumer and admin", lambda o: o.clients == frozenset({config._CONSUMER, config._ADMIN})),
 )
 
 
