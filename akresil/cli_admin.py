@@ -115,6 +115,8 @@ def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
 # ---------------------------------------------------------------------------------------------- commands
 async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from .admin import Admin
+    if args.groups_command == "reset-offsets":
+        _reset_mode(args)   # bad usage is refused before connecting
     async with Admin(**config) as admin:
         if args.groups_command == "list":
             groups = await admin.list_consumer_groups(states=args.state or None)
@@ -181,15 +183,21 @@ async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
-    from .admin import EARLIEST, LATEST
+def _reset_mode(args: argparse.Namespace) -> tuple[str, Any]:
     modes = [(m, getattr(args, m)) for m in RESET_MODES if getattr(args, m) not in (None, False)]
     if len(modes) != 1:
         raise AdminUsageError("reset-offsets: give exactly one of --to-earliest, --to-latest, --to-offset, "
                               "--shift-by, --to-datetime, --to-current")
-    mode, raw = modes[0]
     if not args.topic and not args.all_topics:
         raise AdminUsageError("reset-offsets: name the partitions with --topic TOPIC[:P,P] or use --all-topics")
+    if modes[0][0] == "to_datetime":
+        parse_datetime_ms(modes[0][1])
+    return modes[0]
+
+
+async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
+    from .admin import EARLIEST, LATEST
+    mode, raw = _reset_mode(args)
     committed_all = await admin.list_consumer_group_offsets(args.group, with_lag=False)
     tps: list[TopicPartition] = []
     if args.all_topics:

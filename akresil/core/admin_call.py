@@ -36,8 +36,10 @@ _REROUTE_CODES = frozenset({
     _E.NotCoordinatorError.errno, _E.CoordinatorNotAvailableError.errno, _E.NotControllerError.errno,
     _E.NotLeaderOrFollowerError.errno, _E.LeaderNotAvailableError.errno,
 })
-#: codes Kafka marks retriable that an admin call must still report at once: retrying cannot change them
-_FINAL_RETRIABLE = frozenset({_E.UnknownTopicOrPartitionError.errno})
+#: codes Kafka marks retriable that an admin call reports at once, as Java's admin does: an unknown topic, and
+#: the outcomes of a leader election (retrying cannot change them within one call)
+_FINAL_RETRIABLE = frozenset({_E.UnknownTopicOrPartitionError.errno, _E.ElectionNotNeededError.errno,
+                              _E.EligibleLeadersNotAvailableError.errno, _E.PreferredLeaderNotAvailableError.errno})
 
 
 def classify(code: int) -> Disposition:
