@@ -164,9 +164,13 @@ OPTIONS: tuple[Option, ...] = (
            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     Option("ssl_context", (ssl.SSLContext,), None, "TLS context for SSL / SASL_SSL", nullable=True),
     Option("sasl_mechanism", (str,), "PLAIN", "SASL mechanism",
-           choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+           choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
     Option("sasl_plain_username", (str,), None, "SASL user name", nullable=True),
     Option("sasl_plain_password", (str,), None, "SASL password (never logged)", nullable=True),
+    Option("sasl_oauth_token_provider", (object,), None,
+           "OAUTHBEARER token provider: a callable (sync or async) returning an `OAuthToken` or a JWT string, "
+           "e.g. `OidcClientCredentials(url, client_id, secret)`; refreshed at 80% of the token lifetime",
+           nullable=True, check=_callable_check, kip="KIP-255"),
     Option("metrics_registry", (object,), None, "prometheus_client CollectorRegistry; None disables metrics",
            nullable=True, check=_registry_check),
     # ---- producer
@@ -299,7 +303,13 @@ def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozen
         v["bootstrap_servers"] = [s.strip() for s in v["bootstrap_servers"].split(",") if s.strip()]
     else:
         v["bootstrap_servers"] = list(v["bootstrap_servers"])
-    if v["security_protocol"].startswith("SASL_"):
+    if v["sasl_oauth_token_provider"] is not None and v["sasl_mechanism"] != "OAUTHBEARER":
+        raise ConfigError("sasl_oauth_token_provider: only used with sasl_mechanism='OAUTHBEARER'")
+    if v["security_protocol"].startswith("SASL_") and v["sasl_mechanism"] == "OAUTHBEARER":
+        if v["sasl_oauth_token_provider"] is None:
+            raise ConfigError(f"sasl_oauth_token_provider: required with sasl_mechanism='OAUTHBEARER' "
+                              f"(security_protocol={v['security_protocol']})")
+    elif v["security_protocol"].startswith("SASL_"):
         if v["sasl_plain_username"] is None or v["sasl_plain_password"] is None:
             raise ConfigError(f"sasl_plain_username/sasl_plain_password: required with "
                               f"security_protocol={v['security_protocol']}")
