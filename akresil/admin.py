@@ -74,7 +74,10 @@ class ClusterDescription:
 
 
 class Admin:
-    """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``."""
+    """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``.
+
+    Keyword arguments are the admin configuration keys (docs/configuration.md); ``default_api_timeout_ms``
+    (60 s) bounds each call with all its retries, and every call also takes ``timeout_ms=`` to override it."""
 
     def __init__(self, **config: Any) -> None:
         self.config = resolve("admin", config)
@@ -112,6 +115,7 @@ class Admin:
         await self.close()
 
     async def close(self) -> None:
+        """Close every connection and stop the metadata refresher (``async with`` calls it)."""
         if self._tg is None:
             return
         tg, self._tg = self._tg, None
@@ -191,6 +195,7 @@ class Admin:
                 await anyio.sleep(self._backoff.backoff_ms(failures) / 1000.0)
 
     async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> None:
+        """Delete topics (sent to the controller); raises the first per-topic error."""
         names = _topic_names(names, "delete_topics")
         _check_timeout(timeout_ms)
 
@@ -203,10 +208,12 @@ class Admin:
             errors.raise_for_code(result.get("error_code", 0), f"{result.get('name')}: {result.get('error_message') or ''}")
 
     async def list_topics(self) -> list[str]:
+        """Names of every non-internal topic, sorted."""
         md = await self._metadata(None)
         return sorted(t["name"] for t in md["topics"] if not t.get("is_internal"))
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        """Topic id and each partition's leader, leader epoch, replicas and ISR; raises for an unknown topic."""
         names = _topic_names(names, "describe_topics")
         md = await self._metadata(names)
         out: dict[str, TopicDescription] = {}
@@ -221,6 +228,7 @@ class Admin:
         return out
 
     async def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and brokers, from a fresh Metadata answer."""
         md = await self._metadata([])
         return ClusterDescription(
             cluster_id=md.get("cluster_id"), controller_id=md.get("controller_id", -1),
