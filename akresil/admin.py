@@ -533,8 +533,10 @@ class Admin:
             for t in topics:
                 for p in t["partitions"]:
                     tp = TopicPartition(t["name"], p["partition_index"])
+                    if p["error_code"] == errors.UnknownTopicOrPartitionError.errno:
+                        continue                  # as Java: no committed offset for a partition it does not know
                     if p["error_code"] and not code:
-                        code = p["error_code"]
+                        code = p["error_code"]    # e.g. UNSTABLE_OFFSET_COMMIT: retried for the whole group
                     committed = p["committed_offset"]
                     epoch = p.get("committed_leader_epoch", -1)
                     offsets[tp] = (committed if committed >= 0 else None, p.get("metadata") or "",

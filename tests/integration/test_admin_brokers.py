@@ -201,3 +201,21 @@ async def test_groups_and_configs_tansu(broker: EmbeddedBroker) -> None:
         assert "malformed" in str(described.errors["nobody"])
         scram = await admin.alter_user_scram_credentials([ScramUpsertion("ops", "SCRAM-SHA-256", "pw")])
         assert scram["ops"] is None
+
+
+def test_admin_group_calls_under_trio(noida: EmbeddedBroker) -> None:
+    """The admin engine (task groups per round, backoff sleeps, deadlines) is anyio-only: it runs on trio."""
+    bs, topic, group = noida.bootstrap_servers, "admin-trio", "trio-group"
+    t0 = TopicPartition(topic, 0)
+
+    async def scenario() -> None:
+        await _topic_with_records(bs, topic, 1, 5)
+        async with Admin(bootstrap_servers=bs) as admin:
+            assert (await admin.alter_consumer_group_offsets(group, {t0: 2}))[t0] is None
+            offsets = await admin.list_consumer_group_offsets(group)
+            assert (offsets[t0].committed, offsets[t0].lag) == (2, 3)
+            missing = await admin.describe_consumer_groups(["trio-nope"])
+            assert isinstance(missing.errors["trio-nope"], errors.GroupIdNotFoundError)
+            assert (await admin.delete_consumer_groups([group]))[group] is None
+
+    anyio.run(scenario, backend="trio")
