@@ -51,6 +51,15 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
     return hashlib.pbkdf2_hmac(_scram_hash(mechanism), password.encode(), salt, iterations)
 
 
+class TokenSupplier(Protocol):
+    """Where OAUTHBEARER connections get their token (``akresil.net.oauth.TokenSource``)."""
+
+    @property
+    def principal(self) -> str | None: ...
+
+    async def token(self) -> "OAuthToken": ...
+
+
 @dataclass(frozen=True, slots=True)
 class SaslConfig:
     """Which SASL mechanism to use and with what credentials (the password is kept out of ``repr``).
@@ -61,7 +70,7 @@ class SaslConfig:
     mechanism: str
     username: str | None
     password: str | None = field(default=None, repr=False)
-    token_source: object | None = field(default=None, repr=False)
+    token_source: "TokenSupplier | None" = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.mechanism not in CLIENT_MECHANISMS:
@@ -94,8 +103,8 @@ class SaslConfig:
     async def start(self) -> SaslClient:
         """A fresh state machine for one exchange; OAUTHBEARER first gets a current token (maybe refreshing)."""
         if self.mechanism == "OAUTHBEARER":
-            token = await self.token_source.token()  # type: ignore[union-attr]
-            return OAuthBearerClient(token)
+            assert self.token_source is not None
+            return OAuthBearerClient(await self.token_source.token())
         return self.new_client()
 
 
