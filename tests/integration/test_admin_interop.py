@@ -104,6 +104,13 @@ def test_confluent_group_described_reset_by_akresil_then_resumed(noida: Embedded
     finally:
         resumed.close()
 
+    # the human table, as kafka-consumer-groups.sh --describe prints it (no members now)
+    assert main(["groups", "describe", group, "-b", bs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"group {group}: state Empty")
+    assert lines[1].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert lines[2].split() == [group, topic, "0", "5", "20", "15", "-", "-", "-"]
     assert main(["groups", "list", "-b", bs]) == 0
     assert group in capsys.readouterr().out
     assert main(["groups", "delete", group, "--json", "-b", bs]) == 0
