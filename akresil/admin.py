@@ -294,7 +294,8 @@ class Admin:
 
         ``route`` maps pending items to nodes (and may settle or defer items it cannot route); ``send`` sends
         one node's items and reports each item's outcome to ``call``. Transport failures defer that node's
-        items and mark their route stale."""
+        items and mark their route stale; an authentication failure or a closed client ends the call."""
+        fatal: list[BaseException] = []
         while call.pending:
             remaining = call.deadline - self._cluster.clock()
             if remaining <= 0:
@@ -309,7 +310,9 @@ class Admin:
                 async with anyio.create_task_group() as tg:
                     for node, keys in plan.items():
                         if keys:
-                            tg.start_soon(self._send_guarded, call, node, keys, send)
+                            tg.start_soon(self._send_guarded, call, node, keys, send, fatal)
+            if fatal:
+                raise fatal[0]
             at = call.end_round(self._cluster.clock())
             if at is None:
                 break
@@ -320,9 +323,12 @@ class Admin:
 
     @staticmethod
     async def _send_guarded(call: AdminCall[K], node: int, keys: list[K],
-                            send: Callable[[int, list[K]], Awaitable[None]]) -> None:
+                            send: Callable[[int, list[K]], Awaitable[None]], fatal: list[BaseException]) -> None:
+        """``send`` with its failures turned into item outcomes (no exception escapes into the task group)."""
         try:
             await send(node, keys)
+        except (errors.AuthenticationError, errors.ClientClosedError) as exc:
+            fatal.append(exc)
         except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
             if isinstance(exc.__cause__, errors.ProtocolError):
                 # a broker that answers with malformed bytes will do so again: report it, do not retry
@@ -333,6 +339,9 @@ class Admin:
         except errors.UnsupportedVersionError as exc:
             for key in keys:
                 call.fail(key, errors.UnsupportedVersionError(f"node {node}: {exc}"))
+        except errors.KafkaError as exc:      # e.g. an answer missing what was asked: final for these items
+            for key in keys:
+                call.fail(key, exc)
 
     async def _route_any(self, call: AdminCall[K]) -> dict[int, list[K]]:
         return {self._cluster.least_loaded_node(): list(call.pending)}

@@ -268,3 +268,22 @@ async def test_a_settled_call_returns_without_a_backoff() -> None:
                 results = await admin.delete_consumer_groups(["g"])
     assert isinstance(results.errors["g"], errors.GroupIdNotFoundError)
     assert len(cluster.calls(ApiKey.DELETE_GROUPS)) == 1
+
+
+async def test_an_answer_that_does_not_match_the_request_fails_those_items_not_the_call() -> None:
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.CREATE_ACLS:
+            return {"results": []}          # two creations, no results
+        return {"results": [{"name": t["name"], "error_code": 0, "error_message": None} for t in body["topics"]]}
+
+    a = AclBinding("topic", "a", "User:x", "read")
+    b = AclBinding("topic", "b", "User:x", "read")
+    async with ScriptedCluster(handler) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            created = await admin.create_acls([a, b])
+            grown = await admin.create_partitions({"t": 3})      # the same admin keeps working
+    assert set(created.errors) == {a, b}
+    assert all(isinstance(e, errors.ProtocolError) and "2 creations, 0 results" in str(e)
+               for e in created.errors.values())
+    assert grown["t"] is None
+    assert len(cluster.calls(ApiKey.CREATE_ACLS)) == 1          # not retried
