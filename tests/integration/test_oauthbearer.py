@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -76,7 +77,8 @@ async def _round_trip(bootstrap: str, security: dict[str, Any], topic: str) -> N
     assert got[0].value == b"hello"
 
 
-async def test_sync_provider_with_extensions(broker: EmbeddedBroker) -> None:
+async def test_sync_provider_with_extensions(broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     issuer = Issuer()
     calls: list[int] = []
 
@@ -92,6 +94,8 @@ async def test_sync_provider_with_extensions(broker: EmbeddedBroker) -> None:
             (("identityPoolId", "pool"), ("logicalCluster", "lkc-1"))}
         answers = proxy.responses(ApiKey.SASL_AUTHENTICATE)
         assert answers and not any(r.error_codes for r in answers)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert logged and not any(token in logged for token in issuer.issued)   # tokens are never logged
 
 
 async def test_async_provider_refreshes_and_reauthenticates_before_expiry(broker: EmbeddedBroker) -> None:
