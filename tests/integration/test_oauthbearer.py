@@ -78,7 +78,7 @@ async def _round_trip(bootstrap: str, security: dict[str, Any], topic: str) -> N
 
 
 async def test_sync_provider_with_extensions(broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="akresil")
     issuer = Issuer()
     calls: list[int] = []
 
