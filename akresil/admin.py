@@ -1,24 +1,37 @@
-"""Admin client: create/delete/describe topics, list offsets, describe the cluster.
+"""Admin client: topics, consumer groups and their offsets, configs, partitions, records, ACLs, SCRAM
+credentials, producers and transactions.
 
-Requests that must reach the controller (CreateTopics, DeleteTopics) go to the controller id from the latest
-Metadata; retriable errors (NOT_CONTROLLER, connection loss) are retried with the KIP-580 backoff inside
-``request_timeout_ms``-bounded attempts, so a controller move is invisible to the caller.
+Each request goes to the node that can answer it: a group's (or transactional id's) coordinator found with
+FindCoordinator, a partition's leader from Metadata, the controller, a broker named by a config resource, or the
+least loaded node. Calls over many items (groups, partitions, resources) are driven by ``core.admin_call``:
+every item gets its own result (``ItemResults``: the value, or that item's error), transient errors (coordinator
+or leader moved, connection lost, coordinator loading) are retried for the pending items only, rerouted when the
+route went stale, with the KIP-580 backoff, and the whole call is bounded by ``default_api_timeout_ms`` (or the
+call's ``timeout_ms``). CreateTopics/DeleteTopics keep their controller retry loop.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 
 import anyio
 
 from . import errors
+from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, ALTER_CONFIG_OPS, CONFIG_RESOURCE_TYPES,
+                          CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, PATTERN_TYPES, SCRAM_MECHANISMS, AclBinding,
+                          AclBindingFilter, AlterConfigOp, ConfigEntry, ConfigResource, ConfigSynonym,
+                          GroupDescription, GroupListing, GroupOffset, MemberDescription, NewPartitions, ProducerState,
+                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
+                          TransactionListing, code_of, name_of)
 from .config import resolve
+from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.backoff import ExponentialBackoff
 from .core.metadata import pending_topic_backoff
 from .net.cluster import Cluster, metadata_request_body
-from .protocol.api import ApiKey
+from .protocol.api import ApiKey, decode_versioned
 from .types import NewTopic, TopicPartition
 
 if TYPE_CHECKING:
@@ -30,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: ListOffsets timestamp sentinels
 LATEST, EARLIEST = -1, -2
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,10 @@ class ClusterDescription:
 
 
 class Admin:
-    """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``."""
+    """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``.
+
+    Keyword arguments are the admin configuration keys (docs/configuration.md); ``default_api_timeout_ms``
+    (60 s) bounds each call with all its retries, and every call also takes ``timeout_ms=`` to override it."""
 
     def __init__(self, **config: Unpack[AdminConfig]) -> None:
         self.config = resolve("admin", config)
@@ -73,7 +91,22 @@ class Admin:
         self._backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
         #: a created topic that Metadata does not show with leaders yet is not a failure: re-ask soon
         self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
+        #: (key type, group or transactional id) -> coordinator node, until an answer says it moved
+        self._coordinator_cache: dict[tuple[int, str], int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+
+    @classmethod
+    def over_cluster(cls, cluster: Cluster, config: Any) -> "Admin":
+        """An Admin that sends over another client's ``Cluster`` (the consumer's offset lookups): it owns no
+        connection and needs no start or close. ``config`` supplies the retry backoff and
+        ``default_api_timeout_ms``."""
+        self = cls.__new__(cls)
+        self.config = config
+        self._cluster = cluster
+        self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
+        self._coordinator_cache = {}
+        self._tg = None
+        return self
 
     async def __aenter__(self) -> "Admin":
         self._tg = anyio.create_task_group()
@@ -90,6 +123,7 @@ class Admin:
         await self.close()
 
     async def close(self) -> None:
+        """Close every connection and stop the metadata refresher (``async with`` calls it)."""
         if self._tg is None:
             return
         tg, self._tg = self._tg, None
@@ -171,6 +205,7 @@ class Admin:
                 failures += 1
 
     async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> None:
+        """Delete topics (sent to the controller); raises the first per-topic error."""
         names = _topic_names(names, "delete_topics")
         _check_timeout(timeout_ms)
 
@@ -183,10 +218,12 @@ class Admin:
             errors.raise_for_code(result.get("error_code", 0), f"{result.get('name')}: {result.get('error_message') or ''}")
 
     async def list_topics(self) -> list[str]:
+        """Names of every non-internal topic, sorted."""
         md = await self._metadata(None)
         return sorted(t["name"] for t in md["topics"] if not t.get("is_internal"))
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        """Topic id and each partition's leader, leader epoch, replicas and ISR; raises for an unknown topic."""
         names = _topic_names(names, "describe_topics")
         md = await self._metadata(names)
         out: dict[str, TopicDescription] = {}
@@ -201,6 +238,7 @@ class Admin:
         return out
 
     async def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and brokers, from a fresh Metadata answer."""
         md = await self._metadata([])
         return ClusterDescription(
             cluster_id=md.get("cluster_id"), controller_id=md.get("controller_id", -1),
@@ -208,8 +246,14 @@ class Admin:
                           for b in md["brokers"]))
 
     async def list_offsets(self, requests: Mapping[TopicPartition, int], *,
-                           isolation_level: str = "read_uncommitted") -> dict[TopicPartition, tuple[int, int]]:
-        """``{tp: timestamp or EARLIEST/LATEST}`` -> ``{tp: (offset, timestamp)}`` via each partition's leader."""
+                           isolation_level: str = "read_uncommitted", timeout_ms: int | None = None,
+                           per_partition: bool = False) -> Any:
+        """``{tp: timestamp or EARLIEST/LATEST}`` -> ``{tp: (offset, timestamp)}`` via each partition's leader.
+
+        The offset for a timestamp is the first record at or after it (``-1`` when there is none). Raises the
+        first partition's error, or with ``per_partition=True`` returns ``ItemResults`` (each partition's value
+        or error). Leader moves and connection losses are retried within ``timeout_ms``
+        (default ``default_api_timeout_ms``)."""
         if not isinstance(requests, Mapping):
             raise TypeError(f"list_offsets: expected a mapping {{TopicPartition: timestamp}}, got "
                             f"{type(requests).__name__}")
@@ -222,36 +266,693 @@ class Admin:
                                  f"EARLIEST (-2) or LATEST (-1), got {ts!r}")
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError(f"isolation_level: {isolation_level!r} is not 'read_uncommitted' or 'read_committed'")
-        topics = sorted({tp.topic for tp in requests})
-        md = await self._metadata(topics)
-        leaders: dict[TopicPartition, int] = {}
-        for t in md["topics"]:
-            errors.raise_for_code(t.get("error_code", 0), str(t["name"]))
-            for p in t["partitions"]:
-                leaders[TopicPartition(t["name"], p["partition_index"])] = p["leader_id"]
-        by_node: dict[int, list[TopicPartition]] = {}
-        for tp in requests:
-            if tp not in leaders:
-                raise errors.UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition}")
-            by_node.setdefault(leaders[tp], []).append(tp)
-        result: dict[TopicPartition, tuple[int, int]] = {}
+        wanted = {TopicPartition(*tp): ts for tp, ts in requests.items()}
         level = 1 if isolation_level == "read_committed" else 0
-        for node, tps in by_node.items():
-            grouped: dict[str, list[TopicPartition]] = {}
-            for tp in tps:
-                grouped.setdefault(tp.topic, []).append(tp)
+        call: AdminCall[TopicPartition] = self._call(list(wanted), timeout_ms, "ListOffsets for")
+
+        async def send(node: int, tps: list[TopicPartition]) -> None:
             body = {"replica_id": -1, "isolation_level": level, "topics": [
-                {"name": topic, "partitions": [{"partition_index": tp.partition, "current_leader_epoch": -1,
-                                                "timestamp": requests[tp], "max_num_offsets": 1}
-                                               for tp in group]} for topic, group in grouped.items()]}
+                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                                "timestamp": wanted[TopicPartition(topic, p)], "max_num_offsets": 1}
+                                               for p in ps]} for topic, ps in _by_topic(tps).items()]}
             _, response = await self._cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
             for t in response["topics"]:
                 for p in t["partitions"]:
                     tp = TopicPartition(t["name"], p["partition_index"])
-                    errors.raise_for_code(p.get("error_code", 0), f"{tp.topic}-{tp.partition}")
-                    result[tp] = (p["offset"], p.get("timestamp", -1))
-        return result
+                    call.answer(tp, p.get("error_code", 0), f"{tp.topic}-{tp.partition}",
+                                (p["offset"], p.get("timestamp", -1)))
 
+        results = await self._run(call, self._route_leaders, send)
+        if per_partition:
+            return results
+        return dict(results.raise_on_error().ok)
+
+    # ------------------------------------------------------------------ per-item calls: routing and retries
+    def _timeout(self, timeout_ms: int | None) -> int:
+        if timeout_ms is None:
+            return int(self.config.default_api_timeout_ms)
+        _check_timeout(timeout_ms)
+        return timeout_ms
+
+    def _call(self, items: Iterable[K], timeout_ms: int | None, what: str) -> AdminCall[K]:
+        return AdminCall(items, now=self._cluster.clock(), timeout_ms=self._timeout(timeout_ms),
+                         backoff=self._backoff, what=what)
+
+    async def _run(self, call: AdminCall[K], route: Callable[[AdminCall[K]], Awaitable[dict[int, list[K]]]],
+                   send: Callable[[int, list[K]], Awaitable[None]]) -> ItemResults[K, Any]:
+        """Rounds of route-then-send for the pending items until every item is settled or the deadline passes.
+
+        ``route`` maps pending items to nodes (and may settle or defer items it cannot route); ``send`` sends
+        one node's items and reports each item's outcome to ``call``. Transport failures defer that node's
+        items and mark their route stale; an authentication failure or a closed client ends the call."""
+        fatal: list[BaseException] = []
+        while call.pending:
+            remaining = call.deadline - self._cluster.clock()
+            if remaining <= 0:
+                call.expire()
+                break
+            with anyio.move_on_after(remaining / 1000.0):
+                try:
+                    plan = await route(call)
+                except (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.NoBrokersAvailableError) as exc:
+                    call.transient_all(list(call.pending), exc, reroute=True)
+                    plan = {}
+                async with anyio.create_task_group() as tg:
+                    for node, keys in plan.items():
+                        if keys:
+                            tg.start_soon(self._send_guarded, call, node, keys, send, fatal)
+            if fatal:
+                raise fatal[0]
+            at = call.end_round(self._cluster.clock())
+            if at is None:
+                break
+            delay = at - self._cluster.clock()
+            if delay > 0:
+                await anyio.sleep(delay / 1000.0)
+        return call.results()
+
+    @staticmethod
+    async def _send_guarded(call: AdminCall[K], node: int, keys: list[K],
+                            send: Callable[[int, list[K]], Awaitable[None]], fatal: list[BaseException]) -> None:
+        """``send`` with its failures turned into item outcomes (no exception escapes into the task group)."""
+        try:
+            await send(node, keys)
+        except (errors.AuthenticationError, errors.ClientClosedError) as exc:
+            fatal.append(exc)
+        except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
+            if isinstance(exc.__cause__, errors.ProtocolError):
+                # a broker that answers with malformed bytes will do so again: report it, do not retry
+                for key in keys:
+                    call.fail(key, errors.ProtocolError(f"node {node} sent a malformed answer: {exc.__cause__}"))
+                return
+            call.transient_all(keys, exc, reroute=True)
+        except errors.UnsupportedVersionError as exc:
+            for key in keys:
+                call.fail(key, errors.UnsupportedVersionError(f"node {node}: {exc}"))
+        except errors.KafkaError as exc:      # e.g. an answer missing what was asked: final for these items
+            for key in keys:
+                call.fail(key, exc)
+
+    async def _route_any(self, call: AdminCall[K]) -> dict[int, list[K]]:
+        return {self._cluster.least_loaded_node(): list(call.pending)}
+
+    async def _route_controller(self, call: AdminCall[K]) -> dict[int, list[K]]:
+        md = await self._metadata([])
+        controller = md.get("controller_id", -1)
+        node = controller if controller >= 0 else self._cluster.least_loaded_node()
+        call.stale_routes.clear()
+        return {node: list(call.pending)}
+
+    async def _route_leaders(self, call: AdminCall[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        """Each partition's leader from fresh Metadata; an unknown topic or partition is a final error."""
+        pending = list(call.pending)
+        md = await self._metadata(sorted({tp.topic for tp in pending}))
+        call.stale_routes.clear()
+        topics = {t["name"]: t for t in md["topics"]}
+        plan: dict[int, list[TopicPartition]] = {}
+        for tp in pending:
+            t = topics.get(tp.topic)
+            code = t.get("error_code", 0) if t is not None else errors.UnknownTopicOrPartitionError.errno
+            if code or t is None:
+                call.answer(tp, code, f"{tp.topic}-{tp.partition}")
+                continue
+            leader = next((p["leader_id"] for p in t["partitions"] if p["partition_index"] == tp.partition), None)
+            if leader is None:
+                call.fail(tp, errors.UnknownTopicOrPartitionError(
+                    f"{tp.topic}-{tp.partition}: topic {tp.topic!r} has no partition {tp.partition}"))
+            elif leader < 0:
+                call.transient(tp, errors.LeaderNotAvailableError(f"{tp.topic}-{tp.partition}: no leader"),
+                               reroute=True)
+            else:
+                plan.setdefault(leader, []).append(tp)
+        return plan
+
+    async def _coordinators(self, call: AdminCall[Any], keys: dict[Any, str], key_type: int) -> dict[int, list[Any]]:
+        """Route items to the coordinators of their keys (group or transactional ids) with FindCoordinator,
+        batched (v4+) where the broker can; cached until an answer says the coordinator moved."""
+        for item in call.stale_routes:
+            self._coordinator_cache.pop((key_type, keys[item]), None)
+        call.stale_routes.clear()
+        unknown = sorted({keys[item] for item in call.pending
+                          if (key_type, keys[item]) not in self._coordinator_cache})
+        if unknown:
+            found = await self._find_coordinators(unknown, key_type)
+            for key, outcome in found.items():
+                if isinstance(outcome, int):
+                    self._coordinator_cache[(key_type, key)] = outcome
+                else:
+                    for item in call.pending:
+                        if keys[item] == key:
+                            call.answer(item, outcome[0], f"FindCoordinator for {key!r}", message=outcome[1])
+        plan: dict[int, list[Any]] = {}
+        for item in list(call.pending):
+            node = self._coordinator_cache.get((key_type, keys[item]))
+            if node is not None:
+                plan.setdefault(node, []).append(item)
+        return plan
+
+    async def _find_coordinators(self, keys: list[str], key_type: int) -> dict[str, int | tuple[int, str | None]]:
+        """``{key: node id}`` or ``{key: (error code, message)}`` per key: one batched FindCoordinator (v4+),
+        else one request per key."""
+        out: dict[str, int | tuple[int, str | None]] = {}
+        todo = list(keys)
+        while todo:
+            asked: list[str] = []
+
+            def body(version: int) -> dict[str, Any]:
+                if version >= 4:
+                    asked[:] = todo
+                    return {"key_type": key_type, "coordinator_keys": asked}
+                asked[:] = todo[:1]
+                return {"key": asked[0], "key_type": key_type}
+
+            _, version, response = await self._cluster.request_any(
+                ApiKey.FIND_COORDINATOR, body, min_version=1 if key_type else 0)
+            if version >= 4:
+                entries = {e["key"]: e for e in response.get("coordinators") or ()}
+                for key in asked:
+                    e = entries.get(key)
+                    if e is None:
+                        out[key] = (errors.CoordinatorNotAvailableError.errno, "no answer for this key")
+                    else:
+                        out[key] = e["node_id"] if not e["error_code"] else (e["error_code"], e.get("error_message"))
+            else:
+                code = response.get("error_code", 0)
+                out[asked[0]] = response["node_id"] if not code else (code, response.get("error_message"))
+            todo = [k for k in todo if k not in asked]
+        if any(isinstance(o, int) and o not in self._cluster.metadata.snapshot.brokers for o in out.values()):
+            await self._metadata([])   # a coordinator our metadata has not seen: learn its address
+        return out
+
+    async def _all_nodes(self) -> list[int]:
+        md = await self._metadata([])
+        return sorted(b["node_id"] for b in md["brokers"])
+
+    # ------------------------------------------------------------------ consumer groups
+    async def list_consumer_groups(self, *, states: Iterable[str] | None = None, types: Iterable[str] | None = None,
+                                   timeout_ms: int | None = None) -> list[GroupListing]:
+        """Every group on every broker (ListGroups to each node), sorted by id.
+
+        ``states`` ("Stable", "Empty", ...) and ``types`` ("classic", "consumer") filter on the broker where it
+        supports the filter (ListGroups v4 / v5) and here otherwise. Raises the first node's error if a node
+        cannot answer within the timeout: a partial list would look like missing groups."""
+        state_filter = _str_list(states, "states")
+        type_filter = _str_list(types, "types")
+        call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListGroups on node")
+
+        async def route(c: AdminCall[int]) -> dict[int, list[int]]:
+            return {node: [node] for node in c.pending}
+
+        wanted_states = {x.lower() for x in state_filter}
+        wanted_types = {x.lower() for x in type_filter}
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.LIST_GROUPS, lambda v: {
+                "states_filter": state_filter if v >= 4 else [], "types_filter": type_filter if v >= 5 else []})
+            listed = []
+            for g in response["groups"]:
+                state, gtype = g.get("group_state") or None, g.get("group_type") or None
+                if wanted_states and state is not None and state.lower() not in wanted_states:
+                    continue
+                if wanted_types and gtype is not None and gtype.lower() not in wanted_types:
+                    continue
+                listed.append(GroupListing(g["group_id"], g["protocol_type"], state, gtype, node))
+            call.answer(node, response.get("error_code", 0), f"ListGroups on node {node}", listed)
+
+        results = await self._run(call, route, send)
+        results.raise_on_error()
+        return sorted((g for node in results for g in results[node]), key=lambda g: g.group_id)
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                                       ) -> ItemResults[str, GroupDescription]:
+        """State, assignor, members and their assignments of each group, asked from its coordinator.
+
+        A group the coordinator does not know (state "Dead") is a ``GroupIdNotFoundError`` for that item."""
+        groups = _group_ids(group_ids, "describe_consumer_groups")
+        call: AdminCall[str] = self._call(groups, timeout_ms, "DescribeGroups for group")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(
+                node, ApiKey.DESCRIBE_GROUPS, {"groups": keys, "include_authorized_operations": False})
+            for g in response["groups"]:
+                gid = g["group_id"]
+                if gid not in call.pending:
+                    continue
+                if g["error_code"] == 0 and g["group_state"] == "Dead":
+                    call.fail(gid, errors.GroupIdNotFoundError(f"group {gid!r} does not exist"))
+                    continue
+                call.answer(gid, g["error_code"], f"group {gid!r}", _group_description(g, node),
+                            g.get("error_message"))
+
+        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                                     ) -> ItemResults[str, None]:
+        """Delete groups (and their committed offsets); a group with members fails with ``NonEmptyGroupError``."""
+        groups = _group_ids(group_ids, "delete_consumer_groups")
+        call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for group")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": keys})
+            for r in response["results"]:
+                call.answer(r["group_id"], r["error_code"], f"group {r['group_id']!r}")
+
+        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+
+    async def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
+                                          *, with_lag: bool = True, timeout_ms: int | None = None
+                                          ) -> dict[TopicPartition, GroupOffset]:
+        """The group's committed offsets (every partition it committed, or ``partitions``) with the log end
+        offset and the lag (``log_end - committed``) of each partition, as kafka-consumer-groups.sh shows them.
+
+        Group-level errors (unknown coordinator after the timeout, authorization) raise; a partition whose log
+        end cannot be read keeps ``log_end``/``lag`` None rather than hiding the other partitions."""
+        _check_group_id(group_id, "group_id")
+        wanted = None if partitions is None else _tps(partitions, "partitions")
+        call: AdminCall[str] = self._call([group_id], timeout_ms, "OffsetFetch for group")
+
+        def body(version: int) -> dict[str, Any]:
+            topics = None if wanted is None else [
+                {"name": t, "partition_indexes": ps} for t, ps in _by_topic(wanted).items()]
+            if version >= 8:
+                return {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": True}
+            return {"group_id": group_id, "topics": topics, "require_stable": version >= 7}
+
+        async def send(node: int, __: list[str]) -> None:
+            version, response = await self._cluster.request(node, ApiKey.OFFSET_FETCH, body, min_version=2,
+                                                            max_version=9)
+            if version >= 8:
+                g = next((g for g in response["groups"] if g["group_id"] == group_id), None)
+                if g is None:
+                    raise errors.ProtocolError(f"OffsetFetch v{version} answer lacks group {group_id!r}")
+                code, topics = g.get("error_code", 0), g["topics"]
+            else:
+                code, topics = response.get("error_code", 0), response["topics"]
+            offsets: dict[TopicPartition, tuple[int | None, str, int | None]] = {}
+            for t in topics:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    if p["error_code"] == errors.UnknownTopicOrPartitionError.errno:
+                        continue                  # as Java: no committed offset for a partition it does not know
+                    if p["error_code"] and not code:
+                        code = p["error_code"]    # e.g. UNSTABLE_OFFSET_COMMIT: retried for the whole group
+                    committed = p["committed_offset"]
+                    epoch = p.get("committed_leader_epoch", -1)
+                    offsets[tp] = (committed if committed >= 0 else None, p.get("metadata") or "",
+                                   epoch if epoch >= 0 else None)
+            call.answer(group_id, code, f"offsets of group {group_id!r}", offsets)
+
+        results = await self._run(call, lambda c: self._coordinators(c, {group_id: group_id}, 0), send)
+        committed: dict[TopicPartition, tuple[int | None, str, int | None]] = results[group_id]
+        if wanted is not None:
+            committed = {tp: committed.get(tp, (None, "", None)) for tp in wanted}
+        ends: dict[TopicPartition, int] = {}
+        if with_lag and committed:
+            found = await self.list_offsets({tp: LATEST for tp in committed}, per_partition=True)
+            ends = {tp: found.ok[tp][0] for tp in committed if tp in found.ok}
+        out: dict[TopicPartition, GroupOffset] = {}
+        for tp in sorted(committed):
+            offset, metadata, epoch = committed[tp]
+            end = ends.get(tp)
+            lag = max(0, end - offset) if end is not None and offset is not None else None
+            out[tp] = GroupOffset(offset, metadata, epoch, end, lag)
+        return out
+
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Any], *,
+                                           timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
+        """Set a group's committed offsets: ``{tp: offset}`` or ``{tp: (offset, metadata)}``.
+
+        The group must have no active members (the coordinator answers ``UnknownMemberIdError`` otherwise, as
+        for kafka-consumer-groups.sh --reset-offsets): stop the consumers first."""
+        _check_group_id(group_id, "group_id")
+        values = _offset_values(offsets, "offsets")
+        call: AdminCall[TopicPartition] = self._call(list(values), timeout_ms, f"OffsetCommit (group {group_id!r})")
+
+        async def send(node: int, tps: list[TopicPartition]) -> None:
+            body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                    "group_instance_id": None, "retention_time_ms": -1, "topics": [
+                        {"name": t, "partitions": [{"partition_index": p, "committed_offset": values[TopicPartition(t, p)][0],
+                                                    "committed_leader_epoch": -1,
+                                                    "committed_metadata": values[TopicPartition(t, p)][1]}
+                                                   for p in ps]} for t, ps in _by_topic(tps).items()]}
+            _, response = await self._cluster.request(node, ApiKey.OFFSET_COMMIT, body, max_version=9)
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition} of group {group_id!r}")
+
+        return await self._run(call, lambda c: self._coordinators(c, {tp: group_id for tp in values}, 0), send)
+
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *,
+                                            timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
+        """Forget a group's committed offsets for ``partitions`` (OffsetDelete). A partition the group is
+        still subscribed to fails with ``GroupSubscribedToTopicError``."""
+        _check_group_id(group_id, "group_id")
+        tps = _tps(partitions, "partitions")
+        call: AdminCall[TopicPartition] = self._call(tps, timeout_ms, f"OffsetDelete (group {group_id!r})")
+
+        async def send(node: int, keys: list[TopicPartition]) -> None:
+            body = {"group_id": group_id, "topics": [
+                {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in _by_topic(keys).items()]}
+            _, response = await self._cluster.request(node, ApiKey.OFFSET_DELETE, body)
+            if response["error_code"]:
+                for tp in keys:
+                    call.answer(tp, response["error_code"], f"group {group_id!r}")
+                return
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition} of group {group_id!r}")
+
+        return await self._run(call, lambda c: self._coordinators(c, {tp: group_id for tp in tps}, 0), send)
+
+    # ------------------------------------------------------------------ configs
+    def _route_configs(self, call: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
+        """Broker (and broker logger) resources go to that broker; the rest to the least loaded node."""
+        plan: dict[int, list[ConfigResource]] = {}
+        brokers = self._cluster.metadata.snapshot.brokers
+        for res in list(call.pending):
+            if res.type in ("broker", "broker_logger") and res.name:
+                if int(res.name) not in brokers:
+                    call.fail(res, errors.BrokerNotAvailableError(
+                        f"{res.type} {res.name!r}: no broker with node id {res.name} in the cluster metadata "
+                        f"(brokers: {sorted(brokers)})"))
+                    continue
+                plan.setdefault(int(res.name), []).append(res)
+            else:
+                plan.setdefault(self._cluster.least_loaded_node(), []).append(res)
+        return plan
+
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = False,
+                               include_documentation: bool = False, timeout_ms: int | None = None
+                               ) -> ItemResults[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each resource (topic, broker, ...) with its value, source and flags."""
+        res = _config_resources(resources, "describe_configs")
+        call: AdminCall[ConfigResource] = self._call(res, timeout_ms, "DescribeConfigs for")
+
+        async def send(node: int, keys: list[ConfigResource]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_CONFIGS, {
+                "resources": [{"resource_type": CONFIG_RESOURCE_TYPES[r.type], "resource_name": r.name,
+                               "configuration_keys": None} for r in keys],
+                "include_synonyms": include_synonyms, "include_documentation": include_documentation})
+            for r in response["results"]:
+                key = ConfigResource(name_of(CONFIG_RESOURCE_TYPES, r["resource_type"]), r["resource_name"])
+                call.answer(key, r["error_code"], f"{key.type} {key.name!r}", _config_entries(r["configs"]),
+                            r.get("error_message"))
+
+        async def route(c: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
+            return self._route_configs(c)
+
+        return await self._run(call, route, send)
+
+    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Any], *, validate_only: bool = False,
+                                        timeout_ms: int | None = None) -> ItemResults[ConfigResource, None]:
+        """Change configs of each resource; other configs keep their values.
+
+        ``changes``: ``{ConfigResource: {"name": "value" or None (delete)}}`` or
+        ``{ConfigResource: [AlterConfigOp(...), ...]}`` for append/subtract on list configs."""
+        if not isinstance(changes, Mapping):
+            raise TypeError(f"changes: expected a mapping {{ConfigResource: changes}}, got {type(changes).__name__}")
+        ops = {r: _alter_ops(r, c) for r, c in changes.items()}
+        _config_resources(ops, "incremental_alter_configs")
+        call: AdminCall[ConfigResource] = self._call(list(ops), timeout_ms, "IncrementalAlterConfigs for")
+
+        async def send(node: int, keys: list[ConfigResource]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                "resources": [{"resource_type": CONFIG_RESOURCE_TYPES[r.type], "resource_name": r.name, "configs": [
+                    {"name": o.name, "config_operation": ALTER_CONFIG_OPS[o.op], "value": o.value} for o in ops[r]]}
+                    for r in keys], "validate_only": validate_only})
+            for r in response["responses"]:
+                key = ConfigResource(name_of(CONFIG_RESOURCE_TYPES, r["resource_type"]), r["resource_name"])
+                call.answer(key, r["error_code"], f"{key.type} {key.name!r}", None, r.get("error_message"))
+
+        async def route(c: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
+            return self._route_configs(c)
+
+        return await self._run(call, route, send)
+
+    # ------------------------------------------------------------------ partitions and records
+    async def create_partitions(self, new_partitions: Mapping[str, int | NewPartitions], *,
+                                validate_only: bool = False, timeout_ms: int | None = None) -> ItemResults[str, None]:
+        """Raise topics' partition counts: ``{"orders": 12}`` (the new total) or ``{"orders": NewPartitions(12,
+        assignments)}``. Sent to the controller; a count not above the current one fails that topic with
+        ``InvalidPartitionsError``."""
+        if not isinstance(new_partitions, Mapping):
+            raise TypeError(f"new_partitions: expected a mapping {{topic: total count}}, got "
+                            f"{type(new_partitions).__name__}")
+        wanted = {t: _new_partitions(t, v) for t, v in new_partitions.items()}
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[str] = self._call(list(wanted), timeout, "CreatePartitions for topic")
+
+        async def send(node: int, topics: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.CREATE_PARTITIONS, {
+                "topics": [{"name": t, "count": wanted[t].total_count,
+                            "assignments": None if wanted[t].assignments is None else
+                            [{"broker_ids": list(a)} for a in wanted[t].assignments or ()]} for t in topics],
+                "timeout_ms": timeout, "validate_only": validate_only})
+            for r in response["results"]:
+                call.answer(r["name"], r["error_code"], f"topic {r['name']!r}", None, r.get("error_message"))
+
+        return await self._run(call, self._route_controller, send)
+
+    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+                             ) -> ItemResults[TopicPartition, int]:
+        """Delete records before the given offset of each partition (``-1``: up to the high watermark);
+        each item's value is the partition's new low watermark. Sent to each partition's leader."""
+        if not isinstance(before, Mapping):
+            raise TypeError(f"before: expected a mapping {{TopicPartition: offset}}, got {type(before).__name__}")
+        offsets = {}
+        for tp, offset in before.items():
+            tp = _tps([tp], "before")[0]
+            if not _is_int(offset) or offset < -1:
+                raise ValueError(f"before: offset for {tp.topic}-{tp.partition} must be an int >= 0 or -1 "
+                                 f"(the high watermark), got {offset!r}")
+            offsets[tp] = offset
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[TopicPartition] = self._call(list(offsets), timeout, "DeleteRecords for")
+
+        async def send(node: int, tps: list[TopicPartition]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": [{"partition_index": p, "offset": offsets[TopicPartition(t, p)]}
+                                                      for p in ps]} for t, ps in _by_topic(tps).items()],
+                "timeout_ms": timeout})
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", p["low_watermark"])
+
+        return await self._run(call, self._route_leaders, send)
+
+    async def describe_producers(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+                                 ) -> ItemResults[TopicPartition, tuple[ProducerState, ...]]:
+        """Active idempotent/transactional producers of each partition, from its leader."""
+        tps = _tps(partitions, "partitions")
+        call: AdminCall[TopicPartition] = self._call(tps, timeout_ms, "DescribeProducers for")
+
+        async def send(node: int, keys: list[TopicPartition]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_PRODUCERS, {
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(keys).items()]})
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", tuple(
+                        ProducerState(s["producer_id"], s["producer_epoch"], s["last_sequence"], s["last_timestamp"],
+                                      s["coordinator_epoch"], s["current_txn_start_offset"])
+                        for s in p["active_producers"]), p.get("error_message"))
+
+        return await self._run(call, self._route_leaders, send)
+
+    # ------------------------------------------------------------------ transactions
+    async def list_transactions(self, *, states: Iterable[str] | None = None,
+                                producer_ids: Iterable[int] | None = None, timeout_ms: int | None = None
+                                ) -> list[TransactionListing]:
+        """Transactions known to every broker's transaction coordinator (ListTransactions to each node)."""
+        state_filter = _str_list(states, "states")
+        pids = [] if producer_ids is None else list(producer_ids)
+        if not all(_is_int(p) and p >= 0 for p in pids):
+            raise ValueError(f"producer_ids: expected ints >= 0, got {pids!r}")
+        call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListTransactions on node")
+
+        async def route(c: AdminCall[int]) -> dict[int, list[int]]:
+            return {node: [node] for node in c.pending}
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.LIST_TRANSACTIONS, {
+                "state_filters": state_filter, "producer_id_filters": pids})
+            call.answer(node, response["error_code"], f"ListTransactions on node {node}", [
+                TransactionListing(t["transactional_id"], t["producer_id"], t["transaction_state"], node)
+                for t in response["transaction_states"]])
+
+        results = await self._run(call, route, send)
+        results.raise_on_error()
+        return sorted((t for node in results for t in results[node]), key=lambda t: t.transactional_id)
+
+    async def describe_transactions(self, transactional_ids: Iterable[str], *, timeout_ms: int | None = None
+                                    ) -> ItemResults[str, TransactionDescription]:
+        """State, producer id/epoch and partitions of each transaction, from its transaction coordinator."""
+        ids = _group_ids(transactional_ids, "describe_transactions", what="transactional ids")
+        call: AdminCall[str] = self._call(ids, timeout_ms, "DescribeTransactions for")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": keys})
+            for t in response["transaction_states"]:
+                tid = t["transactional_id"]
+                call.answer(tid, t["error_code"], f"transactional id {tid!r}", TransactionDescription(
+                    tid, t["transaction_state"], t["producer_id"], t["producer_epoch"], t["transaction_timeout_ms"],
+                    t["transaction_start_time_ms"],
+                    frozenset(TopicPartition(x["topic"], p) for x in t["topics"] for p in x["partitions"]), node))
+
+        return await self._run(call, lambda c: self._coordinators(c, {t: t for t in ids}, 1), send)
+
+    # ------------------------------------------------------------------ ACLs
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None, *, timeout_ms: int | None = None
+                            ) -> list[AclBinding]:
+        """ACLs matching ``acl_filter`` (default: every ACL)."""
+        flt = AclBindingFilter() if acl_filter is None else acl_filter
+        if not isinstance(flt, AclBindingFilter):
+            raise TypeError(f"acl_filter: expected an AclBindingFilter, got {type(flt).__name__}")
+        call: AdminCall[int] = self._call([0], timeout_ms, "DescribeAcls")
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_ACLS, _acl_filter_body(flt, "_filter"))
+            call.answer(0, response["error_code"], "DescribeAcls", [
+                _acl_binding(r, a) for r in response["resources"] for a in r["acls"]], response.get("error_message"))
+
+        return list((await self._run(call, self._route_any, send))[0])
+
+    async def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None
+                          ) -> ItemResults[AclBinding, None]:
+        """Create ACLs; each binding gets its own result."""
+        acls = _items(bindings, "create_acls", "AclBinding objects")
+        for b in acls:
+            if not isinstance(b, AclBinding):
+                raise TypeError(f"bindings: expected AclBinding objects, got {type(b).__name__} {b!r}")
+        call: AdminCall[AclBinding] = self._call(acls, timeout_ms, "CreateAcls for")
+
+        async def send(node: int, keys: list[AclBinding]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.CREATE_ACLS, {"creations": [{
+                "resource_type": ACL_RESOURCE_TYPES[b.resource_type], "resource_name": b.resource_name,
+                "resource_pattern_type": PATTERN_TYPES[b.pattern_type], "principal": b.principal, "host": b.host,
+                "operation": ACL_OPERATIONS[b.operation], "permission_type": ACL_PERMISSIONS[b.permission]}
+                for b in keys]})
+            if len(response["results"]) != len(keys):
+                raise errors.ProtocolError(f"CreateAcls: {len(keys)} creations, {len(response['results'])} results")
+            for b, r in zip(keys, response["results"]):
+                call.answer(b, r["error_code"], f"ACL {b}", None, r.get("error_message"))
+
+        return await self._run(call, self._route_any, send)
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
+                          ) -> ItemResults[AclBindingFilter, list[AclBinding]]:
+        """Delete the ACLs matching each filter; each filter's value lists the ACLs it deleted."""
+        flts = _items(filters, "delete_acls", "AclBindingFilter objects")
+        for f in flts:
+            if not isinstance(f, AclBindingFilter):
+                raise TypeError(f"filters: expected AclBindingFilter objects, got {type(f).__name__} {f!r}")
+        call: AdminCall[AclBindingFilter] = self._call(flts, timeout_ms, "DeleteAcls for")
+
+        async def send(node: int, keys: list[AclBindingFilter]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DELETE_ACLS, {
+                "filters": [_acl_filter_body(f, "_filter") for f in keys]})
+            if len(response["filter_results"]) != len(keys):
+                raise errors.ProtocolError(
+                    f"DeleteAcls: {len(keys)} filters, {len(response['filter_results'])} results")
+            for f, r in zip(keys, response["filter_results"]):
+                call.answer(f, r["error_code"], f"ACL filter {f}", [_acl_binding(m, m) for m in r["matching_acls"]],
+                            r.get("error_message"))
+
+        return await self._run(call, self._route_any, send)
+
+    # ------------------------------------------------------------------ leaders
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,
+                            election_type: str = "preferred", timeout_ms: int | None = None
+                            ) -> ItemResults[TopicPartition, None]:
+        """Elect the preferred (or, ``election_type="unclean"``, any) replica as leader of each partition
+        (every partition when ``partitions`` is None). Sent to the controller."""
+        kind = code_of(ELECTION_TYPES, election_type, "election_type")
+        tps = None if partitions is None else _tps(partitions, "partitions")
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[Any] = self._call(tps if tps is not None else ["*"], timeout, "ElectLeaders for")
+
+        async def send(node: int, keys: list[Any]) -> None:
+            topics = None if keys == ["*"] else [{"topic": t, "partitions": ps} for t, ps in _by_topic(keys).items()]
+            version, response = await self._cluster.request(node, ApiKey.ELECT_LEADERS, {
+                "election_type": kind, "topic_partitions": topics, "timeout_ms": timeout},
+                min_version=1 if kind else 0)
+            if response.get("error_code"):
+                for key in keys:
+                    call.answer(key, response["error_code"], "ElectLeaders")
+                return
+            answered = [(TopicPartition(r["topic"], p["partition_id"]), p) for r in response["replica_election_results"]
+                        for p in r["partition_result"]]
+            if keys == ["*"]:
+                call.expand("*", [tp for tp, _ in answered])
+            for tp, p in answered:
+                call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", None, p.get("error_message"))
+
+        return _without_placeholder(await self._run(call, self._route_controller, send))
+
+    # ------------------------------------------------------------------ SCRAM credentials
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None, *,
+                                              timeout_ms: int | None = None
+                                              ) -> ItemResults[str, tuple[ScramCredentialInfo, ...]]:
+        """Mechanisms and iteration counts of each user's SCRAM credentials (every user when ``users`` is None)."""
+        names = None if users is None else _group_ids(users, "describe_user_scram_credentials", what="user names")
+        call: AdminCall[str] = self._call(names if names is not None else ["*"], timeout_ms,
+                                          "DescribeUserScramCredentials for")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+                "users": None if keys == ["*"] else [{"name": u} for u in keys]})
+            if response["error_code"]:
+                for key in keys:
+                    call.answer(key, response["error_code"], "DescribeUserScramCredentials", None,
+                                response.get("error_message"))
+                return
+            if keys == ["*"]:
+                call.expand("*", [r["user"] for r in response["results"]])
+            for r in response["results"]:
+                call.answer(r["user"], r["error_code"], f"user {r['user']!r}", tuple(
+                    ScramCredentialInfo(name_of(SCRAM_MECHANISMS, c["mechanism"]), c["iterations"])
+                    for c in r["credential_infos"]), r.get("error_message"))
+
+        return _without_placeholder(await self._run(call, self._route_any, send))
+
+    async def alter_user_scram_credentials(self, alterations: Iterable[ScramUpsertion | ScramDeletion], *,
+                                           timeout_ms: int | None = None) -> ItemResults[str, None]:
+        """Create, replace or delete users' SCRAM credentials; results per user. Passwords are salted and
+        hashed here (the broker never receives them)."""
+        from .net.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, salted_password
+
+        items = _items(alterations, "alter_user_scram_credentials", "ScramUpsertion / ScramDeletion objects")
+        upserts, deletes = [], []
+        for a in items:
+            if not isinstance(a, (ScramUpsertion, ScramDeletion)):
+                raise TypeError(f"alterations: expected ScramUpsertion or ScramDeletion, got {type(a).__name__}")
+            _check_group_id(a.user, "alterations: user")
+            mech = code_of(SCRAM_MECHANISMS, a.mechanism, "alterations: mechanism")
+            if isinstance(a, ScramDeletion):
+                deletes.append({"name": a.user, "mechanism": mech})
+                continue
+            if not _is_int(a.iterations) or not SCRAM_MIN_ITERATIONS <= a.iterations <= SCRAM_MAX_ITERATIONS:
+                raise ValueError(f"alterations: iterations for {a.user!r} must be in "
+                                 f"{SCRAM_MIN_ITERATIONS}..{SCRAM_MAX_ITERATIONS}, got {a.iterations!r}")
+            if not isinstance(a.password, str) or not a.password:
+                raise ValueError(f"alterations: password for {a.user!r} must be a non-empty str")
+            salt = a.salt if a.salt is not None else secrets.token_bytes(32)
+            upserts.append({"name": a.user, "mechanism": mech, "iterations": a.iterations, "salt": salt,
+                            "salted_password": salted_password(a.mechanism, a.password, salt, a.iterations)})
+        users: list[str] = list(dict.fromkeys(str(x["name"]) for x in deletes + upserts))
+        call: AdminCall[str] = self._call(users, timeout_ms, "AlterUserScramCredentials for")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+                "deletions": [d for d in deletes if d["name"] in keys],
+                "upsertions": [u for u in upserts if u["name"] in keys]})
+            for r in response["results"]:
+                call.answer(r["user"], r["error_code"], f"user {r['user']!r}", None, r.get("error_message"))
+
+        return await self._run(call, self._route_any, send)
 
 _LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -308,6 +1009,169 @@ def _no_duplicates(names: list[str], call: str) -> None:
 def _check_timeout(timeout_ms: object) -> None:
     if not _is_int(timeout_ms) or not 0 <= timeout_ms <= _INT32_MAX:  # type: ignore[operator]
         raise ValueError(f"timeout_ms: must be an int in 0..{_INT32_MAX}, got {timeout_ms!r}")
+
+
+def _without_placeholder(results: ItemResults[Any, Any]) -> ItemResults[Any, Any]:
+    """A call over "everything" ("*") that failed before any answer named its items raises that error."""
+    if "*" in results.errors:
+        raise results.errors["*"]
+    return results
+
+
+def _str_list(values: Iterable[str] | None, argument: str) -> list[str]:
+    if values is None:
+        return []
+    out = _items(values, argument, "strings")
+    if not all(isinstance(v, str) and v for v in out):
+        raise ValueError(f"{argument}: expected non-empty strings, got {out!r}")
+    return out
+
+
+def _check_group_id(group_id: object, argument: str) -> None:
+    if not isinstance(group_id, str) or not group_id:
+        raise ValueError(f"{argument}: expected a non-empty str, got {group_id!r}")
+
+
+def _group_ids(values: object, call: str, *, what: str = "group ids") -> list[str]:
+    out = _items(values, call, what)
+    if not out:
+        raise ValueError(f"{call}: no {what} given")
+    for value in out:
+        _check_group_id(value, f"{call}: {what}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{call}: {what} listed twice in {out!r}")
+    return out
+
+
+def _tps(values: object, argument: str) -> list[TopicPartition]:
+    out: list[TopicPartition] = []
+    for tp in _items(values, argument, "TopicPartition objects"):
+        if not (isinstance(tp, tuple) and len(tp) == 2 and _is_int(tp[1]) and tp[1] >= 0):
+            raise TypeError(f"{argument}: expected TopicPartition(topic, partition >= 0), got {tp!r}")
+        check_topic_name(tp[0])
+        out.append(TopicPartition(tp[0], tp[1]))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{argument}: a partition is listed twice in {out!r}")
+    return out
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for tp in tps:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return {t: sorted(ps) for t, ps in sorted(grouped.items())}
+
+
+def _offset_values(offsets: object, argument: str) -> dict[TopicPartition, tuple[int, str]]:
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"{argument}: expected a mapping {{TopicPartition: offset}}, got {type(offsets).__name__}")
+    out: dict[TopicPartition, tuple[int, str]] = {}
+    for tp, value in offsets.items():
+        tp = _tps([tp], argument)[0]
+        offset, metadata = (value if isinstance(value, tuple) and len(value) == 2 else (value, ""))
+        if not _is_int(offset) or offset < 0:
+            raise ValueError(f"{argument}: offset for {tp.topic}-{tp.partition} must be an int >= 0, got {offset!r}")
+        if not isinstance(metadata, str):
+            raise TypeError(f"{argument}: metadata for {tp.topic}-{tp.partition} must be a str, got {metadata!r}")
+        out[tp] = (offset, metadata)
+    return out
+
+
+def _group_description(g: Mapping[str, Any], coordinator: int) -> GroupDescription:
+    members = []
+    for m in g["members"]:
+        assignment: frozenset[TopicPartition] = frozenset()
+        if g["protocol_type"] == "consumer" and m["member_assignment"]:
+            try:
+                _, decoded = decode_versioned("ConsumerProtocolAssignment", m["member_assignment"])
+                assignment = frozenset(TopicPartition(t["topic"], p) for t in decoded["assigned_partitions"]
+                                       for p in t["partitions"])
+            except errors.KafkaError as exc:
+                log.debug("group %s member %s: undecodable assignment: %s", g["group_id"], m["member_id"], exc)
+        members.append(MemberDescription(m["member_id"], m.get("group_instance_id"), m["client_id"],
+                                         m["client_host"], assignment))
+    return GroupDescription(g["group_id"], g["group_state"], g["protocol_type"], g["protocol_data"],
+                            tuple(members), coordinator)
+
+
+def _config_resources(resources: object, call: str) -> list[ConfigResource]:
+    out = _items(resources, call, "ConfigResource objects")
+    for r in out:
+        if not isinstance(r, ConfigResource):
+            raise TypeError(f"{call}: expected ConfigResource objects, got {type(r).__name__} {r!r}")
+        if r.type == "topic":
+            check_topic_name(r.name)
+        if r.type in ("broker", "broker_logger") and r.name and not r.name.isdigit():
+            raise ValueError(f"{call}: a {r.type} resource is named by its node id, got {r.name!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{call}: a resource is listed twice in {out!r}")
+    return out
+
+
+def _config_entries(configs: Iterable[Mapping[str, Any]]) -> dict[str, ConfigEntry]:
+    out: dict[str, ConfigEntry] = {}
+    for c in configs:
+        source = c.get("config_source", -1)
+        source_name = CONFIG_SOURCES.get(source, "unknown") if source >= 0 else (
+            "default_config" if c.get("is_default") else "unknown")
+        out[c["name"]] = ConfigEntry(
+            name=c["name"], value=c["value"], source=source_name, read_only=bool(c["read_only"]),
+            is_sensitive=bool(c["is_sensitive"]), is_default=source_name == "default_config" or bool(c.get("is_default")),
+            type=CONFIG_TYPES.get(c.get("config_type", 0), "unknown"), documentation=c.get("documentation"),
+            synonyms=tuple(ConfigSynonym(x["name"], x["value"], CONFIG_SOURCES.get(x["source"], "unknown"))
+                           for x in c.get("synonyms") or ()))
+    return out
+
+
+def _alter_ops(resource: object, changes: object) -> list[AlterConfigOp]:
+    where = f"changes[{resource!r}]"
+    if isinstance(changes, Mapping):
+        ops = []
+        for name, value in changes.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{where}: config names must be non-empty strs, got {name!r}")
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{where}: value of {name!r} must be a str (or None to delete), got {value!r}")
+            ops.append(AlterConfigOp(name, value, "delete" if value is None else "set"))
+        return ops
+    ops = _items(changes, where, "AlterConfigOp objects")
+    for op in ops:
+        if not isinstance(op, AlterConfigOp):
+            raise TypeError(f"{where}: expected AlterConfigOp objects or a {{name: value}} dict, got {op!r}")
+    return ops
+
+
+def _new_partitions(topic: object, value: object) -> NewPartitions:
+    if not isinstance(topic, str):
+        raise TypeError(f"new_partitions: keys must be topic names, got {topic!r}")
+    check_topic_name(topic)
+    spec = NewPartitions(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(spec, NewPartitions):
+        raise TypeError(f"new_partitions[{topic!r}]: expected an int (the new total) or NewPartitions, got {value!r}")
+    if not _is_int(spec.total_count) or not 1 <= spec.total_count <= _INT32_MAX:
+        raise errors.InvalidPartitionsError(
+            f"new_partitions[{topic!r}]: total_count must be an int >= 1, got {spec.total_count!r}")
+    if spec.assignments is not None:
+        if not all(isinstance(a, (list, tuple)) and a and all(_is_int(b) and b >= 0 for b in a)
+                   for a in spec.assignments):
+            raise errors.InvalidReplicaAssignmentError(
+                f"new_partitions[{topic!r}]: assignments must be lists of broker ids >= 0, got {spec.assignments!r}")
+    return spec
+
+
+def _acl_filter_body(f: AclBindingFilter, suffix: str) -> dict[str, Any]:
+    return {"resource_type" + suffix: ACL_RESOURCE_TYPES[f.resource_type.lower()],
+            "resource_name" + suffix: f.resource_name, "pattern_type" + suffix: PATTERN_TYPES[f.pattern_type.lower()],
+            "principal" + suffix: f.principal, "host" + suffix: f.host,
+            "operation": ACL_OPERATIONS[f.operation.lower()], "permission_type": ACL_PERMISSIONS[f.permission.lower()]}
+
+
+def _acl_binding(resource: Mapping[str, Any], acl: Mapping[str, Any]) -> AclBinding:
+    return AclBinding(
+        resource_type=name_of(ACL_RESOURCE_TYPES, resource["resource_type"]), resource_name=resource["resource_name"],
+        principal=acl["principal"], operation=name_of(ACL_OPERATIONS, acl["operation"]),
+        permission=name_of(ACL_PERMISSIONS, acl["permission_type"]), host=acl["host"],
+        pattern_type=name_of(PATTERN_TYPES, resource.get("pattern_type", 3)))
 
 
 def check_new_topic(t: object) -> None:

@@ -1,4 +1,5 @@
-"""The ``akresil`` command: an embedded broker, topic admin, stdin/stdout produce and consume, and the demo.
+"""The ``akresil`` command: an embedded broker, topic admin, stdin/stdout produce and consume, and the demo;
+the operator commands (groups, configs, topics add-partitions) live in ``cli_admin``.
 
 Exit codes: 0 success, 1 a runtime failure (broker unreachable, delivery failed, demo check failed),
 2 bad input (unknown option, malformed JSON line, invalid config value or topic name), 130 interrupted.
@@ -24,6 +25,7 @@ import anyio
 import orjson
 
 from . import __version__, errors
+from .cli_admin import AdminUsageError
 
 BOOTSTRAP_ENV = "AKRESIL_BOOTSTRAP_SERVERS"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -181,6 +183,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 async def cmd_topics(args: argparse.Namespace) -> int:
     from .admin import Admin
     from .types import NewTopic
+    if args.topics_command == "add-partitions":
+        from .cli_admin import cmd_add_partitions
+        return await cmd_add_partitions(args, _client_config(args))
     async with Admin(**_client_config(args)) as admin:
         if args.topics_command == "create":
             configs = dict(_split_kv(c, "--config") for c in args.config or ())
@@ -364,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("names", nargs="+", metavar="TOPIC")
     t = tsub.add_parser("delete", parents=[client], help="delete topics")
     t.add_argument("names", nargs="+", metavar="TOPIC")
+    from .cli_admin import add_parsers as _admin_parsers
+    _admin_parsers(sub, tsub, client, _positive_int)
 
     p = sub.add_parser("produce", parents=[client], help="send stdin lines as records")
     p.add_argument("topic", metavar="TOPIC")
@@ -411,8 +418,19 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_groups(args: argparse.Namespace) -> int:
+    from .cli_admin import cmd_groups as run
+    return await run(args, _client_config(args))
+
+
+async def cmd_configs(args: argparse.Namespace) -> int:
+    from .cli_admin import cmd_configs as run
+    return await run(args, _client_config(args))
+
+
 _ASYNC: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo, "bench": cmd_bench}
+    "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo, "bench": cmd_bench,
+    "groups": cmd_groups, "configs": cmd_configs}
 
 
 def _service_parser() -> argparse.ArgumentParser:
@@ -448,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "broker":
             return cmd_broker(args)
         return anyio.run(_run_interruptible, _ASYNC[args.command], args)
-    except (UsageError, errors.ConfigError, errors.InvalidTopicError) as exc:
+    except (UsageError, AdminUsageError, errors.ConfigError, errors.InvalidTopicError) as exc:
         print(f"akresil: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

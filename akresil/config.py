@@ -151,6 +151,10 @@ OPTIONS: tuple[Option, ...] = (
            "`max.block.ms` idea, for every client). 60 s, Java's `max.block.ms` and `default.api.timeout.ms`: an "
            "application started together with its cluster waits out a broker start instead of crash-looping; "
            "each failed round logs a WARNING with its causes and the next attempt", minimum=1, maximum=_MAX_INT),
+    Option("default_api_timeout_ms", _INT, 60_000,
+           "bound of one admin call (all its retries) and of the consumer's offset lookups "
+           "(beginning_offsets, end_offsets, offsets_for_times)", clients=frozenset({_CONSUMER, _ADMIN}),
+           minimum=1, maximum=_MAX_INT, kip="KIP-266"),
     Option("metadata_max_age_ms", _INT, 300_000, "refresh metadata at least this often", minimum=0,
            maximum=_MAX_INT),
     Option("connections_max_idle_ms", _INT, 540_000, "close connections idle this long", minimum=0,
@@ -165,9 +169,13 @@ OPTIONS: tuple[Option, ...] = (
            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     Option("ssl_context", (ssl.SSLContext,), None, "TLS context for SSL / SASL_SSL", nullable=True),
     Option("sasl_mechanism", (str,), "PLAIN", "SASL mechanism",
-           choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+           choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
     Option("sasl_plain_username", (str,), None, "SASL user name", nullable=True),
     Option("sasl_plain_password", (str,), None, "SASL password (never logged)", nullable=True),
+    Option("sasl_oauth_token_provider", (object,), None,
+           "OAUTHBEARER token provider: a callable (sync or async) returning an `OAuthToken` or a JWT string, "
+           "e.g. `OidcClientCredentials(url, client_id, secret)`; refreshed at 80% of the token lifetime",
+           nullable=True, check=_callable_check, kip="KIP-255"),
     Option("metrics_registry", (object,), None, "prometheus_client CollectorRegistry; None disables metrics",
            nullable=True, check=_registry_check),
     # ---- producer
@@ -300,7 +308,13 @@ def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozen
         v["bootstrap_servers"] = [s.strip() for s in v["bootstrap_servers"].split(",") if s.strip()]
     else:
         v["bootstrap_servers"] = list(v["bootstrap_servers"])
-    if v["security_protocol"].startswith("SASL_"):
+    if v["sasl_oauth_token_provider"] is not None and v["sasl_mechanism"] != "OAUTHBEARER":
+        raise ConfigError("sasl_oauth_token_provider: only used with sasl_mechanism='OAUTHBEARER'")
+    if v["security_protocol"].startswith("SASL_") and v["sasl_mechanism"] == "OAUTHBEARER":
+        if v["sasl_oauth_token_provider"] is None:
+            raise ConfigError(f"sasl_oauth_token_provider: required with sasl_mechanism='OAUTHBEARER' "
+                              f"(security_protocol={v['security_protocol']})")
+    elif v["security_protocol"].startswith("SASL_"):
         if v["sasl_plain_username"] is None or v["sasl_plain_password"] is None:
             raise ConfigError(f"sasl_plain_username/sasl_plain_password: required with "
                               f"security_protocol={v['security_protocol']}")

@@ -9,7 +9,7 @@ every key, its nullability and its choices agree with it, so the two cannot drif
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Iterable, Literal, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypedDict
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -37,9 +37,11 @@ class CommonConfig(TypedDict, total=False):
     receive_message_max_bytes: int
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
     ssl_context: ssl.SSLContext | None
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
     sasl_plain_username: str | None
     sasl_plain_password: str | None
+    #: OAUTHBEARER: a callable (sync or async) returning an ``OAuthToken`` or a JWT string
+    sasl_oauth_token_provider: Callable[[], Any] | None
     metrics_registry: CollectorRegistry | None
 
 
@@ -81,7 +83,8 @@ class ConsumerConfig(CommonConfig, total=False):
     check_crcs: bool
     #: bound on prefetched record bytes (default ``fetch_max_bytes``)
     max_buffered_bytes: int
+    default_api_timeout_ms: int
 
 
 class AdminConfig(CommonConfig, total=False):
-    pass
+    default_api_timeout_ms: int

@@ -27,7 +27,7 @@ from .core.events import RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
-from .types import ConsumerRecord, KeyT, TopicPartition, ValueT
+from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
 
+#: ListOffsets timestamps for the log start and end
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 _EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
 CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
@@ -578,6 +580,68 @@ class Consumer(Generic[KeyT, ValueT]):
     # ------------------------------------------------------------------ introspection
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._cluster.metadata.snapshot.partitions_for(topic)
+
+    # ------------------------------------------------------------------ offset lookups and lag
+    def _offset_lookup(self) -> Any:
+        """The admin's per-partition ListOffsets (leader routing, retries) over this consumer's connections."""
+        from .admin import Admin
+        return Admin.over_cluster(self._cluster, self.config)
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset whose timestamp is at or after each given timestamp (ms); None where no record is
+        that recent. Any partition may be asked, assigned or not; bounded by ``default_api_timeout_ms``."""
+        self._check_open()
+        if not isinstance(timestamps, Mapping):
+            raise TypeError(f"timestamps: expected a mapping {{TopicPartition: timestamp_ms}}, got "
+                            f"{type(timestamps).__name__}")
+        for tp, ts in timestamps.items():
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                raise ValueError(f"timestamps: timestamp for {tp!r} must be an int >= 0 (ms), got {ts!r}")
+        found = await self._offset_lookup().list_offsets(
+            dict(timestamps), isolation_level=self.config.isolation_level, timeout_ms=timeout_ms)
+        return {tp: None if off < 0 else OffsetAndTimestamp(off, ts) for tp, (off, ts) in found.items()}
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+                                ) -> dict[TopicPartition, int]:
+        """Each partition's log start offset (bounded by ``default_api_timeout_ms``)."""
+        return await self._edge_offsets(partitions, EARLIEST_TIMESTAMP, "beginning_offsets", timeout_ms)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, int]:
+        """Each partition's end: the high watermark, or the last stable offset with ``read_committed``."""
+        return await self._edge_offsets(partitions, LATEST_TIMESTAMP, "end_offsets", timeout_ms)
+
+    async def _edge_offsets(self, partitions: Iterable[TopicPartition], timestamp: int, call: str,
+                            timeout_ms: int | None) -> dict[TopicPartition, int]:
+        self._check_open()
+        tps = _checked_partitions(partitions, call)
+        found = await self._offset_lookup().list_offsets(
+            {tp: timestamp for tp in tps}, isolation_level=self.config.isolation_level, timeout_ms=timeout_ms)
+        return {tp: found[tp][0] for tp in tps}
+
+    def lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the end of ``partition`` as of the last Fetch answer (the high
+        watermark, or the last stable offset with ``read_committed``); None until both are known. No I/O."""
+        st = self._state.state(partition)
+        end = st.last_stable_offset if self.config.isolation_level == "read_committed" else st.high_watermark
+        first = self._pending_first().get(partition)
+        position = first[0] if first is not None else self._state.position(partition)
+        if end is None or end < 0 or position is None:
+            return None
+        return max(0, end - position)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group id, generation and member id of this consumer (a transactional producer's
+        ``send_offsets_to_transaction`` needs them, KIP-447); generation -1 while not a member."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise errors.IllegalStateError("group_metadata() needs a group_id")
+        group = self._group
+        if group is None:
+            return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)
+        return ConsumerGroupMetadata(self.config.group_id, group.generation_id, group.member_id,
+                                     self.config.group_instance_id)
 
 
 class _ListenerBridge:

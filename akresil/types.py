@@ -71,3 +71,20 @@ class NewTopic(NamedTuple):
 
 
 Header = tuple[str, bytes | None]
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The first record at or after a looked-up timestamp: its offset and its own timestamp."""
+
+    offset: int
+    timestamp_ms: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's identity in its group, as a transactional producer needs it (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+

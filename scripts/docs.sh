@@ -17,4 +17,6 @@ if ! "$PY" -c "import mkdocs, material" 2>/dev/null; then
 fi
 # the configuration reference is generated from akresil/config.py: a stale page fails the build
 "$PY" tools/gen_config_docs.py --check
+# so is the admin API reference, from the code's signatures and docstrings
+"$PY" tools/gen_api_docs.py --check
 NO_MKDOCS_2_WARNING=1 exec "$PY" -m mkdocs build --strict --site-dir site "$@"

@@ -63,7 +63,8 @@ CROSS_RULES: tuple[str, ...] = (
     "`enable_idempotence=True` requires `acks='all'` and `max_in_flight_requests_per_connection` <= 5.",
     "`heartbeat_interval_ms` must be lower than `session_timeout_ms` (consumer).",
     "`security_protocol` `SASL_PLAINTEXT` / `SASL_SSL` requires `sasl_plain_username` and "
-    "`sasl_plain_password`.",
+    "`sasl_plain_password`, or with `sasl_mechanism='OAUTHBEARER'` a `sasl_oauth_token_provider` (which no "
+    "other mechanism takes).",
     "`rebalance_timeout_ms=None` becomes `max_poll_interval_ms`.",
     "`bootstrap_servers` may be one comma-separated string or a list of `host:port` strings.",
     "`acks` accepts `'all'`, `-1`, `0`, `1` (or their strings); it is stored as -1, 0 or 1.",
@@ -73,6 +74,7 @@ _SECTIONS = (
     ("Every client", lambda o: o.clients == config._ALL),
     ("Producer", lambda o: o.clients == frozenset({config._PRODUCER})),
     ("Consumer", lambda o: o.clients == frozenset({config._CONSUMER})),
+    ("Consumer and admin", lambda o: o.clients == frozenset({config._CONSUMER, config._ADMIN})),
 )
 
 

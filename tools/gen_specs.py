@@ -38,6 +38,24 @@ APIS = [
     "SaslHandshake",
     "SaslAuthenticate",
     "DescribeCluster",
+    # admin (issue 15)
+    "ListGroups",
+    "DescribeGroups",
+    "DeleteGroups",
+    "OffsetDelete",
+    "DescribeConfigs",
+    "IncrementalAlterConfigs",
+    "CreatePartitions",
+    "DeleteRecords",
+    "DescribeAcls",
+    "CreateAcls",
+    "DeleteAcls",
+    "ElectLeaders",
+    "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
+    "DescribeProducers",
+    "ListTransactions",
+    "DescribeTransactions",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -69,8 +69,12 @@ class Cluster:
         self.fatal_error: errors.AuthenticationError | None = None
         self._sasl = None
         if config.security_protocol.startswith("SASL_"):
+            token_source = None
+            if config.sasl_mechanism == "OAUTHBEARER":
+                from .oauth import TokenSource
+                token_source = TokenSource(config.sasl_oauth_token_provider)
             self._sasl = SaslConfig(mechanism=config.sasl_mechanism, username=config.sasl_plain_username,
-                                    password=config.sasl_plain_password)
+                                    password=config.sasl_plain_password, token_source=token_source)
         self._ssl = config.ssl_context if config.security_protocol in ("SSL", "SASL_SSL") else None
         if config.security_protocol in ("SSL", "SASL_SSL") and self._ssl is None:
             import ssl
@@ -117,6 +121,12 @@ class Cluster:
             if self.fatal_error is not None:
                 raise _fresh(self.fatal_error)
             conn = self._conns.get(node_id)
+            if conn is not None and not conn.closed and conn.reauthentication_due(self.clock()):
+                # KIP-368: the broker closes a connection used after its SASL session expired; reconnect
+                # (authenticating again, with a refreshed token) while this one is idle
+                log.debug("node %s: SASL session ends soon; reconnecting to re-authenticate", node_id)
+                self.disconnect(node_id)
+                conn = None
             if conn is not None and not conn.closed:
                 return conn
             pending = self._connecting.get(node_id)

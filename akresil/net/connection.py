@@ -124,6 +124,8 @@ class Connection:
         self.api_ranges: dict[Any, tuple[int, int]] = {}
         #: SASL session lifetime the broker granted (KIP-368), 0 if none
         self.session_lifetime_ms = 0
+        #: when to re-authenticate (85% into the session, as Java's lower bound), None without a lifetime
+        self.reauthenticate_at: float | None = None
         #: latency of the most recent completed request (ms from hand-over to response)
         self.last_latency_ms = 0.0
 
@@ -556,7 +558,10 @@ class Connection:
             raise await self._fail(errors.AuthenticationError(
                 f"{where} does not accept SASL mechanism {sasl.mechanism} (offers: {offered}; "
                 f"error code {handshake['error_code']})"))
-        client = sasl.new_client()
+        try:
+            client = await sasl.start()
+        except errors.KafkaError as exc:
+            raise await self._fail(exc) from None
         token: bytes | None = client.first()
         response: dict[str, Any] = {}
         while token is not None:
@@ -564,7 +569,7 @@ class Connection:
             if response["error_code"]:
                 detail = response.get("error_message") or f"error code {response['error_code']}"
                 raise await self._fail(errors.AuthenticationError(
-                    f"SASL {sasl.mechanism} authentication as {sasl.username!r} with {where} failed: {detail}"))
+                    f"SASL {sasl.mechanism} authentication as {sasl.identity} with {where} failed: {detail}"))
             try:
                 token = client.step(response.get("auth_bytes") or b"")
             except errors.KafkaError as exc:
@@ -573,6 +578,12 @@ class Connection:
             raise await self._fail(errors.AuthenticationError(
                 f"SASL {sasl.mechanism} exchange with {where} ended before the mechanism completed"))
         self.session_lifetime_ms = int(response.get("session_lifetime_ms") or 0)
+        if self.session_lifetime_ms > 0:
+            self.reauthenticate_at = self._clock() + self.session_lifetime_ms * 0.85
+
+    def reauthentication_due(self, now: float) -> bool:
+        """The SASL session is 85% through its lifetime and nothing is in flight: time to reconnect."""
+        return self.reauthenticate_at is not None and now >= self.reauthenticate_at and not self._inflight
 
     async def _fail(self, error: BaseException) -> BaseException:
         """Close with ``error`` and return it for the caller to raise."""

@@ -1,4 +1,5 @@
-"""SASL mechanisms as sans-IO state machines: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802/7677).
+"""SASL mechanisms as sans-IO state machines: PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802/7677) and
+OAUTHBEARER (RFC 7628 as Kafka uses it: KIP-255, extensions KIP-342).
 
 Client side: the connection carries the tokens in SaslAuthenticate requests; this module only turns server
 tokens into client tokens, so the whole exchange (including every check on the server's answers) is testable
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Protocol
@@ -23,6 +25,8 @@ from typing import Callable, Iterable, Mapping, Protocol
 from ..errors import AuthenticationError, ConfigError
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: every mechanism the client speaks; OAUTHBEARER takes a token provider instead of a user table
+CLIENT_MECHANISMS = MECHANISMS + ("OAUTHBEARER",)
 
 # RFC 7677 says servers should announce at least 4096 iterations; the Java client refuses fewer (a weak or
 # downgraded server).  The upper bound stops a hostile server from making us burn minutes in PBKDF2.
@@ -47,28 +51,61 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
     return hashlib.pbkdf2_hmac(_scram_hash(mechanism), password.encode(), salt, iterations)
 
 
+class TokenSupplier(Protocol):
+    """Where OAUTHBEARER connections get their token (``akresil.net.oauth.TokenSource``)."""
+
+    @property
+    def principal(self) -> str | None: ...
+
+    async def token(self) -> "OAuthToken": ...
+
+
 @dataclass(frozen=True, slots=True)
 class SaslConfig:
-    """Which SASL mechanism to use and with what credentials (the password is kept out of ``repr``)."""
+    """Which SASL mechanism to use and with what credentials (the password is kept out of ``repr``).
+
+    OAUTHBEARER takes ``token_source`` (an ``akresil.net.oauth.TokenSource``, shared by a client's connections
+    so a token is fetched once and refreshed before it expires) instead of a user name and password."""
 
     mechanism: str
     username: str | None
     password: str | None = field(default=None, repr=False)
+    token_source: "TokenSupplier | None" = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.mechanism not in MECHANISMS:
-            raise ConfigError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        if self.mechanism not in CLIENT_MECHANISMS:
+            raise ConfigError(
+                f"sasl_mechanism must be one of {', '.join(CLIENT_MECHANISMS)}, got {self.mechanism!r}")
+        if self.mechanism == "OAUTHBEARER":
+            if self.token_source is None:
+                raise ConfigError("sasl_oauth_token_provider is required for SASL OAUTHBEARER")
+            return
         if not self.username:
             raise ConfigError(f"sasl_plain_username is required for SASL {self.mechanism}")
         if self.password is None:
             raise ConfigError(f"sasl_plain_password is required for SASL {self.mechanism}")
 
+    @property
+    def identity(self) -> str:
+        """Who authenticates, for error messages: the user name, or the token's principal once known."""
+        if self.mechanism == "OAUTHBEARER":
+            principal = getattr(self.token_source, "principal", None)
+            return f"token principal {principal!r}" if principal else "an OAuth token"
+        return repr(self.username)
+
     def new_client(self) -> SaslClient:
-        """A fresh state machine for one authentication exchange."""
+        """A fresh state machine for one authentication exchange (PLAIN / SCRAM; see ``start``)."""
         assert self.username is not None and self.password is not None
         if self.mechanism == "PLAIN":
             return PlainClient(self.username, self.password)
         return ScramClient(self.mechanism, self.username, self.password)
+
+    async def start(self) -> SaslClient:
+        """A fresh state machine for one exchange; OAUTHBEARER first gets a current token (maybe refreshing)."""
+        if self.mechanism == "OAUTHBEARER":
+            assert self.token_source is not None
+            return OAuthBearerClient(await self.token_source.token())
+        return self.new_client()
 
 
 class SaslClient(Protocol):
@@ -230,6 +267,188 @@ class ScramClient:
         if not hmac.compare_digest(signature, self._server_signature):
             raise AuthenticationError("SCRAM server signature mismatch: the server does not know the password")
         self._state = "done"
+
+
+# ---------------------------------------------------------------------------------------------- OAUTHBEARER
+_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")
+_EXTENSION_VALUE = re.compile(r"^[\x21-\x7E \t\r\n]+$")
+_TOKEN_CHARS = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")   # RFC 6750 b64token
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthToken:
+    """A bearer token and when it expires (wall clock, ms since the epoch), as a token provider returns it.
+
+    ``extensions`` are SASL extensions (KIP-342) sent with the token, e.g. ``{"logicalCluster": "lkc-1"}``
+    for Confluent Cloud; ``principal`` is informational (error messages)."""
+
+    value: str = field(repr=False)
+    expires_at_ms: int
+    principal: str | None = None
+    extensions: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, str) or not _TOKEN_CHARS.match(self.value):
+            raise ConfigError("OAuth token: the value must be a non-empty bearer token (RFC 6750 characters)")
+        if not isinstance(self.expires_at_ms, int) or isinstance(self.expires_at_ms, bool):
+            raise ConfigError(f"OAuth token: expires_at_ms must be an int (ms since the epoch), "
+                              f"got {self.expires_at_ms!r}")
+        check_extensions(self.extensions)
+
+
+def check_extensions(extensions: Mapping[str, str]) -> None:
+    """KIP-342's rules: keys are letters only and not "auth"; values printable ASCII (or spaces, tabs, CR, LF)."""
+    if not isinstance(extensions, Mapping):
+        raise ConfigError(f"OAuth extensions: expected a mapping of str to str, got {type(extensions).__name__}")
+    for key, value in extensions.items():
+        if not isinstance(key, str) or not _EXTENSION_KEY.match(key) or key == "auth":
+            raise ConfigError(f"OAuth extensions: key {key!r} must be ASCII letters only and not 'auth'")
+        if not isinstance(value, str) or not _EXTENSION_VALUE.match(value):
+            raise ConfigError(f"OAuth extensions: value of {key!r} must be non-empty printable ASCII")
+
+
+def jwt_claims(token: str) -> dict[str, object]:
+    """The (unverified) claims of a JWT: the client only reads ``exp`` and ``sub`` to schedule refreshes."""
+    import json
+
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise ConfigError("OAuth token is not a JWT (expected three '.'-separated parts); return an OAuthToken "
+                          "with expires_at_ms from the token provider instead")
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        raise ConfigError("OAuth token: the JWT payload is not base64url JSON") from None
+    if not isinstance(claims, dict):
+        raise ConfigError("OAuth token: the JWT payload is not a JSON object")
+    return claims
+
+
+def client_first_message(token: OAuthToken) -> bytes:
+    """RFC 7628's initial client response as Kafka sends it: gs2 header, ``auth=Bearer``, extensions."""
+    parts = ["n,,", f"auth=Bearer {token.value}"]
+    parts += [f"{k}={v}" for k, v in sorted(token.extensions.items())]
+    return ("\x01".join(parts) + "\x01\x01").encode()
+
+
+class OAuthBearerClient:
+    """The client side of OAUTHBEARER: send the token; a server that refuses it answers with an error
+    document, to which the client replies with a single kvsep (RFC 7628 section 3.2.3) and the broker then
+    fails the exchange with SASL_AUTHENTICATION_FAILED."""
+
+    mechanism = "OAUTHBEARER"
+    __slots__ = ("_token", "_state", "server_error")
+
+    def __init__(self, token: OAuthToken) -> None:
+        self._token = token
+        self._state = "initial"
+        #: the server's error document, when it sent one
+        self.server_error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"OAuthBearerClient(principal={self._token.principal!r}, state={self._state})"
+
+    @property
+    def complete(self) -> bool:
+        return self._state == "done"
+
+    def first(self) -> bytes:
+        self._state = "sent"
+        return client_first_message(self._token)
+
+    def step(self, server_token: bytes) -> bytes | None:
+        if self._state == "sent" and not server_token:
+            self._state = "done"
+            return None
+        if self._state == "sent":
+            self.server_error = server_token.decode("utf-8", "replace")[:512]
+            self._state = "error"
+            return b"\x01"
+        raise AuthenticationError(f"OAUTHBEARER: the server refused the token: {self.server_error or 'no detail'}")
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthGrant:
+    """What a server-side token validator grants: the principal and how long the session may last."""
+
+    principal: str
+    session_lifetime_ms: int
+
+
+#: ``validator(token, extensions) -> OAuthGrant``; raises ``AuthenticationError`` to refuse
+OAuthValidator = Callable[[str, Mapping[str, str]], OAuthGrant]
+
+
+def parse_client_first_message(message: bytes) -> tuple[str, dict[str, str]]:
+    """Token and extensions of an OAUTHBEARER initial client response; ``AuthenticationError`` if malformed."""
+    try:
+        text = message.decode("ascii")
+    except UnicodeDecodeError:
+        raise AuthenticationError("OAUTHBEARER message is not ASCII") from None
+    if not text.startswith("n,") or not text.endswith("\x01\x01"):
+        raise AuthenticationError("malformed OAUTHBEARER message (gs2 header or terminator missing)")
+    header, _, rest = text.partition("\x01")
+    if header.count(",") != 2:
+        raise AuthenticationError("malformed OAUTHBEARER gs2 header")
+    fields: dict[str, str] = {}
+    for item in rest[:-2].split("\x01"):
+        key, sep, value = item.partition("=")
+        if not sep or key in fields:
+            raise AuthenticationError(f"malformed OAUTHBEARER key/value {key[:32]!r}")
+        fields[key] = value
+    auth = fields.pop("auth", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() != "bearer" or not token or not _TOKEN_CHARS.match(token):
+        raise AuthenticationError("OAUTHBEARER message carries no bearer token")
+    try:
+        check_extensions(fields)
+    except ConfigError as exc:
+        raise AuthenticationError(str(exc)) from None
+    return token, fields
+
+
+class OAuthBearerServer:
+    """The server side (what ``FaultProxy`` needs to be an OAUTHBEARER broker): parse the client's message,
+    ask ``validator``; a refusal is answered with an error document first (RFC 7628), then fails."""
+
+    mechanism = "OAUTHBEARER"
+    __slots__ = ("_validator", "_state", "_grant", "failure", "extensions")
+
+    def __init__(self, validator: OAuthValidator) -> None:
+        self._validator = validator
+        self._state = "initial"
+        self._grant: OAuthGrant | None = None
+        self.failure: str | None = None
+        #: the extensions the client sent (for tests)
+        self.extensions: dict[str, str] = {}
+
+    @property
+    def complete(self) -> bool:
+        return self._state == "done"
+
+    @property
+    def username(self) -> str | None:
+        return self._grant.principal if self._grant is not None and self.complete else None
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        return self._grant.session_lifetime_ms if self._grant is not None and self.complete else 0
+
+    def step(self, client_token: bytes) -> bytes:
+        if self._state == "initial":
+            token, self.extensions = parse_client_first_message(client_token)
+            try:
+                self._grant = self._validator(token, dict(self.extensions))
+            except AuthenticationError as exc:
+                self.failure = str(exc)
+                self._state = "refused"
+                return b'{"status":"invalid_token"}'
+            self._state = "done"
+            return b""
+        if self._state == "refused":
+            raise AuthenticationError(f"OAUTHBEARER token refused: {self.failure}")
+        raise AuthenticationError(f"unexpected OAUTHBEARER message in state {self._state}")
 
 
 # ---------------------------------------------------------------------------------------------- server side
@@ -479,16 +698,20 @@ class SaslUserTable:
     ``users`` maps user name to password; the passwords are hashed at construction and not kept.
     """
 
-    __slots__ = ("mechanisms", "_credentials")
+    __slots__ = ("mechanisms", "_credentials", "oauth_validator")
 
     def __init__(self, users: Mapping[str, str], *, mechanisms: Iterable[str] = MECHANISMS,
-                 iterations: int = SCRAM_MIN_ITERATIONS) -> None:
+                 iterations: int = SCRAM_MIN_ITERATIONS, oauth_validator: OAuthValidator | None = None) -> None:
         enabled = tuple(mechanisms)
         if not enabled:
             raise ConfigError("sasl mechanisms: at least one is needed")
         for mechanism in enabled:
-            if mechanism not in MECHANISMS:
-                raise ConfigError(f"sasl mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
+            if mechanism not in CLIENT_MECHANISMS:
+                raise ConfigError(f"sasl mechanisms: {mechanism!r} is not one of {', '.join(CLIENT_MECHANISMS)}")
+        if ("OAUTHBEARER" in enabled) != (oauth_validator is not None):
+            raise ConfigError("sasl mechanisms: OAUTHBEARER needs an oauth_validator, and a validator needs "
+                              "OAUTHBEARER among the mechanisms")
+        self.oauth_validator = oauth_validator
         if len(set(enabled)) != len(enabled):
             raise ConfigError(f"sasl mechanisms: duplicates in {enabled}")
         self.mechanisms = enabled
@@ -499,6 +722,8 @@ class SaslUserTable:
             if not isinstance(password, str) or not password:
                 raise ConfigError(f"sasl users: the password of {username!r} must be a non-empty string")
             for mechanism in enabled:
+                if mechanism == "OAUTHBEARER":
+                    continue
                 scram = "SCRAM-SHA-256" if mechanism == "PLAIN" else mechanism
                 self._credentials[(mechanism, username)] = ScramCredential.derive(
                     scram, password, iterations=iterations)
@@ -516,4 +741,7 @@ class SaslUserTable:
             raise ConfigError(f"SASL mechanism {mechanism!r} is not enabled (have {', '.join(self.mechanisms)})")
         if mechanism == "PLAIN":
             return PlainServer(lambda user: self.credential("PLAIN", user))
+        if mechanism == "OAUTHBEARER":
+            assert self.oauth_validator is not None
+            return OAuthBearerServer(self.oauth_validator)
         return ScramServer(mechanism, lambda user: self.credential(mechanism, user))

@@ -601,6 +601,462 @@ DESCRIBE_CLUSTER_RESPONSE = M(
     ),
 )
 
+LIST_GROUPS_REQUEST = M(
+    'ListGroupsRequest', 16, 'request', '0-5', '3+', (
+        F('states_filter', '[]string', '4+'),
+        F('types_filter', '[]string', '5+'),
+    ),
+)
+
+LIST_GROUPS_RESPONSE = M(
+    'ListGroupsResponse', 16, 'response', '0-5', '3+', (
+        F('throttle_time_ms', 'int32', '1+', ignorable=True),
+        F('error_code', 'int16', '0+'),
+        F('groups', '[]ListedGroup', '0+', fields=(
+            F('group_id', 'string', '0+'),
+            F('protocol_type', 'string', '0+'),
+            F('group_state', 'string', '4+', ignorable=True),
+            F('group_type', 'string', '5+', ignorable=True),
+        )),
+    ),
+)
+
+DESCRIBE_GROUPS_REQUEST = M(
+    'DescribeGroupsRequest', 15, 'request', '0-6', '5+', (
+        F('groups', '[]string', '0+'),
+        F('include_authorized_operations', 'bool', '3+'),
+    ),
+)
+
+DESCRIBE_GROUPS_RESPONSE = M(
+    'DescribeGroupsResponse', 15, 'response', '0-6', '5+', (
+        F('throttle_time_ms', 'int32', '1+', ignorable=True),
+        F('groups', '[]DescribedGroup', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '6+', nullable='6+', default=None),
+            F('group_id', 'string', '0+'),
+            F('group_state', 'string', '0+'),
+            F('protocol_type', 'string', '0+'),
+            F('protocol_data', 'string', '0+'),
+            F('members', '[]DescribedGroupMember', '0+', fields=(
+                F('member_id', 'string', '0+'),
+                F('group_instance_id', 'string', '4+', nullable='4+', default=None, ignorable=True),
+                F('client_id', 'string', '0+'),
+                F('client_host', 'string', '0+'),
+                F('member_metadata', 'bytes', '0+'),
+                F('member_assignment', 'bytes', '0+'),
+            )),
+            F('authorized_operations', 'int32', '3+', default=-2147483648),
+        )),
+    ),
+)
+
+DELETE_GROUPS_REQUEST = M(
+    'DeleteGroupsRequest', 42, 'request', '0-2', '2+', (
+        F('groups_names', '[]string', '0+'),
+    ),
+)
+
+DELETE_GROUPS_RESPONSE = M(
+    'DeleteGroupsResponse', 42, 'response', '0-2', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]DeletableGroupResult', '0+', fields=(
+            F('group_id', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+        )),
+    ),
+)
+
+OFFSET_DELETE_REQUEST = M(
+    'OffsetDeleteRequest', 47, 'request', '0', 'none', (
+        F('group_id', 'string', '0+'),
+        F('topics', '[]OffsetDeleteRequestTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OffsetDeleteRequestPartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+OFFSET_DELETE_RESPONSE = M(
+    'OffsetDeleteResponse', 47, 'response', '0', 'none', (
+        F('error_code', 'int16', '0+'),
+        F('throttle_time_ms', 'int32', '0+', ignorable=True),
+        F('topics', '[]OffsetDeleteResponseTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_CONFIGS_REQUEST = M(
+    'DescribeConfigsRequest', 32, 'request', '1-4', '4+', (
+        F('resources', '[]DescribeConfigsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('configuration_keys', '[]string', '0+', nullable='0+'),
+        )),
+        F('include_synonyms', 'bool', '1+', default=False),
+        F('include_documentation', 'bool', '3+', default=False),
+    ),
+)
+
+DESCRIBE_CONFIGS_RESPONSE = M(
+    'DescribeConfigsResponse', 32, 'response', '1-4', '4+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]DescribeConfigsResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('configs', '[]DescribeConfigsResourceResult', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('value', 'string', '0+', nullable='0+'),
+                F('read_only', 'bool', '0+'),
+                F('config_source', 'int8', '1+', default=-1, ignorable=True),
+                F('is_default', 'bool', '0'),
+                F('is_sensitive', 'bool', '0+'),
+                F('synonyms', '[]DescribeConfigsSynonym', '1+', ignorable=True, fields=(
+                    F('name', 'string', '1+'),
+                    F('value', 'string', '1+', nullable='0+'),
+                    F('source', 'int8', '1+'),
+                )),
+                F('config_type', 'int8', '3+', default=0, ignorable=True),
+                F('documentation', 'string', '3+', nullable='0+', ignorable=True),
+            )),
+        )),
+    ),
+)
+
+INCREMENTAL_ALTER_CONFIGS_REQUEST = M(
+    'IncrementalAlterConfigsRequest', 44, 'request', '0-1', '1+', (
+        F('resources', '[]AlterConfigsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('configs', '[]AlterableConfig', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('config_operation', 'int8', '0+'),
+                F('value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        F('validate_only', 'bool', '0+'),
+    ),
+)
+
+INCREMENTAL_ALTER_CONFIGS_RESPONSE = M(
+    'IncrementalAlterConfigsResponse', 44, 'response', '0-1', '1+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+        )),
+    ),
+)
+
+CREATE_PARTITIONS_REQUEST = M(
+    'CreatePartitionsRequest', 37, 'request', '0-3', '2+', (
+        F('topics', '[]CreatePartitionsTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('count', 'int32', '0+'),
+            F('assignments', '[]CreatePartitionsAssignment', '0+', nullable='0+', fields=(
+                F('broker_ids', '[]int32', '0+'),
+            )),
+        )),
+        F('timeout_ms', 'int32', '0+'),
+        F('validate_only', 'bool', '0+'),
+    ),
+)
+
+CREATE_PARTITIONS_RESPONSE = M(
+    'CreatePartitionsResponse', 37, 'response', '0-3', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]CreatePartitionsTopicResult', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
+DELETE_RECORDS_REQUEST = M(
+    'DeleteRecordsRequest', 21, 'request', '0-2', '2+', (
+        F('topics', '[]DeleteRecordsTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]DeleteRecordsPartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('offset', 'int64', '0+'),
+            )),
+        )),
+        F('timeout_ms', 'int32', '0+'),
+    ),
+)
+
+DELETE_RECORDS_RESPONSE = M(
+    'DeleteRecordsResponse', 21, 'response', '0-2', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('topics', '[]DeleteRecordsTopicResult', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]DeleteRecordsPartitionResult', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('low_watermark', 'int64', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_ACLS_REQUEST = M(
+    'DescribeAclsRequest', 29, 'request', '1-3', '2+', (
+        F('resource_type_filter', 'int8', '0+'),
+        F('resource_name_filter', 'string', '0+', nullable='0+'),
+        F('pattern_type_filter', 'int8', '1+', default=3),
+        F('principal_filter', 'string', '0+', nullable='0+'),
+        F('host_filter', 'string', '0+', nullable='0+'),
+        F('operation', 'int8', '0+'),
+        F('permission_type', 'int8', '0+'),
+    ),
+)
+
+DESCRIBE_ACLS_RESPONSE = M(
+    'DescribeAclsResponse', 29, 'response', '1-3', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('resources', '[]DescribeAclsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('pattern_type', 'int8', '1+', default=3),
+            F('acls', '[]AclDescription', '0+', fields=(
+                F('principal', 'string', '0+'),
+                F('host', 'string', '0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
+CREATE_ACLS_REQUEST = M(
+    'CreateAclsRequest', 30, 'request', '1-3', '2+', (
+        F('creations', '[]AclCreation', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('resource_pattern_type', 'int8', '1+', default=3),
+            F('principal', 'string', '0+'),
+            F('host', 'string', '0+'),
+            F('operation', 'int8', '0+'),
+            F('permission_type', 'int8', '0+'),
+        )),
+    ),
+)
+
+CREATE_ACLS_RESPONSE = M(
+    'CreateAclsResponse', 30, 'response', '1-3', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]AclCreationResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    ),
+)
+
+DELETE_ACLS_REQUEST = M(
+    'DeleteAclsRequest', 31, 'request', '1-3', '2+', (
+        F('filters', '[]DeleteAclsFilter', '0+', fields=(
+            F('resource_type_filter', 'int8', '0+'),
+            F('resource_name_filter', 'string', '0+', nullable='0+'),
+            F('pattern_type_filter', 'int8', '1+', default=3),
+            F('principal_filter', 'string', '0+', nullable='0+'),
+            F('host_filter', 'string', '0+', nullable='0+'),
+            F('operation', 'int8', '0+'),
+            F('permission_type', 'int8', '0+'),
+        )),
+    ),
+)
+
+DELETE_ACLS_RESPONSE = M(
+    'DeleteAclsResponse', 31, 'response', '1-3', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('filter_results', '[]DeleteAclsFilterResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('matching_acls', '[]DeleteAclsMatchingAcl', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('pattern_type', 'int8', '1+', default=3),
+                F('principal', 'string', '0+'),
+                F('host', 'string', '0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
+ELECT_LEADERS_REQUEST = M(
+    'ElectLeadersRequest', 43, 'request', '0-2', '2+', (
+        F('election_type', 'int8', '1+'),
+        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+        F('timeout_ms', 'int32', '0+', default=60000),
+    ),
+)
+
+ELECT_LEADERS_RESPONSE = M(
+    'ElectLeadersResponse', 43, 'response', '0-2', '2+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '1+'),
+        F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partition_result', '[]PartitionResult', '0+', fields=(
+                F('partition_id', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = M(
+    'DescribeUserScramCredentialsRequest', 50, 'request', '0', '0+', (
+        F('users', '[]UserName', '0+', nullable='0+', fields=(
+            F('name', 'string', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = M(
+    'DescribeUserScramCredentialsResponse', 50, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
+            F('user', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('credential_infos', '[]CredentialInfo', '0+', fields=(
+                F('mechanism', 'int8', '0+'),
+                F('iterations', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST = M(
+    'AlterUserScramCredentialsRequest', 51, 'request', '0', '0+', (
+        F('deletions', '[]ScramCredentialDeletion', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('mechanism', 'int8', '0+'),
+        )),
+        F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('mechanism', 'int8', '0+'),
+            F('iterations', 'int32', '0+'),
+            F('salt', 'bytes', '0+'),
+            F('salted_password', 'bytes', '0+'),
+        )),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = M(
+    'AlterUserScramCredentialsResponse', 51, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]AlterUserScramCredentialsResult', '0+', fields=(
+            F('user', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    ),
+)
+
+DESCRIBE_PRODUCERS_REQUEST = M(
+    'DescribeProducersRequest', 61, 'request', '0', '0+', (
+        F('topics', '[]TopicRequest', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_PRODUCERS_RESPONSE = M(
+    'DescribeProducersResponse', 61, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('topics', '[]TopicResponse', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]PartitionResponse', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+                F('active_producers', '[]ProducerState', '0+', fields=(
+                    F('producer_id', 'int64', '0+'),
+                    F('producer_epoch', 'int32', '0+'),
+                    F('last_sequence', 'int32', '0+', default=-1),
+                    F('last_timestamp', 'int64', '0+', default=-1),
+                    F('coordinator_epoch', 'int32', '0+'),
+                    F('current_txn_start_offset', 'int64', '0+', default=-1),
+                )),
+            )),
+        )),
+    ),
+)
+
+LIST_TRANSACTIONS_REQUEST = M(
+    'ListTransactionsRequest', 66, 'request', '0-2', '0+', (
+        F('state_filters', '[]string', '0+'),
+        F('producer_id_filters', '[]int64', '0+'),
+        F('duration_filter', 'int64', '1+', default=-1),
+        F('transactional_id_pattern', 'string', '2+', nullable='2+', default=None),
+    ),
+)
+
+LIST_TRANSACTIONS_RESPONSE = M(
+    'ListTransactionsResponse', 66, 'response', '0-2', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('unknown_state_filters', '[]string', '0+'),
+        F('transaction_states', '[]TransactionState', '0+', fields=(
+            F('transactional_id', 'string', '0+'),
+            F('producer_id', 'int64', '0+'),
+            F('transaction_state', 'string', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_TRANSACTIONS_REQUEST = M(
+    'DescribeTransactionsRequest', 65, 'request', '0', '0+', (
+        F('transactional_ids', '[]string', '0+'),
+    ),
+)
+
+DESCRIBE_TRANSACTIONS_RESPONSE = M(
+    'DescribeTransactionsResponse', 65, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('transaction_states', '[]TransactionState', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('transactional_id', 'string', '0+'),
+            F('transaction_state', 'string', '0+'),
+            F('transaction_timeout_ms', 'int32', '0+'),
+            F('transaction_start_time_ms', 'int64', '0+'),
+            F('producer_id', 'int64', '0+'),
+            F('producer_epoch', 'int16', '0+'),
+            F('topics', '[]TopicData', '0+', fields=(
+                F('topic', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
 REQUEST_HEADER = M(
     'RequestHeader', None, 'header', '0-2', '2+', (
         F('request_api_key', 'int16', '0+'),
@@ -676,6 +1132,40 @@ ALL: tuple[Message, ...] = (
     SASL_AUTHENTICATE_RESPONSE,
     DESCRIBE_CLUSTER_REQUEST,
     DESCRIBE_CLUSTER_RESPONSE,
+    LIST_GROUPS_REQUEST,
+    LIST_GROUPS_RESPONSE,
+    DESCRIBE_GROUPS_REQUEST,
+    DESCRIBE_GROUPS_RESPONSE,
+    DELETE_GROUPS_REQUEST,
+    DELETE_GROUPS_RESPONSE,
+    OFFSET_DELETE_REQUEST,
+    OFFSET_DELETE_RESPONSE,
+    DESCRIBE_CONFIGS_REQUEST,
+    DESCRIBE_CONFIGS_RESPONSE,
+    INCREMENTAL_ALTER_CONFIGS_REQUEST,
+    INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+    CREATE_PARTITIONS_REQUEST,
+    CREATE_PARTITIONS_RESPONSE,
+    DELETE_RECORDS_REQUEST,
+    DELETE_RECORDS_RESPONSE,
+    DESCRIBE_ACLS_REQUEST,
+    DESCRIBE_ACLS_RESPONSE,
+    CREATE_ACLS_REQUEST,
+    CREATE_ACLS_RESPONSE,
+    DELETE_ACLS_REQUEST,
+    DELETE_ACLS_RESPONSE,
+    ELECT_LEADERS_REQUEST,
+    ELECT_LEADERS_RESPONSE,
+    DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+    DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
+    ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
+    ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
+    DESCRIBE_PRODUCERS_REQUEST,
+    DESCRIBE_PRODUCERS_RESPONSE,
+    LIST_TRANSACTIONS_REQUEST,
+    LIST_TRANSACTIONS_RESPONSE,
+    DESCRIBE_TRANSACTIONS_REQUEST,
+    DESCRIBE_TRANSACTIONS_RESPONSE,
     REQUEST_HEADER,
     RESPONSE_HEADER,
     CONSUMER_PROTOCOL_SUBSCRIPTION,

@@ -921,12 +921,18 @@ class SaslGate:
     (a client retries it after UNSUPPORTED_VERSION), a little more lenient than Kafka's single one.
     """
 
-    __slots__ = ("users", "_state", "_server", "username", "failure")
+    __slots__ = ("users", "_state", "_server", "username", "failure", "session_expires_at_ms", "_lifetime_ms",
+                 "extensions")
 
     def __init__(self, users: SaslUserTable) -> None:
         self.users = users
         self._state = "handshake"
         self._server: SaslServer | None = None
+        #: end of the SASL session (KIP-368) when the mechanism granted a lifetime (OAUTHBEARER), else None
+        self.session_expires_at_ms: float | None = None
+        self._lifetime_ms = 0
+        #: SASL extensions the client sent (OAUTHBEARER)
+        self.extensions: dict[str, str] = {}
         #: the authenticated user, once authenticated
         self.username: str | None = None
         #: why authentication failed (for logs and tests; holds no credential)
@@ -944,9 +950,11 @@ class SaslGate:
         """The next frame is a bare SASL token (after SaslHandshake v0), not a Kafka request."""
         return self._state == "raw"
 
-    def on_request(self, api_key: int, version: int, body: Body | None) -> GateDecision:
+    def on_request(self, api_key: int, version: int, body: Body | None, *, now_ms: float = 0.0) -> GateDecision:
         """Decide one Kafka request (``body`` decoded, or None when the codec does not know the API)."""
         state = self._state
+        if state == "done" and self.session_expires_at_ms is not None and now_ms >= self.session_expires_at_ms:
+            return self._fail("request after the SASL session expired (KIP-368)")
         if state == "done":
             if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                 return GateDecision(GateAction.ANSWER, body=self._error_body(api_key, ILLEGAL_SASL_STATE))
@@ -990,8 +998,10 @@ class SaslGate:
                 "auth_bytes": b"", "session_lifetime_ms": 0}, close_after=True,
                 reason=f"SASL authentication failed: {exc}")
         self._after_step()
+        if self._state == "done" and self._lifetime_ms > 0:
+            self.session_expires_at_ms = now_ms + self._lifetime_ms
         return GateDecision(GateAction.ANSWER, body={"error_code": 0, "error_message": None, "auth_bytes": token,
-                                                     "session_lifetime_ms": 0})
+                                                     "session_lifetime_ms": self._lifetime_ms})
 
     def on_raw_token(self, token: bytes) -> GateDecision:
         """Decide a bare SASL token (SaslHandshake v0): answer with the server's token or close."""
@@ -1017,6 +1027,8 @@ class SaslGate:
         if self._server.complete:
             self._state = "done"
             self.username = self._server.username
+            self._lifetime_ms = int(getattr(self._server, "session_lifetime_ms", 0) or 0)
+            self.extensions = dict(getattr(self._server, "extensions", {}) or {})
 
     def _fail(self, reason: str) -> GateDecision:
         self._state = "failed"

@@ -34,7 +34,7 @@ from collections import deque
 from typing import Any, Callable, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import ProtocolError
-from ..net.sasl import MECHANISMS, SaslUserTable
+from ..net.sasl import MECHANISMS, OAuthValidator, SaslUserTable
 from ..protocol import api as codec
 from .faults import (API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE,
                      SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_MAX_RECEIVE_BYTES, AppendedBatches, BatchKey,
@@ -418,8 +418,9 @@ class _Connection:
         api_key = h.api_key
         slot = _Slot(api_key, h.api_version, h.correlation_id, h.client_id, p.arrival_ms)
         gate = self.gate
-        if gate is not None and (not gate.authenticated or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE)):
-            decision = gate.on_request(api_key, h.api_version, p.body)
+        if gate is not None and (not gate.authenticated or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+                                 or gate.session_expires_at_ms is not None):
+            decision = gate.on_request(api_key, h.api_version, p.body, now_ms=p.arrival_ms)
             if decision.action is GateAction.CLOSE:
                 log.debug("fault proxy node %d conn %d: closing, %s", self.node_id, self.conn_id, decision.reason)
                 self._close_reason = decision.reason
@@ -663,6 +664,9 @@ class FaultProxy:
     Secure front: ``ssl_context`` (a server-side ``ssl.SSLContext`` with its certificate loaded) makes every
     node a TLS listener; ``sasl_users`` (user name -> password, hashed at once and not kept) makes the proxy
     authenticate every connection itself with ``sasl_mechanisms`` before forwarding anything.
+    ``sasl_oauth_validator(token, extensions) -> OAuthGrant`` (raising ``AuthenticationError`` to refuse) adds
+    OAUTHBEARER; the grant's session lifetime is sent to the client (KIP-368) and a request arriving after it
+    ends closes the connection, as a Kafka broker does.
     """
 
     def __init__(self, upstream: str | tuple[str, int], nodes: int | Sequence[int] = 3, *,
@@ -671,7 +675,8 @@ class FaultProxy:
                  inspect_responses: bool = True, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  connect_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None,
                  sasl_users: Mapping[str, str] | None = None,
-                 sasl_mechanisms: Sequence[str] = MECHANISMS) -> None:
+                 sasl_mechanisms: Sequence[str] = MECHANISMS,
+                 sasl_oauth_validator: OAuthValidator | None = None) -> None:
         self.upstream_host, self.upstream_port = _parse_upstream(upstream)
         if isinstance(nodes, int) and not isinstance(nodes, bool):
             if nodes < 1:
@@ -698,8 +703,11 @@ class FaultProxy:
         if isinstance(sasl_mechanisms, str):
             raise ValueError(f"sasl_mechanisms: expected a sequence of mechanism names, got {sasl_mechanisms!r}")
         #: the users the proxy authenticates (None: no SASL, connections are forwarded unauthenticated)
+        if sasl_oauth_validator is not None and "OAUTHBEARER" not in sasl_mechanisms:
+            sasl_mechanisms = (*sasl_mechanisms, "OAUTHBEARER") if sasl_users is not None else ("OAUTHBEARER",)
         self.sasl: SaslUserTable | None = (
-            SaslUserTable(sasl_users, mechanisms=sasl_mechanisms) if sasl_users is not None else None)
+            SaslUserTable(sasl_users or {}, mechanisms=sasl_mechanisms, oauth_validator=sasl_oauth_validator)
+            if sasl_users is not None or sasl_oauth_validator is not None else None)
         self._nodes = {n: _Node(n, ports[i] if ports else 0) for i, n in enumerate(node_ids)}
         self._conns: dict[int, _Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()

@@ -64,6 +64,9 @@ def to_kp(cls: Any, value: dict[str, Any], version: int, fields: tuple[Field, ..
             continue
         field = cls._struct.fields[name]
         sub = mine.fields
+        if field.type_str == "bitfield" and isinstance(v, int):   # e.g. DescribeGroups' authorized_operations
+            kwargs[name] = {i for i in range(32) if (v & 0xFFFFFFFF) >> i & 1}
+            continue
         if v is None:
             kwargs[name] = None
         elif field.is_struct_array():

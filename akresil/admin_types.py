@@ -1,0 +1,254 @@
+"""Value types of the admin API: what callers pass in (resources, ACL bindings, alterations) and get back.
+
+Enumerations that Kafka encodes as small ints (resource types, ACL operations, config sources) are plain
+lower-case strings here (``"topic"``, ``"read"``, ``"dynamic_topic_config"``); the code tables below translate
+them, and an unknown name raises ``ValueError`` naming the argument and the accepted names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .types import TopicPartition
+
+# Kafka's enum codes (org.apache.kafka.common.*: ResourceType, PatternType, AclOperation, AclPermissionType,
+# ConfigResource.Type, ConfigEntry.ConfigSource, AlterConfigOp.OpType, ScramMechanism, ElectionType)
+ACL_RESOURCE_TYPES = {"unknown": 0, "any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional_id": 5,
+                      "delegation_token": 6, "user": 7}
+PATTERN_TYPES = {"unknown": 0, "any": 1, "match": 2, "literal": 3, "prefixed": 4}
+ACL_OPERATIONS = {"unknown": 0, "any": 1, "all": 2, "read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7,
+                  "describe": 8, "cluster_action": 9, "describe_configs": 10, "alter_configs": 11,
+                  "idempotent_write": 12, "create_tokens": 13, "describe_tokens": 14, "two_phase_commit": 15}
+ACL_PERMISSIONS = {"unknown": 0, "any": 1, "deny": 2, "allow": 3}
+CONFIG_RESOURCE_TYPES = {"unknown": 0, "topic": 2, "broker": 4, "broker_logger": 8, "client_metrics": 16,
+                         "group": 32}
+CONFIG_SOURCES = {0: "unknown", 1: "dynamic_topic_config", 2: "dynamic_broker_config",
+                  3: "dynamic_default_broker_config", 4: "static_broker_config", 5: "default_config",
+                  6: "dynamic_broker_logger_config", 7: "client_metrics_config", 8: "group_config"}
+CONFIG_TYPES = {0: "unknown", 1: "boolean", 2: "string", 3: "int", 4: "short", 5: "long", 6: "double",
+                7: "list", 8: "class", 9: "password"}
+ALTER_CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+def code_of(table: Mapping[str, int], value: object, argument: str) -> int:
+    """``table[value]`` or a ``ValueError`` naming ``argument`` and the accepted names."""
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    if isinstance(value, str) and value in table:
+        return table[value]
+    raise ValueError(f"{argument}: {value!r} is not one of {', '.join(repr(k) for k in table)}")
+
+
+def name_of(table: Mapping[str, int], code: int) -> str:
+    for name, value in table.items():
+        if value == code:
+            return name
+    return f"unknown({code})"
+
+
+# ---------------------------------------------------------------------------------------------- groups
+@dataclass(frozen=True)
+class GroupListing:
+    """A group as ListGroups reports it, with the node that coordinates it."""
+
+    group_id: str
+    protocol_type: str
+    state: str | None
+    group_type: str | None
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    #: partitions assigned to the member (decoded for consumer groups; empty otherwise)
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    #: the assignor the group chose (e.g. "range")
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A group's committed offset for one partition, with the log end and the lag behind it."""
+
+    committed: int | None
+    metadata: str
+    leader_epoch: int | None
+    #: the partition's log end offset (high watermark); None when it could not be read
+    log_end: int | None
+    #: ``log_end - committed``; None without a committed offset or a log end
+    lag: int | None
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class ConfigResource:
+    """A resource that has configs: ``ConfigResource("topic", "orders")``, ``ConfigResource("broker", "1")``."""
+
+    type: str
+    name: str
+
+    def __post_init__(self) -> None:
+        code_of(CONFIG_RESOURCE_TYPES, self.type, "ConfigResource.type")
+        if not isinstance(self.name, str):
+            raise TypeError(f"ConfigResource.name: expected a str, got {type(self.name).__name__} {self.name!r}")
+        object.__setattr__(self, "type", self.type.lower())
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    is_sensitive: bool
+    is_default: bool
+    type: str = "unknown"
+    documentation: str | None = None
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+@dataclass(frozen=True)
+class AlterConfigOp:
+    """One incremental config change: ``op`` is "set", "delete", "append" or "subtract" (list configs)."""
+
+    name: str
+    value: str | None = None
+    op: str = "set"
+
+    def __post_init__(self) -> None:
+        code_of(ALTER_CONFIG_OPS, self.op, "AlterConfigOp.op")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"AlterConfigOp.name: expected a non-empty str, got {self.name!r}")
+        if self.op != "delete" and not isinstance(self.value, str):
+            raise ValueError(f"AlterConfigOp.value: {self.op!r} of {self.name!r} needs a str value, got {self.value!r}")
+
+
+# ---------------------------------------------------------------------------------------------- partitions
+@dataclass(frozen=True)
+class NewPartitions:
+    """Raise a topic to ``total_count`` partitions; ``assignments``: replicas of each new partition, in order."""
+
+    total_count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_timestamp_ms: int
+    partitions: frozenset[TopicPartition]
+    coordinator: int
+
+
+# ---------------------------------------------------------------------------------------------- ACLs
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` ("User:alice") may (``permission`` "allow"/"deny") do ``operation`` on a resource."""
+
+    resource_type: str
+    resource_name: str
+    principal: str
+    operation: str
+    permission: str = "allow"
+    host: str = "*"
+    pattern_type: str = "literal"
+
+    def __post_init__(self) -> None:
+        for arg, table, value in (("resource_type", ACL_RESOURCE_TYPES, self.resource_type),
+                                  ("operation", ACL_OPERATIONS, self.operation),
+                                  ("permission", ACL_PERMISSIONS, self.permission),
+                                  ("pattern_type", PATTERN_TYPES, self.pattern_type)):
+            code_of(table, value, f"AclBinding.{arg}")
+            if value in ("any", "unknown") or (arg == "pattern_type" and value == "match"):
+                raise ValueError(f"AclBinding.{arg}: {value!r} is only meaningful in an AclBindingFilter")
+        for arg in ("resource_name", "principal", "host"):
+            if not isinstance(getattr(self, arg), str) or not getattr(self, arg):
+                raise ValueError(f"AclBinding.{arg}: expected a non-empty str, got {getattr(self, arg)!r}")
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """Matches ACLs: ``None`` fields (and "any") match everything; ``pattern_type="match"`` also matches
+    wildcard and prefixed ACLs that apply to ``resource_name``."""
+
+    resource_type: str = "any"
+    resource_name: str | None = None
+    principal: str | None = None
+    operation: str = "any"
+    permission: str = "any"
+    host: str | None = None
+    pattern_type: str = "any"
+
+    def __post_init__(self) -> None:
+        for arg, table in (("resource_type", ACL_RESOURCE_TYPES), ("operation", ACL_OPERATIONS),
+                           ("permission", ACL_PERMISSIONS), ("pattern_type", PATTERN_TYPES)):
+            code_of(table, getattr(self, arg), f"AclBindingFilter.{arg}")
+
+
+# ---------------------------------------------------------------------------------------------- SCRAM
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """Create or replace ``user``'s SCRAM credential; the password is salted and hashed before sending."""
+
+    user: str
+    mechanism: str
+    password: str = field(repr=False)
+    iterations: int = 4096
+    salt: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    user: str
+    mechanism: str

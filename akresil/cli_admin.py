@@ -1,0 +1,316 @@
+"""The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete``, ``configs describe|alter``
+and ``topics add-partitions``, printing aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``,
+one JSON object per line.
+
+``groups reset-offsets`` follows kafka-consumer-groups.sh: it only shows the plan unless ``--execute`` is
+given, and target offsets are clamped into each partition's [log start, log end] range. The plan itself is
+``plan_reset``, a pure function, so its rules are tested without a broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+import orjson
+
+from .types import TopicPartition
+
+
+class AdminUsageError(Exception):
+    """Bad command-line input for an admin command (reported with exit code 2)."""
+
+
+# ---------------------------------------------------------------------------------------------- output
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell; None shows as '-' (kafka-consumer-groups.sh's blank)."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def emit(args: argparse.Namespace, headers: Sequence[str], rows: list[dict[str, Any]]) -> None:
+    """JSON lines with ``--json``, else a table of ``headers`` (keys of each row, lower-cased)."""
+    if args.json:
+        for row in rows:
+            sys.stdout.write(orjson.dumps(row).decode() + "\n")
+        return
+    keys = [h.lower().replace("-", "_") for h in headers]
+    print(table(headers, ([row.get(k) for k in keys] for row in rows)))
+
+
+# ---------------------------------------------------------------------------------------------- reset plan
+RESET_MODES = ("to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime", "to_current")
+
+
+def plan_reset(mode: str, value: int | None, partitions: Iterable[TopicPartition],
+               committed: Mapping[TopicPartition, int | None], earliest: Mapping[TopicPartition, int],
+               latest: Mapping[TopicPartition, int],
+               by_time: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+    """Target offsets of a reset, each clamped into [log start, log end] as kafka-consumer-groups.sh does.
+
+    ``to_offset``/``shift_by`` take ``value``; ``to_datetime`` takes ``by_time`` (the first offset at or after
+    the time, -1 when there is none: the log end); ``shift_by`` and ``to_current`` start from the committed
+    offset, or from the log end when the partition has none."""
+    if mode not in RESET_MODES:
+        raise AdminUsageError(f"reset mode {mode!r} is not one of {', '.join(RESET_MODES)}")
+    out: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        lo, hi = earliest[tp], latest[tp]
+        current = committed.get(tp)
+        if mode == "to_earliest":
+            target = lo
+        elif mode == "to_latest":
+            target = hi
+        elif mode == "to_offset":
+            assert value is not None
+            target = value
+        elif mode == "shift_by":
+            assert value is not None
+            target = (hi if current is None else current) + value
+        elif mode == "to_current":
+            target = hi if current is None else current
+        else:
+            assert by_time is not None
+            found = by_time.get(tp, -1)
+            target = hi if found < 0 else found
+        out[tp] = min(max(target, lo), hi)
+    return out
+
+
+def parse_datetime_ms(text: str) -> int:
+    """``2024-05-01T12:00:00`` (UTC unless an offset is given) or epoch milliseconds."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise AdminUsageError(f"--to-datetime {text!r}: expected ISO 8601 (2024-05-01T12:00:00[+02:00]) "
+                              f"or epoch milliseconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
+    """``orders`` (every partition) or ``orders:0,2``."""
+    topic, sep, parts = spec.partition(":")
+    if not topic:
+        raise AdminUsageError(f"--topic {spec!r}: expected TOPIC or TOPIC:P,P")
+    if not sep:
+        return topic, None
+    try:
+        partitions = [int(p) for p in parts.split(",") if p.strip()]
+    except ValueError:
+        raise AdminUsageError(f"--topic {spec!r}: partitions must be integers, e.g. {topic}:0,1") from None
+    if not partitions or any(p < 0 for p in partitions):
+        raise AdminUsageError(f"--topic {spec!r}: expected partitions >= 0 after ':'")
+    return topic, partitions
+
+
+# ---------------------------------------------------------------------------------------------- commands
+async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    if args.groups_command == "reset-offsets":
+        _reset_mode(args)   # bad usage is refused before connecting
+    async with Admin(**config) as admin:
+        if args.groups_command == "list":
+            groups = await admin.list_consumer_groups(states=args.state or None)
+            emit(args, ["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE", "COORDINATOR"], [
+                {"group": g.group_id, "state": g.state, "type": g.group_type, "protocol_type": g.protocol_type,
+                 "coordinator": g.coordinator} for g in groups])
+            return 0
+        if args.groups_command == "describe":
+            return await _describe_groups(admin, args)
+        if args.groups_command == "delete":
+            results = await admin.delete_consumer_groups(args.groups)
+            return _report(args, "deleted", results)
+        return await _reset_offsets(admin, args)
+
+
+def _report(args: argparse.Namespace, verb: str, results: Any) -> int:
+    rows = [{"item": str(k), "result": verb if k in results.ok else
+             f"{type(results.errors[k]).__name__}: {results.errors[k]}"} for k in results]
+    emit(args, ["ITEM", "RESULT"], rows)
+    return 0 if not results.errors else 1
+
+
+async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
+    described = await admin.describe_consumer_groups(args.groups)
+    rows: list[dict[str, Any]] = []
+    failed = False
+    for gid in args.groups:
+        if gid in described.errors:
+            failed = True
+            print(f"group {gid}: {type(described.errors[gid]).__name__}: {described.errors[gid]}", file=sys.stderr)
+            continue
+        desc = described[gid]
+        owner = {tp: m for m in desc.members for tp in m.assignment}
+        offsets = await admin.list_consumer_group_offsets(gid)
+        tps = sorted(set(offsets) | set(owner))
+        if args.json:
+            sys.stdout.write(orjson.dumps({
+                "group": gid, "state": desc.state, "protocol": desc.protocol, "coordinator": desc.coordinator,
+                "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                             "group_instance_id": m.group_instance_id,
+                             "assignment": [[tp.topic, tp.partition] for tp in sorted(m.assignment)]}
+                            for m in desc.members],
+                "offsets": [{"topic": tp.topic, "partition": tp.partition,
+                             "current_offset": offsets[tp].committed if tp in offsets else None,
+                             "log_end_offset": offsets[tp].log_end if tp in offsets else None,
+                             "lag": offsets[tp].lag if tp in offsets else None,
+                             "member_id": owner[tp].member_id if tp in owner else None} for tp in tps],
+            }).decode() + "\n")
+            continue
+        print(f"group {gid}: state {desc.state}, assignor {desc.protocol or '-'}, coordinator {desc.coordinator}, "
+              f"{len(desc.members)} member(s)")
+        for tp in tps:
+            o = offsets.get(tp)
+            m = owner.get(tp)
+            rows.append({"group": gid, "topic": tp.topic, "partition": tp.partition,
+                         "current_offset": o.committed if o else None, "log_end_offset": o.log_end if o else None,
+                         "lag": o.lag if o else None, "consumer_id": m.member_id if m else None,
+                         "host": m.client_host if m else None, "client_id": m.client_id if m else None})
+    if not args.json and rows:
+        print(table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+                     "HOST", "CLIENT-ID"],
+                    ([r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"],
+                      r["consumer_id"], r["host"], r["client_id"]] for r in rows)))
+    return 1 if failed else 0
+
+
+def _reset_mode(args: argparse.Namespace) -> tuple[str, Any]:
+    modes = [(m, getattr(args, m)) for m in RESET_MODES if getattr(args, m) not in (None, False)]
+    if len(modes) != 1:
+        raise AdminUsageError("reset-offsets: give exactly one of --to-earliest, --to-latest, --to-offset, "
+                              "--shift-by, --to-datetime, --to-current")
+    if not args.topic and not args.all_topics:
+        raise AdminUsageError("reset-offsets: name the partitions with --topic TOPIC[:P,P] or use --all-topics")
+    if modes[0][0] == "to_datetime":
+        parse_datetime_ms(modes[0][1])
+    return modes[0]
+
+
+async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
+    from .admin import EARLIEST, LATEST
+    mode, raw = _reset_mode(args)
+    committed_all = await admin.list_consumer_group_offsets(args.group, with_lag=False)
+    tps: list[TopicPartition] = []
+    if args.all_topics:
+        tps = sorted(committed_all)
+    for spec in args.topic or ():
+        topic, parts = parse_topic_spec(spec)
+        if parts is None:
+            described = await admin.describe_topics([topic])
+            parts = [p.partition for p in described[topic].partitions]
+        tps.extend(TopicPartition(topic, p) for p in parts)
+    tps = sorted(set(tps))
+    if not tps:
+        raise AdminUsageError(f"reset-offsets: group {args.group!r} has no committed offsets to reset")
+    earliest = await admin.list_offsets({tp: EARLIEST for tp in tps})
+    latest = await admin.list_offsets({tp: LATEST for tp in tps})
+    by_time = None
+    value = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    if mode == "to_datetime":
+        stamp = parse_datetime_ms(raw)
+        by_time = {tp: off for tp, (off, _) in (await admin.list_offsets({tp: stamp for tp in tps})).items()}
+    committed = {tp: committed_all[tp].committed if tp in committed_all else None for tp in tps}
+    plan = plan_reset(mode, value, tps, committed, {tp: v[0] for tp, v in earliest.items()},
+                      {tp: v[0] for tp, v in latest.items()}, by_time)
+    status = "planned (dry run: add --execute)"
+    errors_by_tp: dict[TopicPartition, Any] = {}
+    if args.execute:
+        results = await admin.alter_consumer_group_offsets(args.group, plan)
+        errors_by_tp = dict(results.errors)
+        status = "reset"
+    emit(args, ["GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS"], [
+        {"group": args.group, "topic": tp.topic, "partition": tp.partition, "previous_offset": committed[tp],
+         "new_offset": plan[tp], "status": (f"{type(errors_by_tp[tp]).__name__}: {errors_by_tp[tp]}"
+                                            if tp in errors_by_tp else status)} for tp in tps])
+    return 1 if errors_by_tp else 0
+
+
+async def cmd_configs(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    from .admin_types import ConfigResource
+    if (args.topic is None) == (args.broker is None):
+        raise AdminUsageError(f"configs {args.configs_command}: give exactly one of --topic or --broker")
+    resource = ConfigResource("topic", args.topic) if args.topic is not None else ConfigResource("broker", args.broker)
+    async with Admin(**config) as admin:
+        if args.configs_command == "describe":
+            entries = (await admin.describe_configs([resource]))[resource]
+            shown = [e for _, e in sorted(entries.items()) if args.all or not e.is_default]
+            emit(args, ["NAME", "VALUE", "SOURCE", "READ-ONLY", "SENSITIVE"], [
+                {"name": e.name, "value": "<sensitive>" if e.is_sensitive else e.value, "source": e.source,
+                 "read_only": e.read_only, "sensitive": e.is_sensitive} for e in shown])
+            return 0
+        changes: dict[str, str | None] = {}
+        for item in args.set or ():
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise AdminUsageError(f"--set {item!r}: expected NAME=VALUE")
+            changes[name] = value
+        for name in args.delete or ():
+            changes[name] = None
+        if not changes:
+            raise AdminUsageError("configs alter: nothing to change (use --set NAME=VALUE and/or --delete NAME)")
+        results = await admin.incremental_alter_configs({resource: changes}, validate_only=args.dry_run)
+        return _report(args, "validated" if args.dry_run else "altered", results)
+
+
+async def cmd_add_partitions(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    async with Admin(**config) as admin:
+        results = await admin.create_partitions({args.name: args.total}, validate_only=args.dry_run)
+        return _report(args, f"{'validated' if args.dry_run else 'now'} {args.total} partitions", results)
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, positive_int: Any) -> None:
+    """Register the admin subcommands on ``akresil``'s parser (``topics_sub``: the ``topics`` actions)."""
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of or delete consumer groups")
+    gsub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
+    g = gsub.add_parser("list", parents=[client, out], help="every group on every broker")
+    g.add_argument("--state", action="append", help="only groups in this state (repeatable), e.g. Stable")
+    g = gsub.add_parser("describe", parents=[client, out], help="members, committed offsets, log ends and lag")
+    g.add_argument("groups", nargs="+", metavar="GROUP")
+    g = gsub.add_parser("delete", parents=[client, out], help="delete groups (they must have no members)")
+    g.add_argument("groups", nargs="+", metavar="GROUP")
+    g = gsub.add_parser("reset-offsets", parents=[client, out],
+                        help="move a group's committed offsets (dry run unless --execute)")
+    g.add_argument("group", metavar="GROUP")
+    g.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="partitions to reset (repeatable)")
+    g.add_argument("--all-topics", action="store_true", help="every partition the group has committed")
+    g.add_argument("--to-earliest", action="store_true")
+    g.add_argument("--to-latest", action="store_true")
+    g.add_argument("--to-current", action="store_true", help="the committed offset (log end if none)")
+    g.add_argument("--to-offset", type=int, metavar="N")
+    g.add_argument("--shift-by", type=int, metavar="N", help="committed offset + N (negative: back)")
+    g.add_argument("--to-datetime", metavar="TIME", help="first offset at or after TIME (ISO 8601 or epoch ms)")
+    g.add_argument("--execute", action="store_true", help="apply the plan (default: only show it)")
+
+    configs = sub.add_parser("configs", help="describe or alter topic and broker configs")
+    csub = configs.add_subparsers(dest="configs_command", metavar="ACTION", required=True)
+    for action, text in (("describe", "configs of a topic or broker (non-default ones unless --all)"),
+                         ("alter", "set or delete configs (incremental: other configs keep their values)")):
+        c = csub.add_parser(action, parents=[client, out], help=text)
+        c.add_argument("--topic", metavar="TOPIC")
+        c.add_argument("--broker", metavar="NODE_ID")
+        if action == "describe":
+            c.add_argument("--all", action="store_true", help="include configs at their default")
+        else:
+            c.add_argument("--set", action="append", metavar="NAME=VALUE", help="repeatable")
+            c.add_argument("--delete", action="append", metavar="NAME", help="back to the default (repeatable)")
+            c.add_argument("--dry-run", action="store_true", help="let the broker validate, change nothing")
+
+    t = topics_sub.add_parser("add-partitions", parents=[client, out], help="raise a topic's partition count")
+    t.add_argument("name", metavar="TOPIC")
+    t.add_argument("--total", type=positive_int, required=True, help="the new total partition count")
+    t.add_argument("--dry-run", action="store_true", help="let the broker validate, change nothing")

@@ -1,0 +1,74 @@
+"""cli_admin: the reset-offsets plan (clamping as kafka-consumer-groups.sh), argument parsing, tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from akresil.cli import build_parser, main
+from akresil.cli_admin import AdminUsageError, parse_datetime_ms, parse_topic_spec, plan_reset, table
+from akresil.types import TopicPartition
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+EARLIEST = {A: 5, B: 0}
+LATEST = {A: 50, B: 10}
+COMMITTED = {A: 20, B: None}
+
+
+@pytest.mark.parametrize(("mode", "value", "expected"), [
+    ("to_earliest", None, {A: 5, B: 0}),
+    ("to_latest", None, {A: 50, B: 10}),
+    ("to_offset", 30, {A: 30, B: 10}),            # B's log ends at 10: clamped
+    ("to_offset", 0, {A: 5, B: 0}),               # below A's log start: clamped up
+    ("shift_by", -100, {A: 5, B: 0}),             # B has no commit: shifts from its log end
+    ("shift_by", 3, {A: 23, B: 10}),
+    ("to_current", None, {A: 20, B: 10}),
+])
+def test_plan_reset(mode: str, value: int | None, expected: dict[TopicPartition, int]) -> None:
+    assert plan_reset(mode, value, [A, B], COMMITTED, EARLIEST, LATEST) == expected
+
+
+def test_plan_reset_to_datetime_uses_found_offsets_and_log_end_when_none() -> None:
+    assert plan_reset("to_datetime", None, [A, B], COMMITTED, EARLIEST, LATEST, {A: 7, B: -1}) == {A: 7, B: 10}
+
+
+def test_plan_reset_rejects_unknown_mode() -> None:
+    with pytest.raises(AdminUsageError, match="to_nowhere"):
+        plan_reset("to_nowhere", None, [A], COMMITTED, EARLIEST, LATEST)
+
+
+def test_parse_helpers() -> None:
+    assert parse_topic_spec("orders") == ("orders", None)
+    assert parse_topic_spec("orders:0,2") == ("orders", [0, 2])
+    for bad in ("orders:x", ":1", "orders:", "orders:-1"):
+        with pytest.raises(AdminUsageError, match="--topic"):
+            parse_topic_spec(bad)
+    assert parse_datetime_ms("1700000000000") == 1_700_000_000_000
+    assert parse_datetime_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert parse_datetime_ms("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
+    with pytest.raises(AdminUsageError, match="--to-datetime"):
+        parse_datetime_ms("yesterday")
+
+
+def test_table_aligns_and_blanks_none() -> None:
+    assert table(["A", "LONG-NAME"], [[1, None], ["wide-cell", 2]]).splitlines() == [
+        "A          LONG-NAME", "1          -", "wide-cell  2"]
+
+
+def test_reset_offsets_needs_exactly_one_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    # refused before any connection: the bootstrap address is never dialled
+    assert main(["groups", "reset-offsets", "g", "--topic", "t", "-b", "127.0.0.1:1"]) == 2
+    assert "exactly one of --to-earliest" in capsys.readouterr().err
+    assert main(["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest",
+                 "-b", "127.0.0.1:1"]) == 2
+
+
+def test_configs_needs_topic_or_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["configs", "describe", "-b", "127.0.0.1:1"]) == 2
+    assert "exactly one of --topic or --broker" in capsys.readouterr().err
+
+
+def test_parser_knows_the_admin_commands() -> None:
+    args = build_parser().parse_args(["topics", "add-partitions", "t", "--total", "4", "--json"])
+    assert (args.topics_command, args.name, args.total, args.json) == ("add-partitions", "t", 4, True)
+    args = build_parser().parse_args(["groups", "describe", "g1", "g2"])
+    assert args.groups == ["g1", "g2"]
