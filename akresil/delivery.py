@@ -87,16 +87,10 @@ class DeliveryFuture:
             return
         loop = self._loop
         if loop is not None:
-            pending = _pending.get(loop)
-            if pending is None:
-                # the first completion since the loop last ran them: one loop callback runs every completion of
-                # this pass (a batch completes hundreds of records at once: one Handle instead of one each)
-                pending = _pending[loop] = []
-                loop.call_soon(_run_pending, loop)
-            pending.append((cb, self, self._cb_ctx))
+            _schedule(loop, cb, self, self._cb_ctx)
             if self._more:
                 for fn, ctx in self._more:
-                    pending.append((fn, self, ctx))
+                    _schedule(loop, fn, self, ctx)
         else:
             _run_callback(cb, self)
             if self._more:
@@ -139,8 +133,9 @@ class DeliveryFuture:
         """Call ``fn(fut)`` once done: under asyncio from the loop (``call_soon``), as asyncio does; under other
         backends synchronously at completion. Already done: scheduled (asyncio) or called now."""
         if self._state != _PENDING:
-            if self._loop is not None:
-                self._loop.call_soon(fn, self, context=context)
+            loop = self._loop
+            if loop is not None:
+                _schedule(loop, fn, self, context)
             else:
                 _run_callback(fn, self)
             return
@@ -207,6 +202,17 @@ class DeliveryFuture:
 #: never inside ``set_result``; this keeps that, batched)
 _pending: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[DeliveryFuture], Any], DeliveryFuture,
                                                      Context | None]]] = {}
+
+
+def _schedule(loop: asyncio.AbstractEventLoop, fn: Callable[[DeliveryFuture], Any], fut: DeliveryFuture,
+              ctx: Context | None) -> None:
+    """Run ``fn(fut)`` from ``loop`` soon; the first one since the loop last ran them schedules one callback
+    that runs them all (a batch completes hundreds of records at once: one Handle instead of one each)."""
+    pending = _pending.get(loop)
+    if pending is None:
+        pending = _pending[loop] = []
+        loop.call_soon(_run_pending, loop)
+    pending.append((fn, fut, ctx))
 
 
 def _run_pending(loop: asyncio.AbstractEventLoop) -> None:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, NamedTuple, Sequence, overload
 
 import anyio
 import anyio.lowlevel
@@ -47,6 +47,19 @@ _NO_HEADERS: list[Header] = []     # shared, never mutated (the encoder only rea
 _wall_time = time.time
 #: a large ``send_many`` yields to the event loop after about this many buffered bytes (at a batch boundary)
 _YIELD_BYTES = 256 * 1024
+
+
+class _Blocked(NamedTuple):
+    """A record ready to buffer that waits for ``buffer_memory`` (``Producer._enqueue_slow``)."""
+
+    tp: TopicPartition
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+    fut: DeliveryFuture
+    needed: int
+    sticky: bool
 
 
 def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -207,9 +220,10 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                    partition: int | None = None,
                    timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> RecordMetadata:
         """Send one record and wait for its acknowledgement."""
-        fut = await self.enqueue(topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
-                                 headers=headers)
-        return await fut
+        fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, None)
+        if fut.__class__ is not DeliveryFuture:
+            fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, None)
+        return await fut  # type: ignore[misc]
 
     async def enqueue(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
                       partition: int | None = None,
@@ -221,15 +235,27 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         ``as_completed`` take it as it is). ``on_delivery(metadata, error)`` is called once, synchronously, when
         the record is acknowledged or fails: the cheapest way to learn every record's outcome.
         """
-        # The per-record hot path: every check is inline and the slow cases branch out.
+        fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+        if fut.__class__ is DeliveryFuture:
+            return fut  # type: ignore[return-value]
+        return await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, on_delivery)
+
+    def _enqueue_nowait(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
+                        headers: Sequence[Header] | None, on_delivery: DeliveryCallback | None
+                        ) -> DeliveryFuture | _Blocked | None:
+        """The per-record hot path, synchronous: buffer the record and return its future, or say why not.
+
+        None: nothing was done (an event-loop turn is due, or the topic's metadata is not known yet), the
+        caller awaits that and calls again. ``_Blocked``: the record is serialized and partitioned but
+        ``buffer_memory`` is full; the caller waits for space with it. Errors for bad input raise here.
+        """
         if self._yield_due:
-            # Full batches are waiting for the sender, which cannot run while a caller enqueues in a loop
-            # that never suspends: let it ship them. Done before buffering anything, so a cancellation
-            # here leaves no record behind that the caller holds no future for.
-            self._yield_due = False
-            await anyio.lowlevel.checkpoint()
+            return None
         if not self._accepting or self._sender.fatal_error is not None:
             self._check_open()
+        parts = self._cluster.metadata.snapshot.topics.get(topic)
+        if not parts:
+            return None
         if topic not in self._checked_topics:
             self._check_topic(topic)
         if key is not None:
@@ -243,14 +269,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             if value.__class__ is not bytes:
                 value = _as_bytes(value, "value")
         hdrs = self._check_headers(headers) if headers else _NO_HEADERS
-        cluster = self._cluster
-        parts = cluster.metadata.snapshot.topics.get(topic)
-        if parts:
-            num = len(parts)
-            deadline = -1.0
-        else:
-            deadline = cluster.clock() + self.config.max_block_ms
-            num = await self._partitions(topic, deadline)
+        num = len(parts)
         partitioner = self._partitioner
         if partition is None and partitioner.custom is None and (key is None or partitioner.ignore_keys):
             sticky = True
@@ -274,16 +293,43 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                 partitioner.sticky.record_appended(topic, p, size, enable_switch=False)
             self._since_yield += size
             return fut
-        result = acc.append(tp, timestamp_ms, key, value, hdrs, fut, now=cluster.clock())
+        result = acc.append(tp, timestamp_ms, key, value, hdrs, fut, now=self._cluster.clock())
         if not result.appended:
-            if deadline < 0:
-                deadline = cluster.clock() + self.config.max_block_ms
-            result = await self._append_waiting(tp, timestamp_ms, key, value, hdrs, fut, result.needed_bytes,
-                                                deadline)
+            return _Blocked(tp, timestamp_ms, key, value, hdrs, fut, result.needed_bytes, sticky)
+        self._appended(result, tp, sticky)
+        return fut
+
+    async def _enqueue_slow(self, blocked: _Blocked | None, topic: str, value: Any, key: Any,
+                            partition: int | None, timestamp_ms: int | None, headers: Sequence[Header] | None,
+                            on_delivery: DeliveryCallback | None) -> DeliveryFuture:
+        """What ``_enqueue_nowait`` could not do without waiting, within ``max_block_ms``."""
+        deadline = self._cluster.clock() + self.config.max_block_ms
+        while blocked is None:
+            if self._yield_due:
+                # Full batches are waiting for the sender, which cannot run while a caller enqueues in a loop
+                # that never suspends: let it ship them. Done before buffering anything, so a cancellation
+                # here leaves no record behind that the caller holds no future for.
+                self._yield_due = False
+                await anyio.lowlevel.checkpoint()
+            elif not self._cluster.metadata.snapshot.topics.get(topic):
+                self._check_open()
+                self._check_topic(topic)
+                await self._partitions(topic, deadline)
+            result = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+            if result.__class__ is DeliveryFuture:
+                return result  # type: ignore[return-value]
+            blocked = result  # type: ignore[assignment]
+        appended = await self._append_waiting(blocked.tp, blocked.timestamp_ms, blocked.key, blocked.value,
+                                              blocked.headers, blocked.fut, blocked.needed, deadline)
+        self._appended(appended, blocked.tp, blocked.sticky)
+        return blocked.fut
+
+    def _appended(self, result: AppendResult, tp: TopicPartition, sticky: bool) -> None:
+        """Bookkeeping after ``acc.append`` took a record (sticky partitioner, sender wake-up, yields)."""
         if sticky:
             batch = result.batch
-            partitioner.sticky.record_appended(topic, p, result.needed_bytes,
-                                               enable_switch=batch is None or not batch.open)
+            self._partitioner.sticky.record_appended(tp.topic, tp.partition, result.needed_bytes,
+                                                     enable_switch=batch is None or not batch.open)
         self._since_yield += result.needed_bytes
         if result.new_batch:
             # a new batch starts a linger timer, and closes the previous batch (now sendable): tell the sender;
@@ -292,7 +338,6 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             if result.batch_full and self._since_yield >= _YIELD_BYTES:
                 self._since_yield = 0
                 self._yield_due = True
-        return fut
 
     async def send_many(self, topic: str, records: Iterable[tuple[KeyT_contra | None, ValueT_contra | None]], *,
                         partition: int | None = None, headers: Sequence[Header] | None = None,

@@ -281,10 +281,12 @@ async def consume(client: str, bootstrap: str, topic: str, n: int, idiom: str) -
 
 
 def _confluent_consume(bootstrap: str, topic: str, n: int) -> int:
+    """Assigned partitions from the beginning (no group join: that costs seconds on Tansu, not the client)."""
     import confluent_kafka
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{topic}",
-                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
+                                  "enable.auto.commit": False})
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in parts])
     got = 0
     try:
         while got < n:
