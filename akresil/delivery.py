@@ -178,20 +178,45 @@ class DeliveryFuture:
         return await self
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if self._loop is not None:
+            # Under asyncio the future is its own await iterator (no generator object per await, which the
+            # cyclic GC would scan for every pending record): ``send`` yields the future itself while pending,
+            # asyncio's protocol for a task to park on it, and stops with the result once done. It keeps no
+            # per-await state, so any number of tasks may await it at once.
+            return self  # type: ignore[return-value]
+        return self._await_event()
+
+    def _await_event(self) -> Generator[Any, None, RecordMetadata]:
+        """Other backends (trio): wait on an event created only when someone awaits before completion."""
         if self._state == _PENDING:
-            if self._loop is not None:
-                # asyncio's protocol: the task parks on this object and registers its wake-up callback
-                self._asyncio_future_blocking = True
-                yield self
-                if self._state == _PENDING:
-                    raise RuntimeError("await wasn't used with future")
-            else:
-                if self._event is None:
-                    self._event = anyio.Event()
-                yield from self._event.wait().__await__()
+            if self._event is None:
+                self._event = anyio.Event()
+            yield from self._event.wait().__await__()
         return self.result()
 
-    __iter__ = __await__
+    def send(self, value: None) -> DeliveryFuture:
+        """Await-iterator step (asyncio): the future to park on, or StopIteration carrying the result."""
+        if self._state == _PENDING:
+            self._asyncio_future_blocking = True
+            return self
+        raise StopIteration(self.result())
+
+    def __next__(self) -> DeliveryFuture:
+        return self.send(None)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> DeliveryFuture:
+        """A cancellation (or any exception) thrown into the awaiting coroutine surfaces at its ``await``.
+
+        (No ``close`` method on purpose: with ``send``, ``throw`` and ``close`` ``collections.abc.Coroutine``
+        would recognize the future as a coroutine, and asyncio refuses coroutines in ``wait``.)"""
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        if tb is not None:
+            val = val.with_traceback(tb)
+        raise val
+
+    def __iter__(self) -> Generator[Any, None, RecordMetadata]:
+        return self.__await__()
 
     def __repr__(self) -> str:
         state = ("pending", "done", "cancelled")[self._state]

@@ -231,3 +231,20 @@ def test_trio_await_callbacks_and_cancel() -> None:
         assert (await other).offset == 5
 
     trio.run(main)
+
+
+async def test_many_tasks_await_one_future_and_a_done_future_returns_at_once() -> None:
+    (fut,) = fresh(1)
+    tasks = [asyncio.create_task(fut.wait()) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert not any(t.done() for t in tasks)
+    fut(md(9), None)
+    assert [r.offset for r in await asyncio.gather(*tasks)] == [9] * 5
+    assert (await fut).offset == 9          # awaiting a done future does not suspend
+
+
+async def test_not_mistaken_for_a_coroutine() -> None:
+    import collections.abc
+    (fut,) = fresh(1)
+    assert not asyncio.iscoroutine(fut) and not isinstance(fut, collections.abc.Coroutine)
+    fut(md(0), None)
