@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from contextvars import Context
 from typing import Any, Callable, Generator, Optional
 
@@ -223,10 +224,13 @@ class DeliveryFuture:
         return f"<DeliveryFuture {state}{' error=' + repr(self._error) if self._error is not None else ''}>"
 
 
-#: per asyncio loop: done-callbacks due, run by one ``call_soon`` (asyncio runs done-callbacks from the loop,
-#: never inside ``set_result``; this keeps that, batched)
-_pending: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[DeliveryFuture], Any], DeliveryFuture,
-                                                     Context | None]]] = {}
+#: per asyncio loop: done-callbacks due, run by ``_run_pending`` (asyncio runs done-callbacks from the loop, never
+#: inside ``set_result``; this keeps that, batched)
+_pending: dict[asyncio.AbstractEventLoop, deque[tuple[Callable[[DeliveryFuture], Any], DeliveryFuture,
+                                                      Context | None]]] = {}
+#: callbacks run per loop pass: a response that completes thousands of records (a recovered broker's backlog)
+#: wakes their tasks in slices, so the loop reads other connections' responses in between
+_SLICE = 256
 
 
 def _schedule(loop: asyncio.AbstractEventLoop, fn: Callable[[DeliveryFuture], Any], fut: DeliveryFuture,
@@ -235,13 +239,17 @@ def _schedule(loop: asyncio.AbstractEventLoop, fn: Callable[[DeliveryFuture], An
     that runs them all (a batch completes hundreds of records at once: one Handle instead of one each)."""
     pending = _pending.get(loop)
     if pending is None:
-        pending = _pending[loop] = []
+        pending = _pending[loop] = deque()
         loop.call_soon(_run_pending, loop)
     pending.append((fn, fut, ctx))
 
 
 def _run_pending(loop: asyncio.AbstractEventLoop) -> None:
-    for fn, fut, ctx in _pending.pop(loop, ()):
+    pending = _pending.get(loop)
+    if pending is None:
+        return
+    for _ in range(min(_SLICE, len(pending))):
+        fn, fut, ctx = pending.popleft()
         try:
             if ctx is None:
                 fn(fut)
@@ -252,6 +260,10 @@ def _run_pending(loop: asyncio.AbstractEventLoop) -> None:
         except BaseException as exc:  # noqa: BLE001 - as asyncio's Handle does: report, go on with the rest
             loop.call_exception_handler({"message": f"Exception in DeliveryFuture callback {fn!r}",
                                          "exception": exc, "future": fut})
+    if pending:
+        loop.call_soon(_run_pending, loop)      # the rest after the loop has polled I/O once
+    else:
+        del _pending[loop]
 
 
 def _run_callback(fn: Callable[[DeliveryFuture], Any], fut: DeliveryFuture) -> None:

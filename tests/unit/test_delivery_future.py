@@ -248,3 +248,26 @@ async def test_not_mistaken_for_a_coroutine() -> None:
     (fut,) = fresh(1)
     assert not asyncio.iscoroutine(fut) and not isinstance(fut, collections.abc.Coroutine)
     fut(md(0), None)
+
+
+async def test_a_large_completion_wakes_waiters_in_slices_with_io_in_between() -> None:
+    """Thousands of records completed at once (a recovered broker's backlog) must not run every waiter's
+    callback in one loop pass: other connections' responses are read between slices."""
+    from akresil import delivery
+    futs = fresh(3 * delivery._SLICE)
+    passes: list[int] = []
+    for f in futs:
+        f.add_done_callback(lambda fut: passes.append(ticks[0]))
+    ticks = [0]
+
+    async def ticker() -> None:
+        while len(passes) < len(futs):
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    t = asyncio.create_task(ticker())
+    for f in futs:
+        f(md(0), None)
+    await t
+    assert len(set(passes)) >= 3          # at least three loop passes, not one
+    assert passes == sorted(passes)       # in completion order
