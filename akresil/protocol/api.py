@@ -40,6 +40,10 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 def _index() -> tuple[dict[int, Message], dict[int, Message], dict[str, Message]]:
@@ -67,6 +71,7 @@ SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 #: Produce 12 (transactions v2, KIP-890) and 13 (topic ids instead of names), Fetch 18 (KIP-1166
 #: replica high-watermark), OffsetCommit/OffsetFetch 10 (topic ids only), InitProducerId 6 (unstable
 #: in the spec).  Fetch 13-17 already name topics by id: the consumer must send topic ids there.
+#: ShareFetch/ShareAcknowledge 2 add acquire modes and lock renewal (KIP-1206, KIP-1222), not implemented.
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     **SCHEMA_VERSIONS,
     ApiKey.PRODUCE: (3, 11),
@@ -74,6 +79,8 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
 }
 
 UNSUPPORTED_VERSION = 35
