@@ -11,11 +11,13 @@ __version__ = "0.1.0.dev0"
 _LAZY = {
     "Producer": "akresil.producer",
     "Consumer": "akresil.consumer",
+    "ShareConsumer": "akresil.share_consumer",
     "Admin": "akresil.admin",
     "NewTopic": "akresil.types",
     "TopicPartition": "akresil.types",
     "RecordMetadata": "akresil.types",
     "ConsumerRecord": "akresil.types",
+    "ShareRecord": "akresil.types",
 }
 
 __all__ = ["__version__", *_LAZY]
