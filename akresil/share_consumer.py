@@ -221,7 +221,7 @@ class ShareConsumer:
         now = self._cluster.clock()
         for rec in self._last_poll:
             self._state.acknowledge(TopicPartition(rec.topic, rec.partition), rec.offset, AckType.ACCEPT, now,
-                                    implicit=True)
+                                    delivery_count=rec.delivery_count, implicit=True)
         self._last_poll = []
 
     async def getmany(self, *, timeout_ms: float = 0,
@@ -284,7 +284,7 @@ class ShareConsumer:
         if not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
         self._state.acknowledge(TopicPartition(record.topic, record.partition), record.offset, ack,
-                                self._cluster.clock())
+                                self._cluster.clock(), delivery_count=record.delivery_count)
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
         """Send the pending acknowledgements now and wait for the brokers' answers.

@@ -333,6 +333,9 @@ class ShareFetchState:
                 dc = wanted.pop(rec[2], None)
                 if dc is None:
                     continue      # in the batch but not acquired for us (another member has it)
+                old = held.get(rec[2])
+                if old is not None and old.delivery_count == dc and not old.lost:
+                    continue      # already ours under this delivery (librdkafka's mock announces it again)
                 held[rec[2]] = _Held(node, deadline, dc)
                 self._buffer.append((node, ShareRecord(*rec, delivery_count=dc)))
                 taken += 1
@@ -485,12 +488,19 @@ class ShareFetchState:
         return out
 
     def acknowledge(self, tp: TopicPartition, offset: int, ack: AckType, now: float, *,
-                    implicit: bool = False) -> None:
+                    delivery_count: int | None = None, implicit: bool = False) -> None:
         """Settle a delivered record. Raises ``IllegalStateError`` for a record this consumer was not given
         (or already settled) unless ``implicit``; a record whose lock ran out or whose session was lost is
-        not sent and is reported as failed by ``take_results``."""
+        not sent and is reported as failed by ``take_results``. ``delivery_count`` (the record's) tells an
+        old delivery from a newer acquisition of the same offset: acknowledging the old one is refused."""
         held = self._held.get(tp)
         h = None if held is None else held.get(offset)
+        if h is not None and delivery_count is not None and h.delivery_count != delivery_count:
+            if not implicit:
+                self._record(tp, errors.AcquisitionLockExpiredError(
+                    f"record {tp.topic}[{tp.partition}]@{offset} (delivery {delivery_count}) not acknowledged: "
+                    f"its lock expired and the offset was acquired again (delivery {h.delivery_count})"))
+            return
         if h is None or not h.delivered:
             if implicit:
                 return

@@ -262,3 +262,34 @@ def test_commit_waits_for_in_flight_acks_and_settles() -> None:
     assert not st.settled(nodes)                 # in flight
     st.on_ack_response(p2, ack_answer(0), 50)
     assert st.settled(nodes)
+
+
+def test_an_old_delivery_of_a_reacquired_offset_is_refused_without_touching_the_new_one() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    (old,) = st.poll(10, 20)
+    p = plan(st, 1500)[1]                                   # old lock gone at 1000; the broker hands it out again
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 2)]), 1510)
+    (new,) = st.poll(10, 1520)
+    assert (new.offset, new.delivery_count) == (0, 2)
+    st.acknowledge(TP0, old.offset, AckType.ACCEPT, 1530, delivery_count=old.delivery_count)
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+    st.acknowledge(TP0, new.offset, AckType.REJECT, 1540, delivery_count=new.delivery_count)
+    (part,) = plan(st, 1550)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [3]}]
+
+
+def test_a_record_announced_again_under_the_same_delivery_is_not_handed_out_twice() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    assert [r.offset for r in st.poll(10, 20)] == [0, 1]
+    p = plan(st, 30)[1]
+    # librdkafka's mock answers a member's next fetch with the records it already holds
+    assert st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 40).records == 0
+    assert st.poll(10, 50) == []
+    assert st.next_timer_at(50) is None
+    st.acknowledge(TP0, 0, AckType.ACCEPT, 999, delivery_count=1)     # the first lock (sent at 0) still holds
+    st.acknowledge(TP0, 1, AckType.ACCEPT, 1000, delivery_count=1)    # ... and it was not extended
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
