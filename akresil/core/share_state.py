@@ -325,19 +325,20 @@ class ShareFetchState:
             for off in range(first, last + 1):
                 wanted[off] = dc
         taken = 0
+        lowest = min(first for first, _, _ in ranges)
         s = self._session(node)
         for batch in read_batches(part.get("records")):
-            if batch.is_control or batch.last_offset < ranges[0][0]:
+            if batch.is_control or batch.last_offset < lowest:
                 continue
             for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
-                dc = wanted.pop(rec[2], None)
-                if dc is None:
+                count = wanted.pop(rec[2], None)
+                if count is None:
                     continue      # in the batch but not acquired for us (another member has it)
                 old = held.get(rec[2])
-                if old is not None and old.delivery_count == dc and not old.lost:
+                if old is not None and old.delivery_count == count and not old.lost:
                     continue      # already ours under this delivery (librdkafka's mock announces it again)
-                held[rec[2]] = _Held(node, deadline, dc)
-                self._buffer.append((node, ShareRecord(*rec, delivery_count=dc)))
+                held[rec[2]] = _Held(node, deadline, count)
+                self._buffer.append((node, ShareRecord(*rec, delivery_count=count)))
                 taken += 1
         s.buffered += taken
         if wanted:   # acquired offsets with no record: settle them as gaps so they are not redelivered
