@@ -88,7 +88,7 @@ class LeaderHint(NamedTuple):
     endpoint: Mapping[str, Any] | None
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Held:
     """One acquired offset while this consumer holds it."""
 
@@ -106,6 +106,8 @@ class _Session:
     in_flight: bool = False
     retry: RetryState | None = None
     buffered: int = 0          # records from this leader not yet handed out
+    #: records handed out and not settled yet: the next fetch waits for them (see ``plan``)
+    awaiting: set[_Held] = field(default_factory=set)
     pending: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)   # acks not sent yet
 
 
@@ -136,7 +138,8 @@ class ShareFetchState:
         self.lock_timeout_ms: int | None = None
         self._sessions: dict[int, _Session] = {}
         self._held: dict[TopicPartition, dict[int, _Held]] = {}
-        self._buffer: deque[tuple[int, ShareRecord]] = deque()
+        #: records fetched and not handed out yet, with their lock entry (no lookups on the hot path)
+        self._buffer: deque[tuple[_Session, ShareRecord, _Held]] = deque()
         self._commit_nodes: set[int] = set()
         #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
         self._results: dict[TopicPartition, KafkaError | None] = {}
@@ -180,11 +183,23 @@ class ShareFetchState:
                 plan = self._ack_plan(node, s, PlanKind.ACKNOWLEDGE, now, topic_id_of)
                 if plan is not None:
                     plans.append(plan)
-            elif names and s.buffered == 0:
+            elif names and s.buffered == 0 and not self._awaiting(s, now):
                 plans.append(self._fetch_plan(node, s, names, now, topic_id_of))
         for plan in plans:
             self._sessions[plan.node_id].in_flight = True
         return plans
+
+    @staticmethod
+    def _awaiting(s: _Session, now: float) -> bool:
+        """Records from this leader handed out and not settled: fetch again only once they are (their
+        acknowledgements then ride on that fetch or went before it). Fetching earlier would ask the broker
+        for more while it still counts those locks, and the answer would wait ``max_wait_ms`` whenever the
+        partition's lock limit is reached, holding up the acknowledgements behind it. A lock that ran out
+        no longer counts."""
+        if s.awaiting:
+            for h in [h for h in s.awaiting if h.lost or now >= h.deadline]:
+                s.awaiting.discard(h)
+        return bool(s.awaiting)
 
     def _ack_batches(self, acks: Mapping[int, int]) -> list[dict[str, Any]]:
         """Runs of consecutive offsets; one type for a run that shares it, else one type per offset."""
@@ -327,6 +342,8 @@ class ShareFetchState:
         taken = 0
         lowest = min(first for first, _, _ in ranges)
         s = self._session(node)
+        append = self._buffer.append
+        new = tuple.__new__
         for batch in read_batches(part.get("records")):
             if batch.is_control or batch.last_offset < lowest:
                 continue
@@ -335,10 +352,12 @@ class ShareFetchState:
                 if count is None:
                     continue      # in the batch but not acquired for us (another member has it)
                 old = held.get(rec[2])
-                if old is not None and old.delivery_count == count and not old.lost:
-                    continue      # already ours under this delivery (librdkafka's mock announces it again)
-                held[rec[2]] = _Held(node, deadline, count)
-                self._buffer.append((node, ShareRecord(*rec, delivery_count=count)))
+                if old is not None:
+                    if old.delivery_count == count and not old.lost:
+                        continue  # already ours under this delivery (librdkafka's mock announces it again)
+                    old.lost = True   # an older acquisition still buffered must not be handed out
+                h = held[rec[2]] = _Held(node, deadline, count)
+                append((s, new(ShareRecord, rec + (count,)), h))
                 taken += 1
         s.buffered += taken
         if wanted:   # acquired offsets with no record: settle them as gaps so they are not redelivered
@@ -415,6 +434,7 @@ class ShareFetchState:
         s = self._session(node)
         s.epoch = INITIAL_EPOCH
         s.partitions = frozenset()
+        s.awaiting.clear()
         if s.pending:
             self._fail(s.pending, errors.ShareSessionNotFoundError("share session lost before acknowledging"))
             s.pending = {}
@@ -423,9 +443,9 @@ class ShareFetchState:
                 if h.node_id == node:
                     h.lost = True
         if s.buffered:
-            kept = deque((n, r) for n, r in self._buffer if n != node)
-            for n, r in self._buffer:
-                if n == node:
+            kept = deque(entry for entry in self._buffer if entry[0] is not s)
+            for owner, r, _ in self._buffer:
+                if owner is s:
                     self._held.get(TopicPartition(r.topic, r.partition), {}).pop(r.offset, None)
             self._buffer = kept
             s.buffered = 0
@@ -453,20 +473,24 @@ class ShareFetchState:
 
     # ------------------------------------------------------------------ records
     def expire(self, now: float) -> int:
-        """Drop buffered records whose lock has run out (the broker hands them out again); returns how many."""
-        if not self._buffer:
-            return 0
+        """Drop buffered records whose lock has run out (the broker hands them out again); returns how many.
+        Locks run out in fetch order, so only the head of the buffer needs looking at."""
+        buf = self._buffer
         dropped = 0
-        while self._buffer:
-            node, rec = self._buffer[0]
-            h = self._held.get(TopicPartition(rec.topic, rec.partition), {}).get(rec.offset)
-            if h is None or now < h.deadline:
+        while buf:
+            owner, rec, h = buf[0]
+            if not (h.lost or now >= h.deadline):
                 break
-            self._buffer.popleft()
-            self._held[TopicPartition(rec.topic, rec.partition)].pop(rec.offset, None)
-            self._session(node).buffered -= 1
+            buf.popleft()
+            owner.buffered -= 1
+            self._forget(rec, h)
             dropped += 1
         return dropped
+
+    def _forget(self, rec: ShareRecord, h: _Held) -> None:
+        held = self._held.get(TopicPartition(rec.topic, rec.partition))
+        if held is not None and held.get(rec.offset) is h:
+            del held[rec.offset]
 
     @property
     def buffered(self) -> int:
@@ -475,16 +499,15 @@ class ShareFetchState:
     def poll(self, max_records: int, now: float) -> list[ShareRecord]:
         """Hand out up to ``max_records`` buffered records whose locks still hold."""
         out: list[ShareRecord] = []
-        while self._buffer and len(out) < max_records:
-            node, rec = self._buffer.popleft()
-            self._session(node).buffered -= 1
-            h = self._held.get(TopicPartition(rec.topic, rec.partition), {}).get(rec.offset)
-            if h is None or h.lost:
-                continue
-            if now >= h.deadline:
-                del self._held[TopicPartition(rec.topic, rec.partition)][rec.offset]
+        buf = self._buffer
+        while buf and len(out) < max_records:
+            owner, rec, h = buf.popleft()
+            owner.buffered -= 1
+            if h.lost or now >= h.deadline:
+                self._forget(rec, h)
                 continue
             h.delivered = True
+            owner.awaiting.add(h)
             out.append(rec)
         return out
 
@@ -509,6 +532,7 @@ class ShareFetchState:
                 f"record {tp.topic}[{tp.partition}]@{offset} is not held by this share consumer "
                 f"(never delivered to it, or already acknowledged)")
         del held[offset]   # type: ignore[union-attr]
+        self._session(h.node_id).awaiting.discard(h)
         if h.lost or now >= h.deadline:
             why = "its share session was lost" if h.lost else "its acquisition lock expired"
             self._record(tp, errors.AcquisitionLockExpiredError(
@@ -544,8 +568,5 @@ class ShareFetchState:
         times = [s.retry.next_allowed_at for s in self._sessions.values()
                  if s.retry is not None and s.retry.next_allowed_at is not None]
         if self._buffer:
-            node, rec = self._buffer[0]
-            h = self._held.get(TopicPartition(rec.topic, rec.partition), {}).get(rec.offset)
-            if h is not None:
-                times.append(h.deadline)
+            times.append(self._buffer[0][2].deadline)
         return min(times) if times else None

@@ -123,7 +123,11 @@ def test_a_run_with_one_type_is_sent_as_one_type() -> None:
     for rec in st.poll(100, 20):
         if rec.offset != 2:
             st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
-    (part,) = plan(st, 40)[1].body["topics"][0]["partitions"]
+    assert 1 not in plan(st, 40)             # offset 2 is handed out and not settled: no fetch yet
+    st.request_commit()
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.ACKNOWLEDGE
+    (part,) = p2.body["topics"][0]["partitions"]
     assert part["acknowledgement_batches"] == [
         {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]},
         {"first_offset": 3, "last_offset": 3, "acknowledge_types": [1]}]
@@ -224,9 +228,11 @@ def test_acquired_offsets_without_records_are_settled_as_gaps() -> None:
     st = state()
     p = plan(st, 0)[1]
     st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 3, 1)]), 10)   # 2 and 3 have no record
-    assert [r.offset for r in st.poll(10, 20)] == [0, 1]
+    for rec in st.poll(10, 20):
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 25)
     (part,) = plan(st, 30)[1].body["topics"][0]["partitions"]
-    assert part["acknowledgement_batches"] == [{"first_offset": 2, "last_offset": 3, "acknowledge_types": [0]}]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 3,
+                                                "acknowledge_types": [1, 1, 0, 0]}]
 
 
 def test_leader_error_returns_the_hint_and_asks_for_metadata() -> None:
@@ -285,11 +291,20 @@ def test_a_record_announced_again_under_the_same_delivery_is_not_handed_out_twic
     p = plan(st, 0)[1]
     st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
     assert [r.offset for r in st.poll(10, 20)] == [0, 1]
-    p = plan(st, 30)[1]
-    # librdkafka's mock answers a member's next fetch with the records it already holds
+    # librdkafka's mock answers a member's next fetch with the records it already holds (same answer again)
     assert st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 40).records == 0
     assert st.poll(10, 50) == []
     assert st.next_timer_at(50) is None
     st.acknowledge(TP0, 0, AckType.ACCEPT, 999, delivery_count=1)     # the first lock (sent at 0) still holds
     st.acknowledge(TP0, 1, AckType.ACCEPT, 1000, delivery_count=1)    # ... and it was not extended
     assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+
+
+def test_the_next_fetch_waits_until_handed_out_records_are_settled_or_expired() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    a, b = st.poll(10, 20)
+    st.acknowledge(TP0, a.offset, AckType.ACCEPT, 30)
+    assert 1 not in plan(st, 40)                  # b is still out
+    assert plan(st, 1000)[1].kind is PlanKind.FETCH   # b's lock ran out (sent at 0 + 1000 ms): fetch again
