@@ -118,3 +118,14 @@ def test_leave_uses_epoch_minus_one() -> None:
 def test_empty_group_id_is_a_config_error() -> None:
     with pytest.raises(errors.ConfigError, match="group_id"):
         ShareMembership("", backoff=ExponentialBackoff(100, 1000))
+
+
+def test_the_new_group_apis_mute_on_throttle_from_their_first_version() -> None:
+    """KIP-219: these APIs came after it, so a throttled answer always means "stay quiet" (the Cluster mutes
+    the node through NodeState, as for every other request)."""
+    from akresil.core.node_state import should_mute
+    from akresil.protocol.api import ApiKey
+
+    for api in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH,
+                ApiKey.SHARE_ACKNOWLEDGE):
+        assert should_mute(api, 0) and should_mute(api, 1)
