@@ -564,9 +564,11 @@ class ShareFetchState:
         return done
 
     def next_timer_at(self, now: float) -> float | None:
-        """Earliest backoff end or buffered-lock deadline (when the shell must take another turn)."""
+        """Earliest backoff end or buffered-lock deadline still ahead of ``now`` (when the shell must take
+        another turn); None: nothing is due until something happens (a wake-up). Times already past are not
+        returned: the turn that just ran has acted on them, and returning them would spin the loop."""
         times = [s.retry.next_allowed_at for s in self._sessions.values()
-                 if s.retry is not None and s.retry.next_allowed_at is not None]
-        if self._buffer:
+                 if s.retry is not None and s.retry.next_allowed_at is not None and s.retry.next_allowed_at > now]
+        if self._buffer and self._buffer[0][2].deadline > now:
             times.append(self._buffer[0][2].deadline)
         return min(times) if times else None

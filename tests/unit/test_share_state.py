@@ -308,3 +308,11 @@ def test_the_next_fetch_waits_until_handed_out_records_are_settled_or_expired() 
     st.acknowledge(TP0, a.offset, AckType.ACCEPT, 30)
     assert 1 not in plan(st, 40)                  # b is still out
     assert plan(st, 1000)[1].kind is PlanKind.FETCH   # b's lock ran out (sent at 0 + 1000 ms): fetch again
+
+
+def test_timers_already_past_are_not_returned() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_request_failed(p, errors.KafkaConnectionError("reset"), 10)     # backoff until 110
+    assert st.next_timer_at(50) == 110
+    assert st.next_timer_at(110) is None      # due now: the turn acts on it; returning it would spin the loop
