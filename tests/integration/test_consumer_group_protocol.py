@@ -146,6 +146,8 @@ def ck_member(bootstrap: str, group: str, topic: str, got: list[tuple[int, int]]
 
 
 def test_mixed_group_with_a_confluent_kafka_member(mock: MockCluster) -> None:
+    """confluent-kafka's member starts alone on a first half; akresil's joins, takes part of the partitions
+    (revoked from the other member first), and the second half is produced: every record is consumed once."""
     topic, group = unique_topic("kip848-mixed"), unique_topic("g")
     mock.create_topic(topic, 4)
     ck_got: list[tuple[int, int]] = []
@@ -158,17 +160,24 @@ def test_mixed_group_with_a_confluent_kafka_member(mock: MockCluster) -> None:
         ours: list[ConsumerRecord] = []
         tracker = Tracker()
         try:
+            with anyio.fail_after(30):
+                while not ck_got:
+                    await anyio.sleep(0.01)
             async with Consumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=group,
                                 enable_auto_commit=False, listener=tracker, **FAST) as a:
                 tracker.consumer = a
                 with anyio.fail_after(30):
-                    await consume(a, ours, lambda: len(ours) + len(ck_got) >= len(produced))
-                assert 0 < len(a.assignment()) < 4, "the partitions are shared with the confluent-kafka member"
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(consume, a, ours, lambda: len(ours) + len(ck_got) >= 4 * (100 + 300))
+                        while not a.assignment():
+                            await anyio.sleep(0.01)
+                        assert len(a.assignment()) < 4, "the partitions are shared with the confluent-kafka member"
+                        produced |= await produce(mock.bootstrap_servers, topic, 300, 4)
         finally:
             stop.set()
             await anyio.to_thread.run_sync(thread.join)
         keys = [(r.partition, r.offset) for r in ours] + ck_got
-        assert len(keys) == len(set(keys))
+        assert len(keys) == len(set(keys)), "a record was consumed twice"
         assert set(keys) == produced
         assert ours and ck_got
 
