@@ -76,7 +76,9 @@ async def consume(consumer: Consumer, sink: list[ConsumerRecord], stop: Callable
         await anyio.sleep(0.01)
 
 
-def test_a_third_member_takes_partitions_incrementally_and_nothing_is_consumed_twice(mock: MockCluster) -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_third_member_takes_partitions_incrementally_and_nothing_is_consumed_twice(mock: MockCluster,
+                                                                                      backend: str) -> None:
     topic, group = unique_topic("kip848"), unique_topic("g")
     mock.create_topic(topic, 6)
 
@@ -125,7 +127,7 @@ def test_a_third_member_takes_partitions_incrementally_and_nothing_is_consumed_t
         assert all(sinks), "every member consumed"
         assert not any(t.lost for t in trackers)
 
-    anyio.run(scenario)
+    anyio.run(scenario, backend=backend)
 
 
 def ck_member(bootstrap: str, group: str, topic: str, got: list[tuple[int, int]], stop: threading.Event) -> None:
