@@ -219,6 +219,34 @@ def test_an_expired_member_loses_its_partitions_and_rejoins(mock: MockCluster) -
     anyio.run(scenario)
 
 
+def test_static_members_leave_with_their_partitions_kept(mock: MockCluster) -> None:
+    """Static membership (``group_instance_id``): closing leaves with epoch -2, so the coordinator keeps the
+    member's partitions for its session; the instance that comes back gets the same partitions, and the one
+    that did not come back keeps its own reserved."""
+    topic, group = unique_topic("kip848-static"), unique_topic("g")
+    mock.create_topic(topic, 4)
+    cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST)
+
+    async def settle(consumers: list[Consumer], until: Callable[[], bool]) -> None:
+        with anyio.fail_after(20):
+            while not until():
+                for c in consumers:
+                    await c.getmany(timeout_ms=10)
+
+    async def scenario() -> None:
+        async with Consumer(topic, group_instance_id="i-a", **cfg) as a, \
+                Consumer(topic, group_instance_id="i-b", **cfg) as b:
+            await settle([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+            before_a = a.assignment()
+        async with Consumer(topic, group_instance_id="i-a", **cfg) as again:
+            await settle([again], lambda: bool(again.assignment()))
+            deadline = time.monotonic() + 1.0
+            await settle([again], lambda: time.monotonic() > deadline)
+            assert again.assignment() == before_a
+
+    anyio.run(scenario)
+
+
 def test_a_broker_without_the_consumer_protocol_fails_clearly(mock: MockCluster) -> None:
     topic = unique_topic("kip848-none")
     mock.create_topic(topic, 1)
