@@ -32,7 +32,7 @@ from . import errors
 from .config import resolve
 from .core.backoff import ExponentialBackoff
 from .core.events import Hooks
-from .core.group_heartbeat import MemberPhase, ShareMembership
+from .core.group_heartbeat import ShareMembership
 from .core.share_state import ACK_TYPES, AckType, ShareFetchState
 from .net.cluster import Cluster
 from .net.heartbeat_loop import HeartbeatLoop
@@ -230,7 +230,9 @@ class ShareConsumer:
         self._check_open()
         limit = self.config.max_poll_records if max_records is None else max_records
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise errors.ConfigError(f"max_records: must be an int >= 1, got {max_records!r}")
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
         records = await self._poll(timeout_ms, limit)
         out: dict[TopicPartition, list[ShareRecord]] = {}
         for rec in records:
@@ -310,8 +312,3 @@ class ShareConsumer:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def group_failed(self) -> errors.KafkaError | None:
-        """The membership's fatal error, if any (e.g. the broker lacks ShareGroupHeartbeat)."""
-        return self._member.fatal_error if self._member.phase is MemberPhase.FATAL else None

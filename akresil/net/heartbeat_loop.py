@@ -38,8 +38,6 @@ class HeartbeatLoop:
         self.coordinator: int | None = None
         self._wake = anyio.Event()
         self._stopped = False
-        #: set once the first heartbeat was answered (or the member failed): start() waits on it
-        self.first_answer = anyio.Event()
 
     def wake(self) -> None:
         self._wake.set()
@@ -67,7 +65,6 @@ class HeartbeatLoop:
                 await self._sleep(due - now)
                 continue
             await self._heartbeat()
-        self.first_answer.set()
 
     async def _sleep(self, delay_ms: float | None) -> None:
         self._wake = anyio.Event()
@@ -112,7 +109,6 @@ class HeartbeatLoop:
         m = self.membership
         m.fatal_error = error
         m.phase = MemberPhase.FATAL
-        self.first_answer.set()
 
     async def _heartbeat(self) -> None:
         m = self.membership
@@ -138,10 +134,6 @@ class HeartbeatLoop:
                       action.value)
         if action is HeartbeatAction.COORDINATOR:
             self.coordinator = None
-        if action is HeartbeatAction.FATAL:
-            self.first_answer.set()
-        elif m.phase.value == "stable":
-            self.first_answer.set()
         if (m.target_version, m.member_epoch) != before or action is HeartbeatAction.REJOIN:
             await self._on_change()
 
