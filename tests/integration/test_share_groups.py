@@ -316,3 +316,30 @@ def test_share_fetch_errors_back_off_exponentially(mock: MockCluster) -> None:
         assert {r.delivery_count for r in got} == {1}
 
     run(scenario)
+
+
+def test_subscribe_after_start_and_implicit_acceptance_on_close(mock: MockCluster) -> None:
+    """No topics at start; ``subscribe()`` goes out with the next heartbeat. Implicit mode accepts the last
+    batch on close, so a second consumer of the group finds nothing."""
+    topic, group = unique_topic("share-sub"), unique_topic("g")
+    mock.create_topic(topic, 2)
+
+    async def scenario() -> None:
+        produced = await produce(mock.bootstrap_servers, topic, 20, 2)
+        got: list[ShareRecord] = []
+        async with ShareConsumer(bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST) as c:
+            assert c.subscription() == frozenset() and await c.getmany(timeout_ms=200) == {}
+            c.subscribe([topic])
+            assert c.subscription() == frozenset({topic})
+            with anyio.fail_after(20):
+                while len(got) < len(produced):
+                    for records in (await c.getmany(timeout_ms=100)).values():
+                        got.extend(records)      # never acknowledged by hand, never committed
+        assert {(r.partition, r.offset) for r in got} == produced
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST) as late:
+            left: list[ShareRecord] = []
+            deadline = time.monotonic() + 1.5
+            await drain(late, left, lambda: time.monotonic() > deadline)
+            assert left == []
+
+    run(scenario)
