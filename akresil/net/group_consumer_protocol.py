@@ -111,11 +111,11 @@ class ConsumerGroupMember:
 
     # ------------------------------------------------------------------ reconciliation
     def _on_metadata_change(self) -> None:
+        """New metadata may name a target topic id that could not be resolved before: reconcile again."""
         if self.core.target and not self._closing:
             step = self.core.reconcile_step(self._cluster.metadata.snapshot.topic_name)
             if step.revoke or step.assign:
-                self._loop.wake()
-                self.core.heartbeat_now(self._cluster.clock())
+                self._loop.request_change_callback()
 
     async def _reconcile(self) -> None:
         """Called by the heartbeat loop after an answer that changed the target or the epoch."""

@@ -38,8 +38,15 @@ class HeartbeatLoop:
         self.coordinator: int | None = None
         self._wake = anyio.Event()
         self._stopped = False
+        self._change_wanted = False
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def request_change_callback(self) -> None:
+        """Run ``on_change`` from the loop's task soon (e.g. metadata can now name an assigned topic id):
+        the callback may await (user callbacks, commits), so it never runs in the caller's context."""
+        self._change_wanted = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -50,6 +57,10 @@ class HeartbeatLoop:
         m = self.membership
         clock = self._cluster.clock
         while not self._stopped and m.phase not in (MemberPhase.FATAL, MemberPhase.LEFT, MemberPhase.LEAVING):
+            if self._change_wanted:
+                self._change_wanted = False
+                await self._on_change()
+                continue
             now = clock()
             if m.needs_coordinator:
                 if not m.retry.ready(now):

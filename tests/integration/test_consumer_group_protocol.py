@@ -283,3 +283,4 @@ def test_consumer_protocol_config_errors_name_the_key() -> None:
         Consumer("t", bootstrap_servers="127.0.0.1:1", group_id="g", group_remote_assignor="uniform")
     Consumer("t", bootstrap_servers="127.0.0.1:1", group_id="g", group_protocol="consumer",
              group_remote_assignor="uniform")
+
