@@ -233,13 +233,23 @@ class ShareConsumer:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
-        records = await self._poll(timeout_ms, limit)
+        if self._pending_index < len(self._pending):
+            # records an ``async for`` took but did not yield yet come first (they are held already)
+            if self.acknowledgement_mode == "implicit":
+                self._accept_last_poll()
+            records = self._pending[self._pending_index:self._pending_index + limit]
+            self._pending_index += len(records)
+            self._last_poll = list(records)
+        else:
+            records = await self._poll(timeout_ms, limit)
+            self._last_poll = records
         out: dict[TopicPartition, list[ShareRecord]] = {}
         for rec in records:
             out.setdefault(TopicPartition(rec.topic, rec.partition), []).append(rec)
         return out
 
     async def _poll(self, timeout_ms: float | None, limit: int) -> list[ShareRecord]:
+        """Records from the fetch state; implicit mode first accepts what the application was handed last."""
         if self.acknowledgement_mode == "implicit":
             self._accept_last_poll()
         self._fetcher.wake()
@@ -249,7 +259,6 @@ class ShareConsumer:
             records = self._state.poll(limit, self._cluster.clock())
             if records:
                 self._fetcher.wake()     # a leader whose records were all handed out may be fetched again
-                self._last_poll = records
                 return records
             self._check_open()
             self._fetcher.wake()
@@ -266,11 +275,15 @@ class ShareConsumer:
         return self
 
     async def __anext__(self) -> ShareRecord:
+        """One record at a time from refills of ``max_poll_records``; in implicit mode a record counts as
+        handed out (and is accepted at the next refill, ``commit()`` or ``close()``) once it is yielded:
+        records of a refill never yielded are not accepted, the broker releases them."""
         if self._pending_index >= len(self._pending):
             self._pending = await self._poll(None, self.config.max_poll_records)
             self._pending_index = 0
         rec = self._pending[self._pending_index]
         self._pending_index += 1
+        self._last_poll.append(rec)
         return rec
 
     # ------------------------------------------------------------------ acknowledgements

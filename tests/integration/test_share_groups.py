@@ -343,3 +343,33 @@ def test_subscribe_after_start_and_implicit_acceptance_on_close(mock: MockCluste
             assert left == []
 
     run(scenario)
+
+
+def test_async_for_accepts_only_the_records_it_yielded(mock: MockCluster) -> None:
+    """Implicit mode with ``async for``: a refill takes up to ``max_poll_records``; leaving the loop after 5
+    accepts those 5 on close, and the rest come back (delivery count 2) to the next member."""
+    topic, group = unique_topic("share-iter"), unique_topic("g")
+    mock.create_topic(topic, 1)
+
+    async def scenario() -> None:
+        produced = await produce(mock.bootstrap_servers, topic, 20, 1)
+        seen: list[ShareRecord] = []
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST) as c:
+            with anyio.fail_after(20):
+                async for rec in c:
+                    seen.append(rec)
+                    if len(seen) == 5:
+                        break
+            assert c.acquisition_lock_timeout_ms is not None
+            # a getmany after the loop hands out the records the loop took but did not yield, first
+            rest = [r for records in (await c.getmany(max_records=3)).values() for r in records]
+            assert [r.offset for r in rest] == [r.offset + 5 for r in seen[:3]]
+        taken = {(r.partition, r.offset) for r in seen + rest}
+        again: list[ShareRecord] = []
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST) as late:
+            with anyio.fail_after(20):
+                await drain(late, again, lambda: len(again) >= len(produced) - len(taken))
+        assert {(r.partition, r.offset) for r in again} == produced - taken
+        assert {r.delivery_count for r in again} == {2}
+
+    run(scenario)
