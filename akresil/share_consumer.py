@@ -7,8 +7,8 @@ never delivered again. There are no offsets to commit: ``commit()`` sends the ac
 
 Two acknowledgement modes, as in the Java client's ``share.acknowledgement.mode``:
 
-* ``"implicit"`` (default): every record handed out by one ``getmany`` (or one ``async for`` refill of
-  ``max_poll_records``) is accepted when the next one starts, on ``commit()`` and on ``close()``;
+* ``"implicit"`` (default): every record handed out by one ``getmany`` (or yielded by ``async for`` since
+  its last refill) is accepted when the next one starts, on ``commit()`` and on ``close()``;
   ``acknowledge()`` may still settle a record differently before that.
 * ``"explicit"``: only ``acknowledge()`` settles records. A record never acknowledged is redelivered
   when its lock expires (the broker's ``group.share.record.lock.duration.ms``, 30 s by default).
