@@ -10,9 +10,11 @@ if TYPE_CHECKING:   # type checkers see the real classes; at run time they load 
     from .consumer import Consumer as Consumer
     from .delivery import DeliveryFuture as DeliveryFuture
     from .producer import Producer as Producer
+    from .share_consumer import ShareConsumer as ShareConsumer
     from .types import ConsumerRecord as ConsumerRecord
     from .types import NewTopic as NewTopic
     from .types import RecordMetadata as RecordMetadata
+    from .types import ShareRecord as ShareRecord
     from .types import TopicPartition as TopicPartition
 
 __version__ = "0.1.0.dev0"
@@ -21,17 +23,19 @@ __version__ = "0.1.0.dev0"
 _LAZY = {
     "Producer": "akresil.producer",
     "Consumer": "akresil.consumer",
+    "ShareConsumer": "akresil.share_consumer",
     "Admin": "akresil.admin",
     "NewTopic": "akresil.types",
     "TopicPartition": "akresil.types",
     "RecordMetadata": "akresil.types",
     "ConsumerRecord": "akresil.types",
     "DeliveryFuture": "akresil.delivery",
+    "ShareRecord": "akresil.types",
 }
 
 # spelled out (not ``[*_LAZY]``): type checkers read __all__ literally
 __all__ = ["__version__", "Producer", "Consumer", "Admin", "NewTopic", "TopicPartition", "RecordMetadata",
-           "ConsumerRecord", "DeliveryFuture"]
+           "ConsumerRecord", "DeliveryFuture", "ShareConsumer", "ShareRecord"]
 
 
 def __getattr__(name: str) -> Any:

@@ -207,6 +207,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("group_id", (str,), None, "consumer group; None for manual assignment only", clients=_C,
            nullable=True),
     Option("group_instance_id", (str,), None, "static membership id (KIP-345)", clients=_C, nullable=True),
+    Option("group_protocol", (str,), "classic", "group membership protocol: 'classic' (JoinGroup/SyncGroup) "
+           "or 'consumer' (KIP-848 ConsumerGroupHeartbeat, broker-side assignment; Kafka 4.0+)", clients=_C,
+           choices=("classic", "consumer"), kip="KIP-848"),
+    Option("group_remote_assignor", (str,), None, "server-side assignor for group_protocol='consumer' "
+           "('uniform' or 'range' on Kafka); None lets the broker choose", clients=_C, nullable=True,
+           kip="KIP-848"),
     Option("session_timeout_ms", _INT, 45_000, "group session timeout", clients=_C, minimum=1, maximum=_MAX_INT),
     Option("heartbeat_interval_ms", _INT, 3_000, "heartbeat period", clients=_C, minimum=1, maximum=_MAX_INT),
     Option("max_poll_interval_ms", _INT, 300_000, "max time between polls before leaving the group",
@@ -340,6 +346,13 @@ def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozen
         if v["rebalance_timeout_ms"] is None:
             v["rebalance_timeout_ms"] = v["max_poll_interval_ms"]
         v["partition_assignment_strategy"] = _assignor_names(v["partition_assignment_strategy"])
+        if v["group_protocol"] == "consumer":
+            # KIP-848: the broker owns these; Java refuses them too rather than ignoring them
+            for key in ("partition_assignment_strategy", "session_timeout_ms", "heartbeat_interval_ms"):
+                if key in explicit:
+                    raise ConfigError(f"{key}: not used with group_protocol='consumer' (the broker decides it)")
+        elif "group_remote_assignor" in explicit and v["group_remote_assignor"] is not None:
+            raise ConfigError("group_remote_assignor: only meaningful with group_protocol='consumer'")
         if v["group_id"] is None:
             # as the Java consumer: these only mean something inside a group
             if v["group_instance_id"] is not None:

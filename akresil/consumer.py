@@ -156,8 +156,12 @@ class Consumer(Generic[KeyT, ValueT]):
             await cluster.start(self._tg)
             if self.config.group_id is not None:
                 from .net.group import GroupCoordinator
+                member_cls: Any = GroupCoordinator
+                if self.config.group_protocol == "consumer":   # KIP-848: broker-assigned, heartbeat only
+                    from .net.group_consumer_protocol import ConsumerGroupMember
+                    member_cls = ConsumerGroupMember
                 if self._subscribed:
-                    self._group = self._offsets = GroupCoordinator(
+                    self._group = self._offsets = member_cls(
                         cluster, self.config, subscription=self._subscription, listener=_ListenerBridge(self),
                         on_assignment_changed=self._sync_group_assignment,
                         committed_offsets_for_revoke=self._positions_for_revoke)

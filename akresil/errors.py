@@ -100,6 +100,14 @@ class NoOffsetForPartitionError(KafkaError):
     """A partition has no committed offset (or its offset is out of range) and ``auto_offset_reset='none'``."""
 
 
+class AcquisitionLockExpiredError(KafkaError):
+    """A share-group record's acquisition lock ran out before it was acknowledged (KIP-932).
+
+    The broker has already made the record available again (perhaps to another consumer), so this
+    consumer's acknowledgement would not count; it is refused locally instead of being sent as if held.
+    """
+
+
 class TaskTimeoutError(KafkaError):
     """A runner task kept timing out for longer than ``task_timeout_ms`` (KIP-572)."""
 
@@ -987,6 +995,43 @@ class TransactionAbortableError(BrokerResponseError):
 
     errno = 120
     description = 'The server encountered an error with the transaction.'
+
+
+class InvalidRecordStateError(BrokerResponseError):
+    """The record state is invalid: the acknowledgement of delivery could not be completed."""
+
+    errno = 121
+    description = 'The record state is invalid. The acknowledgement of delivery could not be completed.'
+
+
+class ShareSessionNotFoundError(BrokerResponseError):
+    """The share session was not found."""
+
+    errno = 122
+    retriable = True
+    description = 'The share session was not found.'
+
+
+class InvalidShareSessionEpochError(BrokerResponseError):
+    """The share session epoch is invalid."""
+
+    errno = 123
+    retriable = True
+    description = 'The share session epoch is invalid.'
+
+
+class FencedStateEpochError(BrokerResponseError):
+    """The share coordinator rejected the request because the share-group state epoch did not match."""
+
+    errno = 124
+    description = 'The share coordinator rejected the request because the share-group state epoch did not match.'
+
+
+class InvalidRegularExpressionError(BrokerResponseError):
+    """The regular expression is not valid."""
+
+    errno = 128
+    description = 'The regular expression is not valid.'
 
 
 #: Client-facing names for broker conditions the client also raises itself.

@@ -61,6 +61,25 @@ class ConsumerRecord(NamedTuple, Generic[KeyT, ValueT]):
     leader_epoch: int = -1
 
 
+class ShareRecord(NamedTuple):
+    """A record delivered by a share group (KIP-932): a ``ConsumerRecord`` plus its delivery count.
+
+    ``delivery_count`` is 1 on first delivery and grows each time the broker hands the record out again
+    (after a release, a lock expiry or a consumer's departure).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+    timestamp_ms: int
+    timestamp_type: int = 0
+    leader_epoch: int = -1
+    delivery_count: int = 1
+
+
 class NewTopic(NamedTuple):
     name: str
     num_partitions: int = 1

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 SPEC_DIR_DEFAULT = "kafka/protocol/schemas/resources"
+#: specs kafka-python 3.0 does not ship (KIP-848 and KIP-932 APIs, Kafka 4.1 layouts): facts only
+#: (names, types, version ranges) transcribed from apache/kafka's JSON, no prose
+EXTRA_SPEC_DIR = Path(__file__).resolve().parent / "kafka_specs"
 OUT = Path(__file__).resolve().parent.parent / "akresil" / "protocol" / "specs.py"
 
 #: (JSON name, python constant) for each API akresil speaks, requests and responses both
@@ -56,6 +59,10 @@ APIS = [
     "DescribeProducers",
     "ListTransactions",
     "DescribeTransactions",
+    "ConsumerGroupHeartbeat",
+    "ShareGroupHeartbeat",
+    "ShareFetch",
+    "ShareAcknowledge",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 
@@ -79,7 +86,10 @@ def snake(name: str) -> str:
 
 
 def load(spec_dir: Path, name: str) -> dict[str, Any]:
-    text = (spec_dir / f"{name}.json").read_text()
+    path = spec_dir / f"{name}.json"
+    if not path.exists():
+        path = EXTRA_SPEC_DIR / f"{name}.json"
+    text = path.read_text()
     return json.loads(_COMMENT.sub("", text))
 
 

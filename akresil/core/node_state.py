@@ -60,6 +60,10 @@ MUTE_FROM_VERSION: dict[int, int] = {
     37: 1,   # CreatePartitions
     42: 1,   # DeleteGroups
     60: 0,   # DescribeCluster (post KIP-219)
+    68: 0,   # ConsumerGroupHeartbeat (KIP-848, post KIP-219)
+    76: 0,   # ShareGroupHeartbeat (KIP-932)
+    78: 0,   # ShareFetch
+    79: 0,   # ShareAcknowledge
 }
 
 

@@ -57,6 +57,10 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 def _index() -> tuple[dict[int, Message], dict[int, Message], dict[str, Message]]:
@@ -84,6 +88,7 @@ SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 #: Produce 12 (transactions v2, KIP-890) and 13 (topic ids instead of names), Fetch 18 (KIP-1166
 #: replica high-watermark), OffsetCommit/OffsetFetch 10 (topic ids only), InitProducerId 6 (unstable
 #: in the spec).  Fetch 13-17 already name topics by id: the consumer must send topic ids there.
+#: ShareFetch/ShareAcknowledge 2 add acquire modes and lock renewal (KIP-1206, KIP-1222), not implemented.
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     **SCHEMA_VERSIONS,
     ApiKey.PRODUCE: (3, 11),
@@ -91,6 +96,8 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
 }
 
 UNSUPPORTED_VERSION = 35

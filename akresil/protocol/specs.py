@@ -1057,6 +1057,180 @@ DESCRIBE_TRANSACTIONS_RESPONSE = M(
     ),
 )
 
+CONSUMER_GROUP_HEARTBEAT_REQUEST = M(
+    'ConsumerGroupHeartbeatRequest', 68, 'request', '0-1', '0+', (
+        F('group_id', 'string', '0+'),
+        F('member_id', 'string', '0+'),
+        F('member_epoch', 'int32', '0+'),
+        F('instance_id', 'string', '0+', nullable='0+', default=None),
+        F('rack_id', 'string', '0+', nullable='0+', default=None),
+        F('rebalance_timeout_ms', 'int32', '0+', default=-1),
+        F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
+        F('subscribed_topic_regex', 'string', '1+', nullable='1+', default=None),
+        F('server_assignor', 'string', '0+', nullable='0+', default=None),
+        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+CONSUMER_GROUP_HEARTBEAT_RESPONSE = M(
+    'ConsumerGroupHeartbeatResponse', 68, 'response', '0-1', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+', nullable='0+', default=None),
+        F('member_epoch', 'int32', '0+'),
+        F('heartbeat_interval_ms', 'int32', '0+'),
+        F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+            F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+SHARE_GROUP_HEARTBEAT_REQUEST = M(
+    'ShareGroupHeartbeatRequest', 76, 'request', '1', '0+', (
+        F('group_id', 'string', '0+'),
+        F('member_id', 'string', '0+'),
+        F('member_epoch', 'int32', '0+'),
+        F('rack_id', 'string', '0+', nullable='0+', default=None),
+        F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
+    ),
+)
+
+SHARE_GROUP_HEARTBEAT_RESPONSE = M(
+    'ShareGroupHeartbeatResponse', 76, 'response', '1', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+', nullable='0+', default=None),
+        F('member_epoch', 'int32', '0+'),
+        F('heartbeat_interval_ms', 'int32', '0+'),
+        F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+            F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+SHARE_FETCH_REQUEST = M(
+    'ShareFetchRequest', 78, 'request', '1-2', '0+', (
+        F('group_id', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+', nullable='0+'),
+        F('share_session_epoch', 'int32', '0+'),
+        F('max_wait_ms', 'int32', '0+'),
+        F('min_bytes', 'int32', '0+'),
+        F('max_bytes', 'int32', '0+', default=2147483647),
+        F('max_records', 'int32', '1+'),
+        F('batch_size', 'int32', '1+'),
+        F('share_acquire_mode', 'int8', '2+'),
+        F('topics', '[]FetchTopic', '0+', fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]FetchPartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('partition_max_bytes', 'int32', '0'),
+                F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
+                    F('first_offset', 'int64', '0+'),
+                    F('last_offset', 'int64', '0+'),
+                    F('acknowledge_types', '[]int8', '0+'),
+                )),
+            )),
+        )),
+        F('forgotten_topics_data', '[]ForgottenTopic', '0+', fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+SHARE_FETCH_RESPONSE = M(
+    'ShareFetchResponse', 78, 'response', '1-2', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('acquisition_lock_timeout_ms', 'int32', '1+'),
+        F('responses', '[]ShareFetchableTopicResponse', '0+', fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]PartitionData', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+                F('acknowledge_error_code', 'int16', '0+'),
+                F('acknowledge_error_message', 'string', '0+', nullable='0+', default=None),
+                F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
+                    F('leader_id', 'int32', '0+'),
+                    F('leader_epoch', 'int32', '0+'),
+                )),
+                F('records', 'records', '0+', nullable='0+'),
+                F('acquired_records', '[]AcquiredRecords', '0+', fields=(
+                    F('first_offset', 'int64', '0+'),
+                    F('last_offset', 'int64', '0+'),
+                    F('delivery_count', 'int16', '0+'),
+                )),
+            )),
+        )),
+        F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
+            F('node_id', 'int32', '0+'),
+            F('host', 'string', '0+'),
+            F('port', 'int32', '0+'),
+            F('rack', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
+SHARE_ACKNOWLEDGE_REQUEST = M(
+    'ShareAcknowledgeRequest', 79, 'request', '1-2', '0+', (
+        F('group_id', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+', nullable='0+'),
+        F('share_session_epoch', 'int32', '0+'),
+        F('is_renew_ack', 'bool', '2+', default=False),
+        F('topics', '[]AcknowledgeTopic', '0+', fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]AcknowledgePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
+                    F('first_offset', 'int64', '0+'),
+                    F('last_offset', 'int64', '0+'),
+                    F('acknowledge_types', '[]int8', '0+'),
+                )),
+            )),
+        )),
+    ),
+)
+
+SHARE_ACKNOWLEDGE_RESPONSE = M(
+    'ShareAcknowledgeResponse', 79, 'response', '1-2', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('acquisition_lock_timeout_ms', 'int32', '2+', ignorable=True),
+        F('responses', '[]ShareAcknowledgeTopicResponse', '0+', fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]PartitionData', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+                F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
+                    F('leader_id', 'int32', '0+'),
+                    F('leader_epoch', 'int32', '0+'),
+                )),
+            )),
+        )),
+        F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
+            F('node_id', 'int32', '0+'),
+            F('host', 'string', '0+'),
+            F('port', 'int32', '0+'),
+            F('rack', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
 REQUEST_HEADER = M(
     'RequestHeader', None, 'header', '0-2', '2+', (
         F('request_api_key', 'int16', '0+'),
@@ -1166,6 +1340,14 @@ ALL: tuple[Message, ...] = (
     LIST_TRANSACTIONS_RESPONSE,
     DESCRIBE_TRANSACTIONS_REQUEST,
     DESCRIBE_TRANSACTIONS_RESPONSE,
+    CONSUMER_GROUP_HEARTBEAT_REQUEST,
+    CONSUMER_GROUP_HEARTBEAT_RESPONSE,
+    SHARE_GROUP_HEARTBEAT_REQUEST,
+    SHARE_GROUP_HEARTBEAT_RESPONSE,
+    SHARE_FETCH_REQUEST,
+    SHARE_FETCH_RESPONSE,
+    SHARE_ACKNOWLEDGE_REQUEST,
+    SHARE_ACKNOWLEDGE_RESPONSE,
     REQUEST_HEADER,
     RESPONSE_HEADER,
     CONSUMER_PROTOCOL_SUBSCRIPTION,

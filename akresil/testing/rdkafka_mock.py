@@ -172,6 +172,14 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "rd_kafka_mock_request_destroy": (None, [_c_void_p]),
     "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(_c_void_p), _c_size_t]),
     "rd_kafka_mock_clear_requests": (None, [_c_void_p]),
+    # share groups (KIP-932) and the consumer group protocol (KIP-848): (cluster, int) setters
+    "rd_kafka_mock_sharegroup_set_auto_offset_reset": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_sharegroup_set_record_lock_duration": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_sharegroup_set_session_timeout": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_sharegroup_set_heartbeat_interval": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_sharegroup_set_max_delivery_attempts": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_set_group_consumer_session_timeout_ms": (None, [_c_void_p, _c_int]),
+    "rd_kafka_mock_set_group_consumer_heartbeat_interval_ms": (None, [_c_void_p, _c_int]),
 }
 # Without these the harness is useless; the rest fail only when called.
 _REQUIRED = (
@@ -464,6 +472,41 @@ class MockCluster:
         _check_int("delay_ms", delay_ms, 1, _INT32_MAX)
         for broker_id in self._broker_ids:
             self.push_request_errors_with_rtt(broker_id, ApiKey.JOIN_GROUP, [(0, delay_ms)])
+
+    # ------------------------------------------------------------------ groups (KIP-848, KIP-932)
+    def _set_int(self, name: str, what: str, value: int, low: int = 0) -> None:
+        self._fn(name)(self._ptr(), _check_int(what, value, low, _INT32_MAX))
+
+    def share_set_auto_offset_reset(self, earliest: bool) -> None:
+        """Where new share groups start: the earliest offset (True) or the log end (False, Kafka's default).
+
+        Applies to share groups the mock has not seen yet; set it before the first consumer joins.
+        """
+        self._set_int("rd_kafka_mock_sharegroup_set_auto_offset_reset", "earliest", int(bool(earliest)))
+
+    def share_set_record_lock_duration(self, ms: int) -> None:
+        """Acquisition lock duration of share-group records (Kafka's ``group.share.record.lock.duration.ms``)."""
+        self._set_int("rd_kafka_mock_sharegroup_set_record_lock_duration", "ms", ms)
+
+    def share_set_session_timeout(self, ms: int) -> None:
+        """Share-group member session timeout (default 45 s); also expires idle share-fetch sessions."""
+        self._set_int("rd_kafka_mock_sharegroup_set_session_timeout", "ms", ms, 1)
+
+    def share_set_heartbeat_interval(self, ms: int) -> None:
+        """Heartbeat interval the mock gives share-group members (default 5 s)."""
+        self._set_int("rd_kafka_mock_sharegroup_set_heartbeat_interval", "ms", ms, 1)
+
+    def share_set_max_delivery_attempts(self, attempts: int) -> None:
+        """Deliveries after which a released record is archived instead of made available (default 5)."""
+        self._set_int("rd_kafka_mock_sharegroup_set_max_delivery_attempts", "attempts", attempts)
+
+    def consumer_group_set_session_timeout(self, ms: int) -> None:
+        """KIP-848 member session timeout."""
+        self._set_int("rd_kafka_mock_set_group_consumer_session_timeout_ms", "ms", ms, 1)
+
+    def consumer_group_set_heartbeat_interval(self, ms: int) -> None:
+        """KIP-848 heartbeat interval given to members."""
+        self._set_int("rd_kafka_mock_set_group_consumer_heartbeat_interval_ms", "ms", ms, 1)
 
     # ------------------------------------------------------------------ brokers
     def broker_set_down(self, broker_id: int) -> None:

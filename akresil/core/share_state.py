@@ -1,0 +1,574 @@
+"""Share-group (KIP-932) fetch state, sans-IO: share sessions, acquired records, acknowledgements.
+
+A share consumer does not own partitions or offsets. The partition leader *acquires* records for it, each
+for a limited time (the acquisition lock, ``AcquisitionLockTimeoutMs`` in ShareFetch answers), and the
+consumer settles each one: accept (done), release (deliver again, with a higher delivery count) or reject
+(never again). Acknowledgements ride on the next ShareFetch to the same leader or go alone in a
+ShareAcknowledge (``commit()``). Requests to one leader form a *share session*: epoch 0 opens it with the
+full partition list, later requests carry the next epoch and only what changed, -1 closes it (and the
+broker releases whatever the member still holds there).
+
+``ShareFetchState`` decides, per leader, what to send next (``plan``), applies answers and failures, hands
+records out (``poll``) and keeps the acknowledgements. The rules it enforces:
+
+* a record is acknowledged only while this consumer holds it: once its lock deadline (measured from when
+  the fetch was *sent*, so it is never later than the broker's) has passed, or its session was lost, the
+  acknowledgement is not sent but reported as failed (``AcquisitionLockExpiredError``);
+* records whose lock ran out while still buffered are never handed out;
+* one request per leader at a time (the session epoch orders them);
+* a session error (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH) or a broken connection resets
+  the session: the next fetch opens a new one; records held under the old one are void;
+* failures back off per leader (KIP-580), leader errors request a metadata refresh and carry the KIP-951
+  hint when the answer has one.
+
+Times are monotonic milliseconds passed in as ``now``. Reference for behaviour: the Java client's
+``ShareConsumeRequestManager`` / ``ShareSessionHandler`` (no code taken from it).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
+
+from .. import errors
+from ..errors import KafkaError
+from ..protocol.records import read_batches
+from ..types import ShareRecord, TopicPartition
+from .backoff import ExponentialBackoff, RetryState
+from .fetch_state import decode_batch
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+_MAX_EPOCH = 2**31 - 1
+
+
+class AckType(enum.IntEnum):
+    """Acknowledge types on the wire (ShareFetch/ShareAcknowledge ``AcknowledgeTypes``)."""
+
+    GAP = 0       # an acquired offset with no record (control record, compacted away)
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+
+
+ACK_TYPES: dict[str, AckType] = {"accept": AckType.ACCEPT, "release": AckType.RELEASE, "reject": AckType.REJECT}
+
+_SESSION_CODES = frozenset({errors.ShareSessionNotFoundError.errno, errors.InvalidShareSessionEpochError.errno})
+
+TpKey = tuple[bytes, int]   # (topic id, partition): how share requests name partitions
+
+
+class PlanKind(enum.Enum):
+    FETCH = "fetch"
+    ACKNOWLEDGE = "acknowledge"
+    CLOSE = "close"          # ShareAcknowledge at epoch -1: final acknowledgements, then the session ends
+
+
+class SharePlan(NamedTuple):
+    """One request the shell should send to ``node_id`` (``api`` body in ``body``)."""
+
+    kind: PlanKind
+    node_id: int
+    body: dict[str, Any]
+    #: partitions the request names, to map answers (topic id, partition) back to names
+    names: dict[TpKey, TopicPartition]
+    #: acknowledgements it carries: {partition: {offset: type}}
+    acks: dict[TopicPartition, dict[int, int]]
+    #: the session's partitions once this fetch succeeds
+    session_after: frozenset[TpKey]
+    sent_at: float
+
+
+class LeaderHint(NamedTuple):
+    tp: TopicPartition
+    leader_id: int
+    leader_epoch: int
+    endpoint: Mapping[str, Any] | None
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """One acquired offset while this consumer holds it."""
+
+    node_id: int
+    deadline: float
+    delivery_count: int
+    delivered: bool = False
+    lost: bool = False     # the session it was acquired in is gone: the broker no longer counts it as ours
+
+
+@dataclass
+class _Session:
+    epoch: int = INITIAL_EPOCH
+    partitions: frozenset[TpKey] = frozenset()
+    in_flight: bool = False
+    retry: RetryState | None = None
+    buffered: int = 0          # records from this leader not yet handed out
+    #: records handed out and not settled yet: the next fetch waits for them (see ``plan``)
+    awaiting: set[_Held] = field(default_factory=set)
+    pending: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)   # acks not sent yet
+
+
+class FetchOutcome(NamedTuple):
+    records: int
+    hints: list[LeaderHint]
+    refresh_metadata: bool
+
+
+class ShareFetchState:
+    """Sessions, acquired records and acknowledgements of one share consumer."""
+
+    def __init__(self, group_id: str, *, backoff: ExponentialBackoff, max_wait_ms: int = 500,
+                 min_bytes: int = 1, max_bytes: int = 52_428_800, max_records: int = 500,
+                 key_deserializer: Callable[[bytes], Any] | None = None,
+                 value_deserializer: Callable[[bytes], Any] | None = None) -> None:
+        self.group_id = group_id
+        self.member_id = ""
+        self._backoff = backoff
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.max_records = max_records
+        self._kd = key_deserializer
+        self._vd = value_deserializer
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        #: the broker's acquisition lock duration, from the latest ShareFetch answer
+        self.lock_timeout_ms: int | None = None
+        self._sessions: dict[int, _Session] = {}
+        self._held: dict[TopicPartition, dict[int, _Held]] = {}
+        #: records fetched and not handed out yet, with their lock entry (no lookups on the hot path)
+        self._buffer: deque[tuple[_Session, ShareRecord, _Held]] = deque()
+        self._commit_nodes: set[int] = set()
+        #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
+        self._results: dict[TopicPartition, KafkaError | None] = {}
+        self._unsettled: dict[int, int] = {}   # node -> acks sent and not answered (count of requests)
+
+    # ------------------------------------------------------------------ sessions
+    def _session(self, node_id: int) -> _Session:
+        s = self._sessions.get(node_id)
+        if s is None:
+            s = self._sessions[node_id] = _Session(retry=RetryState(self._backoff))
+        return s
+
+    def session_epoch(self, node_id: int) -> int:
+        s = self._sessions.get(node_id)
+        return INITIAL_EPOCH if s is None else s.epoch
+
+    def set_assignment(self, tps: Iterable[TopicPartition]) -> None:
+        self.assignment = frozenset(tps)
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, now: float, *, leader_of: Callable[[TopicPartition], int | None],
+             topic_id_of: Callable[[str], bytes | None]) -> list[SharePlan]:
+        """Requests to send now: at most one per leader, none to a leader backing off or busy."""
+        self.expire(now)
+        wanted: dict[int, dict[TpKey, TopicPartition]] = {}
+        for tp in self.assignment:
+            node = leader_of(tp)
+            tid = topic_id_of(tp.topic)
+            if node is None or node < 0 or not tid or tid == bytes(16):
+                continue
+            wanted.setdefault(node, {})[(tid, tp.partition)] = tp
+        plans: list[SharePlan] = []
+        for node in set(wanted) | {n for n, s in self._sessions.items() if s.pending}:
+            s = self._session(node)
+            assert s.retry is not None
+            if s.in_flight or not s.retry.ready(now):
+                continue
+            names = wanted.get(node, {})
+            if s.pending and (node in self._commit_nodes or not names):
+                # commit() waits for these: a ShareAcknowledge answers at once, a fetch may wait max_wait_ms
+                plan = self._ack_plan(node, s, PlanKind.ACKNOWLEDGE, now, topic_id_of)
+                if plan is not None:
+                    plans.append(plan)
+            elif names and s.buffered == 0 and not self._awaiting(s, now):
+                plans.append(self._fetch_plan(node, s, names, now, topic_id_of))
+        for plan in plans:
+            self._sessions[plan.node_id].in_flight = True
+        return plans
+
+    @staticmethod
+    def _awaiting(s: _Session, now: float) -> bool:
+        """Records from this leader handed out and not settled: fetch again only once they are (their
+        acknowledgements then ride on that fetch or went before it). Fetching earlier would ask the broker
+        for more while it still counts those locks, and the answer would wait ``max_wait_ms`` whenever the
+        partition's lock limit is reached, holding up the acknowledgements behind it. A lock that ran out
+        no longer counts."""
+        if s.awaiting:
+            for h in [h for h in s.awaiting if h.lost or now >= h.deadline]:
+                s.awaiting.discard(h)
+        return bool(s.awaiting)
+
+    def _ack_batches(self, acks: Mapping[int, int]) -> list[dict[str, Any]]:
+        """Runs of consecutive offsets; one type for a run that shares it, else one type per offset."""
+        out: list[dict[str, Any]] = []
+        offsets = sorted(acks)
+        start = 0
+        for i in range(1, len(offsets) + 1):
+            if i == len(offsets) or offsets[i] != offsets[i - 1] + 1:
+                run = offsets[start:i]
+                types = [acks[o] for o in run]
+                out.append({"first_offset": run[0], "last_offset": run[-1],
+                            "acknowledge_types": [types[0]] if len(set(types)) == 1 else types})
+                start = i
+        return out
+
+    def _fetch_plan(self, node: int, s: _Session, names: dict[TpKey, TopicPartition], now: float,
+                    topic_id_of: Callable[[str], bytes | None]) -> SharePlan:
+        full = s.epoch == INITIAL_EPOCH
+        carried = {tp: a for tp, a in s.pending.items() if (topic_id_of(tp.topic), tp.partition) in names}
+        if not full:
+            for tp in carried:
+                del s.pending[tp]
+        else:
+            carried = {}    # a new session cannot acknowledge what an old one acquired (those are void)
+        listed = dict(names) if full else {k: tp for k, tp in names.items()
+                                           if k not in s.partitions or tp in carried}
+        topics: dict[bytes, list[dict[str, Any]]] = {}
+        for (tid, p), tp in sorted(listed.items(), key=lambda kv: (kv[1].topic, kv[1].partition)):
+            topics.setdefault(tid, []).append(
+                {"partition_index": p, "acknowledgement_batches": self._ack_batches(carried.get(tp, {}))})
+        forgotten: dict[bytes, list[int]] = {}
+        if not full:
+            for tid, p in s.partitions - set(names):
+                forgotten.setdefault(tid, []).append(p)
+        body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
+                "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
+                "max_records": self.max_records, "batch_size": self.max_records,
+                "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()],
+                "forgotten_topics_data": [{"topic_id": tid, "partitions": sorted(ps)}
+                                          for tid, ps in forgotten.items()]}
+        if carried:
+            self._unsettled[node] = self._unsettled.get(node, 0) + 1
+        return SharePlan(PlanKind.FETCH, node, body, dict(names), carried, frozenset(names), now)
+
+    def _ack_plan(self, node: int, s: _Session, kind: PlanKind, now: float,
+                  topic_id_of: Callable[[str], bytes | None]) -> SharePlan | None:
+        if s.epoch == INITIAL_EPOCH:
+            # nothing to acknowledge in: records from an earlier session were void when it was lost
+            self._fail(s.pending, errors.ShareSessionNotFoundError("share session lost before acknowledging"))
+            s.pending = {}
+            return None
+        carried, s.pending = s.pending, {}
+        names: dict[TpKey, TopicPartition] = {}
+        topics: dict[bytes, list[dict[str, Any]]] = {}
+        for tp in sorted(carried):
+            tid = topic_id_of(tp.topic)
+            if not tid:
+                self._fail({tp: carried[tp]}, errors.UnknownTopicIdError(f"no topic id for {tp.topic}"))
+                continue
+            names[(tid, tp.partition)] = tp
+            topics.setdefault(tid, []).append({"partition_index": tp.partition,
+                                               "acknowledgement_batches": self._ack_batches(carried[tp])})
+        body = {"group_id": self.group_id, "member_id": self.member_id,
+                "share_session_epoch": FINAL_EPOCH if kind is PlanKind.CLOSE else s.epoch,
+                "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
+        self._unsettled[node] = self._unsettled.get(node, 0) + 1
+        return SharePlan(kind, node, body, names, carried, s.partitions, now)
+
+    def close_plans(self, now: float, *, topic_id_of: Callable[[str], bytes | None]) -> list[SharePlan]:
+        """One ShareAcknowledge at epoch -1 per open session: the last acknowledgements, then the broker
+        releases whatever this member still holds there. Sessions never opened need nothing."""
+        plans = []
+        for node, s in self._sessions.items():
+            if s.epoch == INITIAL_EPOCH or s.in_flight:
+                continue
+            plan = self._ack_plan(node, s, PlanKind.CLOSE, now, topic_id_of)
+            if plan is not None:
+                s.in_flight = True
+                plans.append(plan)
+        return plans
+
+    # ------------------------------------------------------------------ answers
+    def on_fetch_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
+        s = self._session(plan.node_id)
+        s.in_flight = False
+        code = int(response.get("error_code") or 0)
+        if code:
+            self._request_failed(plan, errors.error_for_code(code)(response.get("error_message") or ""), now)
+            return FetchOutcome(0, [], bool(errors.error_for_code(code).invalid_metadata))
+        assert s.retry is not None
+        s.retry.on_success()
+        s.epoch = 1 if s.epoch >= _MAX_EPOCH else s.epoch + 1
+        s.partitions = plan.session_after
+        lock_ms = int(response.get("acquisition_lock_timeout_ms") or 0)
+        if lock_ms > 0:
+            self.lock_timeout_ms = lock_ms
+        deadline = plan.sent_at + (self.lock_timeout_ms or 0)
+        endpoints = {int(e["node_id"]): e for e in response.get("node_endpoints") or ()}
+        hints: list[LeaderHint] = []
+        refresh = False
+        count = 0
+        answered: set[TopicPartition] = set()
+        for topic in response.get("responses") or ():
+            tid = bytes(topic["topic_id"])
+            for part in topic.get("partitions") or ():
+                tp = plan.names.get((tid, int(part["partition_index"])))
+                if tp is None:
+                    continue
+                answered.add(tp)
+                if tp in plan.acks:
+                    ack_code = int(part.get("acknowledge_error_code") or 0)
+                    self._settle(tp, ack_code, part.get("acknowledge_error_message"))
+                pcode = int(part.get("error_code") or 0)
+                if pcode:
+                    err = errors.error_for_code(pcode)
+                    if err.invalid_metadata:
+                        refresh = True
+                        leader = part.get("current_leader") or {}
+                        lid = int(leader.get("leader_id", -1))
+                        if lid >= 0:
+                            hints.append(LeaderHint(tp, lid, int(leader.get("leader_epoch", -1)),
+                                                    endpoints.get(lid)))
+                    continue
+                count += self._take_records(plan.node_id, tp, part, deadline)
+        for tp in plan.acks.keys() - answered:
+            self._settle(tp, 0, None)
+        self._request_done(plan)
+        return FetchOutcome(count, hints, refresh)
+
+    def _take_records(self, node: int, tp: TopicPartition, part: Mapping[str, Any], deadline: float) -> int:
+        ranges = [(int(a["first_offset"]), int(a["last_offset"]), int(a["delivery_count"]))
+                  for a in part.get("acquired_records") or ()]
+        if not ranges:
+            return 0
+        held = self._held.setdefault(tp, {})
+        wanted: dict[int, int] = {}
+        for first, last, dc in ranges:
+            for off in range(first, last + 1):
+                wanted[off] = dc
+        taken = 0
+        lowest = min(first for first, _, _ in ranges)
+        s = self._session(node)
+        append = self._buffer.append
+        new = tuple.__new__
+        for batch in read_batches(part.get("records")):
+            if batch.is_control or batch.last_offset < lowest:
+                continue
+            for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
+                count = wanted.pop(rec[2], None)
+                if count is None:
+                    continue      # in the batch but not acquired for us (another member has it)
+                old = held.get(rec[2])
+                if old is not None:
+                    if old.delivery_count == count and not old.lost:
+                        continue  # already ours under this delivery (librdkafka's mock announces it again)
+                    old.lost = True   # an older acquisition still buffered must not be handed out
+                h = held[rec[2]] = _Held(node, deadline, count)
+                append((s, new(ShareRecord, rec + (count,)), h))
+                taken += 1
+        s.buffered += taken
+        if wanted:   # acquired offsets with no record: settle them as gaps so they are not redelivered
+            gaps = s.pending.setdefault(tp, {})
+            for off in wanted:
+                gaps[off] = AckType.GAP
+        return taken
+
+    def on_ack_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
+        s = self._session(plan.node_id)
+        s.in_flight = False
+        code = int(response.get("error_code") or 0)
+        if code:
+            self._request_failed(plan, errors.error_for_code(code)(response.get("error_message") or ""), now)
+            return FetchOutcome(0, [], False)
+        assert s.retry is not None
+        s.retry.on_success()
+        if plan.kind is PlanKind.CLOSE:
+            self._void_session(plan.node_id)
+        else:
+            s.epoch = 1 if s.epoch >= _MAX_EPOCH else s.epoch + 1
+        answered: set[TopicPartition] = set()
+        hints: list[LeaderHint] = []
+        endpoints = {int(e["node_id"]): e for e in response.get("node_endpoints") or ()}
+        refresh = False
+        for topic in response.get("responses") or ():
+            tid = bytes(topic["topic_id"])
+            for part in topic.get("partitions") or ():
+                tp = plan.names.get((tid, int(part["partition_index"])))
+                if tp is None:
+                    continue
+                answered.add(tp)
+                pcode = int(part.get("error_code") or 0)
+                self._settle(tp, pcode, part.get("error_message"))
+                if pcode and errors.error_for_code(pcode).invalid_metadata:
+                    refresh = True
+                    leader = part.get("current_leader") or {}
+                    lid = int(leader.get("leader_id", -1))
+                    if lid >= 0:
+                        hints.append(LeaderHint(tp, lid, int(leader.get("leader_epoch", -1)), endpoints.get(lid)))
+        for tp in plan.acks.keys() - answered:
+            self._settle(tp, 0, None)
+        self._request_done(plan)
+        return FetchOutcome(0, hints, refresh)
+
+    def on_request_failed(self, plan: SharePlan, exc: BaseException, now: float) -> None:
+        """The request was not answered (connection lost, timeout): the session is gone with it."""
+        self._session(plan.node_id).in_flight = False
+        err = exc if isinstance(exc, KafkaError) else errors.KafkaConnectionError(str(exc))
+        self._request_failed(plan, err, now)
+
+    def _request_failed(self, plan: SharePlan, err: KafkaError, now: float) -> None:
+        s = self._session(plan.node_id)
+        assert s.retry is not None
+        s.retry.on_failure(now)
+        self._fail(plan.acks, err)
+        self._request_done(plan)
+        if plan.kind is PlanKind.CLOSE:
+            self._void_session(plan.node_id)
+            return
+        # Session errors say so; any other failure leaves the epoch in doubt: start a new session either way.
+        self._void_session(plan.node_id)
+
+    def _request_done(self, plan: SharePlan) -> None:
+        if plan.acks or plan.kind is not PlanKind.FETCH:
+            left = self._unsettled.get(plan.node_id, 0) - 1
+            if left > 0:
+                self._unsettled[plan.node_id] = left
+            else:
+                self._unsettled.pop(plan.node_id, None)
+
+    def _void_session(self, node: int) -> None:
+        """The broker forgot this session: what it acquired for us is no longer ours to acknowledge."""
+        s = self._session(node)
+        s.epoch = INITIAL_EPOCH
+        s.partitions = frozenset()
+        s.awaiting.clear()
+        if s.pending:
+            self._fail(s.pending, errors.ShareSessionNotFoundError("share session lost before acknowledging"))
+            s.pending = {}
+        for held in self._held.values():
+            for h in held.values():
+                if h.node_id == node:
+                    h.lost = True
+        if s.buffered:
+            kept = deque(entry for entry in self._buffer if entry[0] is not s)
+            for owner, r, _ in self._buffer:
+                if owner is s:
+                    self._held.get(TopicPartition(r.topic, r.partition), {}).pop(r.offset, None)
+            self._buffer = kept
+            s.buffered = 0
+
+    # ------------------------------------------------------------------ results
+    def _settle(self, tp: TopicPartition, code: int, message: str | None) -> None:
+        if code:
+            self._record(tp, errors.error_for_code(code)(message) if message else errors.error_for_code(code)())
+        else:
+            self._results.setdefault(tp, None)
+
+    def _record(self, tp: TopicPartition, err: KafkaError) -> None:
+        if self._results.get(tp) is None:
+            self._results[tp] = err
+
+    def _fail(self, acks: Mapping[TopicPartition, Mapping[int, int]], err: KafkaError) -> None:
+        for tp, offsets in acks.items():
+            if any(t != AckType.GAP for t in offsets.values()):
+                self._record(tp, err)
+
+    def take_results(self) -> dict[TopicPartition, KafkaError | None]:
+        """Outcome per partition of the acknowledgements settled since the last call."""
+        out, self._results = self._results, {}
+        return out
+
+    # ------------------------------------------------------------------ records
+    def expire(self, now: float) -> int:
+        """Drop buffered records whose lock has run out (the broker hands them out again); returns how many.
+        Locks run out in fetch order, so only the head of the buffer needs looking at."""
+        buf = self._buffer
+        dropped = 0
+        while buf:
+            owner, rec, h = buf[0]
+            if not (h.lost or now >= h.deadline):
+                break
+            buf.popleft()
+            owner.buffered -= 1
+            self._forget(rec, h)
+            dropped += 1
+        return dropped
+
+    def _forget(self, rec: ShareRecord, h: _Held) -> None:
+        held = self._held.get(TopicPartition(rec.topic, rec.partition))
+        if held is not None and held.get(rec.offset) is h:
+            del held[rec.offset]
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def poll(self, max_records: int, now: float) -> list[ShareRecord]:
+        """Hand out up to ``max_records`` buffered records whose locks still hold."""
+        out: list[ShareRecord] = []
+        buf = self._buffer
+        while buf and len(out) < max_records:
+            owner, rec, h = buf.popleft()
+            owner.buffered -= 1
+            if h.lost or now >= h.deadline:
+                self._forget(rec, h)
+                continue
+            h.delivered = True
+            owner.awaiting.add(h)
+            out.append(rec)
+        return out
+
+    def acknowledge(self, tp: TopicPartition, offset: int, ack: AckType, now: float, *,
+                    delivery_count: int | None = None, implicit: bool = False) -> None:
+        """Settle a delivered record. Raises ``IllegalStateError`` for a record this consumer was not given
+        (or already settled) unless ``implicit``; a record whose lock ran out or whose session was lost is
+        not sent and is reported as failed by ``take_results``. ``delivery_count`` (the record's) tells an
+        old delivery from a newer acquisition of the same offset: acknowledging the old one is refused."""
+        held = self._held.get(tp)
+        h = None if held is None else held.get(offset)
+        if h is not None and delivery_count is not None and h.delivery_count != delivery_count:
+            if not implicit:
+                self._record(tp, errors.AcquisitionLockExpiredError(
+                    f"record {tp.topic}[{tp.partition}]@{offset} (delivery {delivery_count}) not acknowledged: "
+                    f"its lock expired and the offset was acquired again (delivery {h.delivery_count})"))
+            return
+        if h is None or not h.delivered:
+            if implicit:
+                return
+            raise errors.IllegalStateError(
+                f"record {tp.topic}[{tp.partition}]@{offset} is not held by this share consumer "
+                f"(never delivered to it, or already acknowledged)")
+        del held[offset]   # type: ignore[union-attr]
+        self._session(h.node_id).awaiting.discard(h)
+        if h.lost or now >= h.deadline:
+            why = "its share session was lost" if h.lost else "its acquisition lock expired"
+            self._record(tp, errors.AcquisitionLockExpiredError(
+                f"record {tp.topic}[{tp.partition}]@{offset} not acknowledged: {why}; the broker delivers "
+                f"it again"))
+            return
+        self._session(h.node_id).pending.setdefault(tp, {})[offset] = int(ack)
+
+    def held_count(self) -> int:
+        return sum(1 for held in self._held.values() for h in held.values() if h.delivered)
+
+    # ------------------------------------------------------------------ commit
+    def request_commit(self) -> set[int]:
+        """Send pending acknowledgements now (ShareAcknowledge where no fetch is due); returns the leaders
+        whose acknowledgements the caller should wait for."""
+        nodes = {n for n, s in self._sessions.items() if s.pending} | set(self._unsettled)
+        self._commit_nodes |= nodes
+        return nodes
+
+    def settled(self, nodes: Iterable[int]) -> bool:
+        """True once none of ``nodes`` has acknowledgements waiting or in flight."""
+        done = True
+        for n in nodes:
+            s = self._sessions.get(n)
+            if (s is not None and s.pending) or self._unsettled.get(n):
+                done = False
+            else:
+                self._commit_nodes.discard(n)
+        return done
+
+    def next_timer_at(self, now: float) -> float | None:
+        """Earliest backoff end or buffered-lock deadline still ahead of ``now`` (when the shell must take
+        another turn); None: nothing is due until something happens (a wake-up). Times already past are not
+        returned: the turn that just ran has acted on them, and returning them would spin the loop."""
+        times = [s.retry.next_allowed_at for s in self._sessions.values()
+                 if s.retry is not None and s.retry.next_allowed_at is not None and s.retry.next_allowed_at > now]
+        if self._buffer and self._buffer[0][2].deadline > now:
+            times.append(self._buffer[0][2].deadline)
+        return min(times) if times else None

@@ -1,0 +1,333 @@
+"""KIP-848 group membership for ``Consumer(..., group_protocol="consumer")``: the I/O shell.
+
+``ConsumerGroupMember`` offers the consumer the same surface as the classic ``GroupCoordinator`` (``run``,
+``assignment``, ``commit``, ``fetch_committed``, ``leave``, ``request_rejoin``, ``poll_happened``), so the
+consumer switches protocols in one place. Heartbeats run in ``net.heartbeat_loop``; after each answer that
+changed the target, this module reconciles step by step as ``core.consumer_membership`` says: revoke
+(commit the revoked positions when auto-commit is on, then ``on_partitions_revoked``), assign
+(``on_partitions_assigned``), report what is owned with the next heartbeat, which goes at once. A fenced
+member's partitions are lost (``on_partitions_lost``, no commit) and it joins again.
+
+Offsets are committed with the member epoch as the generation (OffsetCommit v9 ``GenerationIdOrMemberEpoch``);
+STALE_MEMBER_EPOCH retries with the epoch the next heartbeat brings, UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH
+fail the commit with ``CommitFailedError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable
+
+import anyio
+
+from .. import errors
+from ..config import Config
+from ..core.backoff import ExponentialBackoff, RetryState
+from ..core.consumer_membership import ConsumerMembership
+from ..core.group_heartbeat import MemberPhase
+from ..core.group_state import Action, classify_commit_error, classify_offset_fetch_error
+from ..protocol.api import ApiKey
+from ..types import TopicPartition
+from .cluster import Cluster
+from .heartbeat_loop import HeartbeatLoop
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError)
+_STALE_EPOCH = errors.StaleMemberEpochError.errno
+_GONE = frozenset({errors.UnknownMemberIdError.errno, errors.FencedMemberEpochError.errno,
+                   errors.IllegalGenerationError.errno})
+
+
+class ConsumerGroupMember:
+    """A KIP-848 group member wired into the consumer's fetch state through the listener bridge."""
+
+    def __init__(self, cluster: Cluster, config: Config, *, subscription: Callable[[], set[str]],
+                 listener: Any, on_assignment_changed: Callable[[], None],
+                 committed_offsets_for_revoke: Callable[[], dict[TopicPartition, int]]) -> None:
+        assert config.group_id is not None
+        self._cluster = cluster
+        self._config = config
+        self.group_id: str = config.group_id
+        self._subscription = subscription
+        self._listener = listener
+        self._on_assignment_changed = on_assignment_changed
+        self._positions_for_revoke = committed_offsets_for_revoke
+        self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
+        self.core = ConsumerMembership(
+            config.group_id, backoff=self._backoff, rebalance_timeout_ms=config.rebalance_timeout_ms,
+            instance_id=config.group_instance_id, server_assignor=config.group_remote_assignor)
+        self._loop = HeartbeatLoop(cluster, self.core, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                                   on_change=self._reconcile, protocol_name="consumer")
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        self._closing = False
+        self._epoch_changed = anyio.Event()
+        cluster.on_metadata_change(self._on_metadata_change)
+
+    # ------------------------------------------------------------------ the surface the consumer uses
+    @property
+    def member_id(self) -> str:
+        return self.core.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self.core.member_epoch
+
+    @property
+    def fatal_error(self) -> errors.KafkaError | None:
+        return self.core.fatal_error
+
+    @property
+    def rebalance_protocol(self) -> str:
+        return "consumer"
+
+    def request_rejoin(self, reason: str) -> None:
+        """The subscription changed (a pattern matched other topics): the next heartbeat carries it."""
+        self.core.subscribe(frozenset(self._subscription()), self._cluster.clock())
+        self._loop.wake()
+
+    def poll_happened(self, now_ms: float) -> None:
+        """Classic-protocol hook; KIP-848 has no client-side poll timer in this implementation."""
+
+    async def run(self) -> None:
+        """Heartbeat until left; a fatal error (e.g. the broker lacks ConsumerGroupHeartbeat) is raised
+        from here, as the classic coordinator's are."""
+        self.core.subscribe(frozenset(self._subscription()), self._cluster.clock())
+        await self._loop.run()
+        if self.core.fatal_error is not None and not self._closing:
+            raise self.core.fatal_error
+
+    async def leave(self) -> None:
+        """Commit on revoke (auto-commit), ``on_partitions_revoked`` for what is owned, then the leave
+        heartbeat (epoch -1, or -2 for a static member)."""
+        self._closing = True
+        self._loop.stop()
+        if self.core.phase is MemberPhase.FATAL:
+            return
+        owned = self.core.owned
+        if owned:
+            await self._revoke(owned)
+        await self._loop.leave(self._config.request_timeout_ms)
+
+    # ------------------------------------------------------------------ reconciliation
+    def _on_metadata_change(self) -> None:
+        """New metadata may name a target topic id that could not be resolved before: reconcile again."""
+        if self.core.target and not self._closing:
+            step = self.core.reconcile_step(self._cluster.metadata.snapshot.topic_name)
+            if step.revoke or step.assign:
+                self._loop.request_change_callback()
+
+    async def _reconcile(self) -> None:
+        """Called by the heartbeat loop after an answer that changed the target or the epoch."""
+        self._epoch_changed.set()
+        self._epoch_changed = anyio.Event()
+        core = self.core
+        if core.phase is MemberPhase.JOINING and core.member_epoch == 0 and core.owned:
+            lost = core.lose_all()
+            self._set_assignment(frozenset())
+            await self._call("on_partitions_lost", lost)
+            return
+        while not self._closing:
+            step = core.reconcile_step(self._cluster.metadata.snapshot.topic_name)
+            if step.unresolved:
+                self._cluster.request_metadata_refresh("consumer-group-assignment-unknown-topic-id")
+            if step.revoke:
+                await self._revoke(step.revoke)
+                continue
+            if step.assign:
+                owned = core.owned | step.assign
+                core.set_owned(owned, self._topic_id, self._cluster.clock())
+                self._set_assignment(owned)
+                await self._call("on_partitions_assigned", step.assign)
+                continue
+            break
+        self._loop.wake()
+
+    def _topic_id(self, topic: str) -> bytes | None:
+        return self._cluster.metadata.snapshot.topic_ids.get(topic)
+
+    async def _revoke(self, revoked: frozenset[TopicPartition]) -> None:
+        positions = {tp: off for tp, off in self._positions_for_revoke().items() if tp in revoked}
+        if positions:
+            try:
+                await self.commit({tp: (off, None, None) for tp, off in positions.items()})
+            except (errors.KafkaError, OSError) as exc:
+                log.warning("group %s: commit on revoke of %d partition(s) failed: %s", self.group_id,
+                            len(positions), exc)
+        await self._call("on_partitions_revoked", revoked)
+        owned = self.core.owned - revoked
+        self.core.set_owned(owned, self._topic_id, self._cluster.clock())
+        self._set_assignment(owned)
+
+    def _set_assignment(self, owned: frozenset[TopicPartition]) -> None:
+        if owned != self.assignment:
+            self.assignment = owned
+            self._on_assignment_changed()
+
+    async def _call(self, name: str, tps: frozenset[TopicPartition]) -> None:
+        if not tps or self._listener is None:
+            return
+        try:
+            await getattr(self._listener, name)(set(tps))
+        except Exception:   # a user callback's failure must not stop membership (Java logs it too)
+            log.exception("group %s: %s callback failed", self.group_id, name)
+
+    # ------------------------------------------------------------------ offsets
+    async def _coordinator(self, deadline: float) -> int:
+        while self._loop.coordinator is None:
+            if self.core.fatal_error is not None:
+                raise self.core.fatal_error
+            if self._cluster.clock() > deadline:
+                raise errors.KafkaTimeoutError(f"group {self.group_id}: no coordinator within request_timeout_ms")
+            self._loop.wake()
+            await anyio.sleep(0.01)
+        return self._loop.coordinator
+
+    async def commit(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]]) -> None:
+        """OffsetCommit for the current member epoch, retried within ``request_timeout_ms``."""
+        if self.core.fatal_error is not None:
+            raise self.core.fatal_error
+        pending = {tp: (off, -1 if ep is None else ep, md or "") for tp, (off, ep, md) in offsets.items()}
+        deadline = self._cluster.clock() + self._config.request_timeout_ms
+        retry = RetryState(self._backoff)
+        last: BaseException | None = None
+        while pending:
+            coordinator = await self._coordinator(deadline)
+            epoch, member = self.core.member_epoch, self.core.member_id
+            if epoch <= 0:
+                raise errors.CommitFailedError(f"group {self.group_id}: not a member (epoch {epoch}); the "
+                                               "partitions may have moved and their records will be redelivered")
+            try:
+                _, response = await self._cluster.request(
+                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: _commit_body(v, self.group_id, epoch, member,
+                                                                              self.core.instance_id, pending))
+            except _TRANSPORT_ERRORS as exc:
+                last = exc
+            else:
+                last = self._commit_response(response, pending)
+            if pending:
+                delay = retry.on_failure(self._cluster.clock())
+                if self._cluster.clock() + delay > deadline:
+                    raise errors.KafkaTimeoutError(f"group {self.group_id}: commit not done within "
+                                                   f"request_timeout_ms: {last!r}") from last
+                if isinstance(last, errors.StaleMemberEpochError):   # the next heartbeat brings the epoch
+                    with anyio.move_on_after(delay / 1000.0):
+                        await self._epoch_changed.wait()
+                else:
+                    await anyio.sleep(delay / 1000.0)
+
+    def _commit_response(self, response: dict[str, Any],
+                         pending: dict[TopicPartition, tuple[int, int, str]]) -> BaseException | None:
+        last: BaseException | None = None
+        for topic in response.get("topics") or ():
+            for part in topic.get("partitions") or ():
+                tp = TopicPartition(topic["name"], int(part["partition_index"]))
+                code = int(part["error_code"])
+                if code == 0:
+                    pending.pop(tp, None)
+                    continue
+                error = errors.error_for_code(code)(f"OffsetCommit {tp.topic}[{tp.partition}] for group "
+                                                    f"{self.group_id}")
+                if code == _STALE_EPOCH:
+                    last = error
+                    continue
+                if code in _GONE:
+                    raise errors.CommitFailedError(
+                        f"group {self.group_id}: commit failed ({type(error).__name__}); the member was fenced "
+                        "and its partitions may have moved (their records will be redelivered)") from error
+                action = classify_commit_error(code)
+                if action in (Action.RETRY, Action.COORDINATOR, Action.RETRY_NOW):
+                    if action is Action.COORDINATOR:
+                        self.core.needs_coordinator = True
+                        self._loop.coordinator = None
+                        self._loop.wake()
+                    last = error
+                    continue
+                raise error
+        return last
+
+    async def fetch_committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        wanted = list(dict.fromkeys(tps))
+        if not wanted:
+            return {}
+        deadline = self._cluster.clock() + self._config.request_timeout_ms
+        retry = RetryState(self._backoff)
+        result: dict[TopicPartition, int | None] = {}
+        last: BaseException | None = None
+        while len(result) < len(wanted):
+            coordinator = await self._coordinator(deadline)
+            pending = [tp for tp in wanted if tp not in result]
+            try:
+                version, response = await self._cluster.request(
+                    coordinator, ApiKey.OFFSET_FETCH, lambda v: _offset_fetch_body(v, self.group_id, pending))
+            except _TRANSPORT_ERRORS as exc:
+                last = exc
+            else:
+                last = self._offset_fetch_response(version, response, set(pending), result)
+            if len(result) < len(wanted):
+                delay = retry.on_failure(self._cluster.clock())
+                if self._cluster.clock() + delay > deadline:
+                    raise errors.KafkaTimeoutError(f"group {self.group_id}: committed offsets not fetched "
+                                                   f"within request_timeout_ms: {last!r}") from last
+                await anyio.sleep(delay / 1000.0)
+        return {tp: result[tp] for tp in wanted}
+
+    def _offset_fetch_response(self, version: int, response: dict[str, Any], wanted: set[TopicPartition],
+                               result: dict[TopicPartition, int | None]) -> BaseException | None:
+        if version >= 8:
+            groups = [g for g in response.get("groups") or () if g.get("group_id") == self.group_id]
+            group_code = int(groups[0].get("error_code", 0)) if groups else 0
+            topics = groups[0].get("topics") or () if groups else ()
+        else:
+            group_code, topics = int(response.get("error_code", 0)), response.get("topics") or ()
+        if group_code:
+            error = errors.error_for_code(group_code)(f"OffsetFetch for group {self.group_id}")
+            if classify_offset_fetch_error(group_code) in (Action.RETRY, Action.COORDINATOR):
+                return error
+            raise error
+        last: BaseException | None = None
+        for topic in topics:
+            for part in topic.get("partitions") or ():
+                tp = TopicPartition(topic["name"], int(part["partition_index"]))
+                if tp not in wanted:
+                    continue
+                code = int(part["error_code"])
+                if code == 0 or code == errors.UnknownTopicOrPartitionError.errno:
+                    offset = int(part.get("committed_offset", -1)) if code == 0 else -1
+                    result[tp] = offset if offset >= 0 else None
+                else:
+                    error = errors.error_for_code(code)(f"OffsetFetch {tp} for group {self.group_id}")
+                    if classify_offset_fetch_error(code) not in (Action.RETRY, Action.COORDINATOR):
+                        raise error
+                    last = error
+        return last
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for tp in tps:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return {t: sorted(ps) for t, ps in sorted(grouped.items())}
+
+
+def _commit_body(version: int, group_id: str, epoch: int, member_id: str, instance_id: str | None,
+                 offsets: dict[TopicPartition, tuple[int, int, str]]) -> dict[str, Any]:
+    topics = [{"name": topic, "partitions": [
+        {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
+         "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
+         "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
+        for topic, parts in _by_topic(offsets).items()]
+    body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": epoch, "member_id": member_id,
+                            "topics": topics}
+    if version >= 7:
+        body["group_instance_id"] = instance_id
+    return body
+
+
+def _offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
+    topics = [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()]
+    body: dict[str, Any] = ({"groups": [{"group_id": group_id, "topics": topics}]} if version >= 8
+                            else {"group_id": group_id, "topics": topics})
+    if version >= 7:
+        body["require_stable"] = True
+    return body

@@ -1,0 +1,163 @@
+"""The I/O shell of broker-assigned group membership (KIP-848 / KIP-932): one task that heartbeats.
+
+``HeartbeatLoop`` asks its ``HeartbeatMembership`` (core) when the next heartbeat is due, finds the group
+coordinator when the core says it must, sends the heartbeat through the ``Cluster`` (so KIP-219 mutes and
+reconnect backoff apply) and hands the answer back. Every decision (epochs, intervals, what an error
+means, KIP-580 backoff) is the core's; this loop only sleeps and sends. ``on_change`` is called after
+every answer that changed the member's target assignment or epoch, so the client can reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable
+
+import anyio
+
+from .. import errors
+from ..core.group_heartbeat import HeartbeatAction, HeartbeatMembership, MemberPhase
+from ..core.group_state import Action, classify_find_coordinator_error, find_coordinator_result
+from ..protocol.api import ApiKey
+from .cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError)
+
+
+class HeartbeatLoop:
+    """Heartbeats for one member; ``run`` until the member leaves or fails."""
+
+    def __init__(self, cluster: Cluster, membership: HeartbeatMembership, api: ApiKey, *,
+                 on_change: Callable[[], Awaitable[None]], protocol_name: str) -> None:
+        self._cluster = cluster
+        self.membership = membership
+        self._api = api
+        self._on_change = on_change
+        self._protocol = protocol_name
+        self.coordinator: int | None = None
+        self._wake = anyio.Event()
+        self._stopped = False
+        self._change_wanted = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def request_change_callback(self) -> None:
+        """Run ``on_change`` from the loop's task soon (e.g. metadata can now name an assigned topic id):
+        the callback may await (user callbacks, commits), so it never runs in the caller's context."""
+        self._change_wanted = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        m = self.membership
+        clock = self._cluster.clock
+        while not self._stopped and m.phase not in (MemberPhase.FATAL, MemberPhase.LEFT, MemberPhase.LEAVING):
+            if self._change_wanted:
+                self._change_wanted = False
+                await self._on_change()
+                continue
+            now = clock()
+            if m.needs_coordinator:
+                if not m.retry.ready(now):
+                    await self._sleep(m.retry.remaining_ms(now))
+                    continue
+                await self._find_coordinator()
+                continue
+            due = m.heartbeat_due_at(now)
+            if due is None:
+                await self._sleep(None)
+                continue
+            if due > now:
+                await self._sleep(due - now)
+                continue
+            await self._heartbeat()
+
+    async def _sleep(self, delay_ms: float | None) -> None:
+        self._wake = anyio.Event()
+        with anyio.move_on_after(3600.0 if delay_ms is None else max(0.0, delay_ms) / 1000.0):
+            await self._wake.wait()
+
+    async def _find_coordinator(self) -> None:
+        m = self.membership
+        group = m.group_id
+
+        def body(version: int) -> dict[str, Any]:
+            if version >= 4:
+                return {"key_type": 0, "coordinator_keys": [group]}
+            return {"key": group, "key_type": 0}
+
+        try:
+            _, version, response = await self._cluster.request_any(ApiKey.FIND_COORDINATOR, body)
+            code, node_id, _host, _port = find_coordinator_result(response, version, group)
+        except (*_TRANSPORT_ERRORS, errors.ProtocolError) as exc:
+            log.debug("group %s: FindCoordinator failed: %s", group, exc)
+            m.on_coordinator_failed(self._cluster.clock())
+            return
+        action = classify_find_coordinator_error(code)
+        if action is Action.FATAL:
+            self._fail(errors.error_for_code(code)(f"FindCoordinator for group {group}"))
+            return
+        if action is not Action.OK:
+            m.on_coordinator_failed(self._cluster.clock())
+            return
+        if node_id not in self._cluster.metadata.snapshot.brokers:
+            try:
+                await self._cluster.wait_for_metadata(
+                    timeout_ms=self._cluster.config.request_timeout_ms,
+                    until=lambda: node_id in self._cluster.metadata.snapshot.brokers)
+            except TimeoutError:
+                m.on_coordinator_failed(self._cluster.clock())
+                return
+        self.coordinator = node_id
+        m.on_coordinator_found()
+
+    def _fail(self, error: errors.KafkaError) -> None:
+        m = self.membership
+        m.fatal_error = error
+        m.phase = MemberPhase.FATAL
+
+    async def _heartbeat(self) -> None:
+        m = self.membership
+        assert self.coordinator is not None
+        before = (m.target_version, m.member_epoch)
+        body = m.build_heartbeat(self._cluster.clock())
+        try:
+            _, response = await self._cluster.request(self.coordinator, self._api, body)
+        except errors.UnsupportedVersionError as exc:
+            m.on_failure(self._cluster.clock())
+            self._fail(errors.UnsupportedVersionError(
+                f"group {m.group_id}: the broker does not support the {self._protocol} group protocol "
+                f"({self._api.name}): {exc}. It needs Apache Kafka 4.0+ for group_protocol='consumer' and "
+                f"4.1+ for share groups (or librdkafka's mock cluster)"))
+            return
+        except _TRANSPORT_ERRORS as exc:
+            log.debug("group %s: %s failed: %s", m.group_id, self._api.name, exc)
+            m.on_failure(self._cluster.clock())
+            return
+        action = m.on_response(response, self._cluster.clock())
+        if action is not HeartbeatAction.OK:
+            log.debug("group %s: %s error %s -> %s", m.group_id, self._api.name, response.get("error_code"),
+                      action.value)
+        if action is HeartbeatAction.COORDINATOR:
+            self.coordinator = None
+        if (m.target_version, m.member_epoch) != before or action is HeartbeatAction.REJOIN:
+            await self._on_change()
+
+    async def leave(self, timeout_ms: float) -> None:
+        """Send the leave heartbeat (epoch -1) once, best effort: the broker would expire the member anyway."""
+        m = self.membership
+        if m.phase in (MemberPhase.FATAL, MemberPhase.LEFT) or self.coordinator is None:
+            m.on_left()
+            return
+        body = m.leave_body()
+        with anyio.move_on_after(timeout_ms / 1000.0):
+            try:
+                await self._cluster.request(self.coordinator, self._api, body)
+            except errors.KafkaError as exc:
+                log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
+        m.on_left()

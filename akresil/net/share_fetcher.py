@@ -1,0 +1,150 @@
+"""The share consumer's I/O shell: one task that turns ``ShareFetchState`` plans into ShareFetch and
+ShareAcknowledge requests (KIP-932).
+
+Each turn asks the core which leaders get a request now (one per leader at a time, none while a leader
+backs off), starts a task per request and sleeps until the core's earliest timer or a wake-up (records
+drained, an acknowledgement to commit, an answer, a metadata change). Requests go through
+``Cluster.request``: a KIP-219 mute and the reconnect backoff are waited out before sending, and every
+answer's throttle time is fed back to the node state. Leader hints from answers (KIP-951 style
+``CurrentLeader`` + ``NodeEndpoints``) go to the metadata cache before the refresh they also request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import anyio.abc
+
+from .. import errors
+from ..core.share_state import FetchOutcome, PlanKind, ShareFetchState, SharePlan
+from ..protocol.api import ApiKey
+from ..types import TopicPartition
+from .cluster import Cluster
+from .signals import Broadcast, TurnLoop
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.ProtocolError)
+
+
+class ShareFetcher:
+    """Drives a ``ShareFetchState`` over a ``Cluster``; ``run()`` is the task, ``wake()`` nudges it."""
+
+    def __init__(self, cluster: Cluster, state: ShareFetchState, *, request_timeout_ms: int) -> None:
+        self.cluster = cluster
+        self.state = state
+        self._loop = TurnLoop()
+        self._changed = Broadcast()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stopping = False
+        self._in_flight = 0
+        self._idle = Broadcast()
+        self.fatal_error: BaseException | None = None
+        self._timeout_ms = request_timeout_ms + state.max_wait_ms
+        cluster.on_metadata_change(self.wake)
+
+    def wake(self) -> None:
+        self._loop.wake()
+
+    def changed(self) -> anyio.Event:
+        """The event the next answer (records, acknowledgement outcomes, an error) sets."""
+        return self._changed.current()
+
+    def _leader_of(self, tp: TopicPartition) -> int | None:
+        lead = self.cluster.metadata.snapshot.leader_of(tp)
+        return None if lead is None else lead[0]
+
+    def _topic_id_of(self, topic: str) -> bytes | None:
+        return self.cluster.metadata.snapshot.topic_ids.get(topic)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await self._loop.run(self._turn, done=lambda: self._stopping)
+            # in-flight requests finish on their own (a cancelled one would leave its answer unread)
+
+    def _turn(self) -> float | None:
+        if self.fatal_error is not None:
+            return None
+        if self.cluster.fatal_error is not None:
+            self._fail(self.cluster.fatal_error)
+            return None
+        state = self.state
+        now = self.cluster.clock()
+        plans = state.plan(now, leader_of=self._leader_of, topic_id_of=self._topic_id_of)
+        if any(self._topic_id_of(tp.topic) is None or self._leader_of(tp) is None for tp in state.assignment):
+            self.cluster.request_metadata_refresh("share-fetch-unknown-leader")
+        assert self._tg is not None
+        for plan in plans:
+            self._in_flight += 1
+            self._tg.start_soon(self._send, plan)
+        at = state.next_timer_at(now)
+        return None if at is None else max(0.0, at - now)
+
+    async def _send(self, plan: SharePlan) -> None:
+        state, cluster = self.state, self.cluster
+        api = ApiKey.SHARE_FETCH if plan.kind is PlanKind.FETCH else ApiKey.SHARE_ACKNOWLEDGE
+        try:
+            try:
+                _, response = await cluster.request(plan.node_id, api, plan.body, timeout_ms=self._timeout_ms)
+            except errors.UnsupportedVersionError as exc:
+                state.on_request_failed(plan, exc, cluster.clock())
+                self._fail(errors.UnsupportedVersionError(
+                    f"node {plan.node_id} does not support share groups ({api.name} v1): {exc}. Share groups "
+                    f"need Apache Kafka 4.1+ (preview in 4.0) or librdkafka's mock cluster"))
+                return
+            except errors.AuthenticationError as exc:
+                state.on_request_failed(plan, exc, cluster.clock())
+                self._fail(exc)
+                return
+            except (*_TRANSPORT_ERRORS, errors.KafkaError) as exc:
+                log.debug("%s to node %s failed: %s", api.name, plan.node_id, exc)
+                state.on_request_failed(plan, exc, cluster.clock())
+                cluster.request_metadata_refresh("share-connection-error")
+                return
+            now = cluster.clock()
+            if plan.kind is PlanKind.FETCH:
+                outcome = state.on_fetch_response(plan, response, now)
+            else:
+                outcome = state.on_ack_response(plan, response, now)
+            self._apply(outcome)
+        finally:
+            self._in_flight -= 1
+            self._changed.fire()
+            if self._in_flight == 0:
+                self._idle.fire()
+            self.wake()
+
+    def _apply(self, outcome: FetchOutcome) -> None:
+        metadata = self.cluster.metadata
+        for hint in outcome.hints:
+            metadata.apply_leader_hint(hint.tp, hint.leader_id, hint.leader_epoch,
+                                       dict(hint.endpoint) if hint.endpoint else None)
+        if outcome.refresh_metadata:
+            self.cluster.request_metadata_refresh("share-fetch-leader-error")
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.fatal_error is None:
+            self.fatal_error = exc
+        self._changed.fire()
+
+    async def stop(self, timeout_ms: float) -> None:
+        """Stop planning; wait (bounded) for requests in flight so their answers are read, not dropped."""
+        self._stopping = True
+        self.wake()
+        with anyio.move_on_after(timeout_ms / 1000.0):
+            while self._in_flight:
+                await self._idle.current().wait()
+
+    async def close_sessions(self, timeout_ms: float) -> None:
+        """Send the final acknowledgements and close every share session (epoch -1), concurrently."""
+        plans = self.state.close_plans(self.cluster.clock(), topic_id_of=self._topic_id_of)
+        if not plans:
+            return
+        with anyio.move_on_after(timeout_ms / 1000.0):
+            async with anyio.create_task_group() as tg:
+                for plan in plans:
+                    self._in_flight += 1
+                    tg.start_soon(self._send, plan)

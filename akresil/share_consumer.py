@@ -1,0 +1,327 @@
+"""The share consumer (KIP-932, "queues for Kafka"): many consumers share partitions, record by record.
+
+A share group hands each record to one member at a time, under an acquisition lock; the member settles it
+with ``acknowledge(record, "accept" | "release" | "reject")``. A released record (or one whose lock runs
+out, or whose holder leaves or dies) is delivered again with a higher ``delivery_count``; a rejected one is
+never delivered again. There are no offsets to commit: ``commit()`` sends the acknowledgements.
+
+Two acknowledgement modes, as in the Java client's ``share.acknowledgement.mode``:
+
+* ``"implicit"`` (default): every record handed out by one ``getmany`` (or yielded by ``async for`` since
+  its last refill) is accepted when the next one starts, on ``commit()`` and on ``close()``;
+  ``acknowledge()`` may still settle a record differently before that.
+* ``"explicit"``: only ``acknowledge()`` settles records. A record never acknowledged is redelivered
+  when its lock expires (the broker's ``group.share.record.lock.duration.ms``, 30 s by default).
+
+Acknowledgements ride on the next ShareFetch to the record's leader; ``commit()`` sends them at once and
+returns the outcome per partition (None: all accepted by the broker; else the first error, e.g.
+``AcquisitionLockExpiredError`` for a record whose lock ran out before it was acknowledged).
+
+Membership (ShareGroupHeartbeat) runs in ``net.heartbeat_loop``; fetching in ``net.share_fetcher``; the
+state (sessions, locks, acknowledgements) in the sans-IO ``core.share_state`` and ``core.group_heartbeat``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Iterable
+
+import anyio
+
+from . import errors
+from .config import resolve
+from .core.backoff import ExponentialBackoff
+from .core.events import Hooks
+from .core.group_heartbeat import ShareMembership
+from .core.share_state import ACK_TYPES, AckType, ShareFetchState
+from .net.cluster import Cluster
+from .net.heartbeat_loop import HeartbeatLoop
+from .net.share_fetcher import ShareFetcher
+from .protocol.api import ApiKey
+from .types import ShareRecord, TopicPartition
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ShareConsumer"]
+
+_EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks")
+#: consumer keys that mean nothing to a share group: the broker keeps the group's position (and its
+#: auto-offset-reset), there are no offsets to commit and no client-side assignors
+_NOT_FOR_SHARE = ("auto_offset_reset", "enable_auto_commit", "auto_commit_interval_ms", "group_instance_id",
+                  "partition_assignment_strategy", "isolation_level", "session_timeout_ms",
+                  "heartbeat_interval_ms", "rebalance_timeout_ms", "max_partition_fetch_bytes",
+                  "group_protocol", "group_remote_assignor")
+_MODES = ("implicit", "explicit")
+
+
+class ShareConsumer:
+    """Async share-group consumer. ``async with ShareConsumer("jobs", bootstrap_servers=..., group_id="g")``.
+
+    ``acknowledgement_mode``: ``"implicit"`` (default) or ``"explicit"``. Other keyword arguments are
+    consumer configs in snake_case (``bootstrap_servers``, ``group_id`` (required), ``client_id``,
+    ``fetch_max_wait_ms``, ``fetch_min_bytes``, ``fetch_max_bytes``, ``max_poll_records``,
+    ``request_timeout_ms``, ``retry_backoff_ms``, ...), plus ``key_deserializer`` / ``value_deserializer``.
+    """
+
+    def __init__(self, *topics: str, acknowledgement_mode: str = "implicit", **config: Any) -> None:
+        for key in _NOT_FOR_SHARE:
+            if key in config:
+                raise errors.ConfigError(f"{key}: not a share consumer setting (share groups keep delivery "
+                                         f"state on the broker)")
+        if acknowledgement_mode not in _MODES:
+            raise errors.ConfigError(f"acknowledgement_mode: {acknowledgement_mode!r} is not one of "
+                                     f"{', '.join(map(repr, _MODES))}")
+        self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
+        if cfg.group_id is None:
+            raise errors.ConfigError("group_id: a share consumer needs the share group's id")
+        for name in ("key_deserializer", "value_deserializer"):
+            if config.get(name) is not None and not callable(config[name]):
+                raise errors.ConfigError(f"{name}: must be callable, got {type(config[name]).__name__}")
+        from .admin import check_topic_name
+        for t in topics:
+            check_topic_name(t)
+        self.acknowledgement_mode = acknowledgement_mode
+        self.hooks = Hooks(config.get("hooks") or ())
+        if cfg.metrics_registry is not None:
+            from .metrics import ClientMetrics
+            self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
+        self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, rng=self._cluster.rng)
+        self._member = ShareMembership(cfg.group_id, backoff=backoff)
+        self._state = ShareFetchState(
+            cfg.group_id, backoff=backoff, max_wait_ms=cfg.fetch_max_wait_ms,
+            min_bytes=max(1, cfg.fetch_min_bytes), max_bytes=cfg.fetch_max_bytes,
+            max_records=cfg.max_poll_records, key_deserializer=config.get("key_deserializer"),
+            value_deserializer=config.get("value_deserializer"))
+        self._state.member_id = self._member.member_id
+        self._heartbeat = HeartbeatLoop(self._cluster, self._member, ApiKey.SHARE_GROUP_HEARTBEAT,
+                                        on_change=self._on_membership_change, protocol_name="share")
+        self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
+        self._topics = frozenset(topics)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = False
+        self._closed = False
+        #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
+        self._last_poll: list[ShareRecord] = []
+        self._pending: list[ShareRecord] = []
+        self._pending_index = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._started:
+            raise errors.IllegalStateError("share consumer already started")
+        self._started = True
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            self._cluster.set_topics(self._topics)
+            await self._cluster.start(self._tg)
+            self._cluster.on_metadata_change(self._map_assignment)
+            self._member.subscribe(self._topics, self._cluster.clock())
+            await self._tg.start(self._fetcher.run)
+            self._tg.start_soon(self._heartbeat.run, name="akresil-share-heartbeat")
+        except BaseException:
+            await self._cluster.close()
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self._tg = None
+            self._closed = True
+            raise
+
+    async def __aenter__(self) -> "ShareConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Settle (implicit mode: accept the last poll), send the final acknowledgements, close the share
+        sessions (the broker releases records still held), leave the group, release every task."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._tg is None:
+            return
+        timeout = self.config.request_timeout_ms
+        try:
+            if self.acknowledgement_mode == "implicit":
+                self._accept_last_poll()
+            self._heartbeat.stop()
+            await self._fetcher.stop(timeout + self._state.max_wait_ms)
+            await self._fetcher.close_sessions(timeout)
+            await self._heartbeat.leave(timeout)
+        finally:
+            await self._cluster.close()
+            tg, self._tg = self._tg, None
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    def _check_open(self) -> None:
+        if not self._started:
+            raise errors.IllegalStateError(
+                "share consumer not started: use 'async with ShareConsumer(...)' or await start()")
+        if self._closed:
+            raise errors.ClientClosedError("share consumer is closed")
+        if self._fetcher.fatal_error is not None:
+            raise self._fetcher.fatal_error
+        if self._member.fatal_error is not None:
+            raise self._member.fatal_error
+
+    # ------------------------------------------------------------------ membership
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Replace the subscription; the next heartbeat carries it (at once)."""
+        from .admin import check_topic_name
+        new = frozenset(topics)
+        for t in new:
+            check_topic_name(t)
+        self._topics = new
+        self._cluster.set_topics(new)
+        self._member.subscribe(new, self._cluster.clock())
+        self._heartbeat.wake()
+
+    def subscription(self) -> frozenset[str]:
+        return self._topics
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """Partitions the coordinator asked this member to fetch from (shared with other members)."""
+        return self._state.assignment
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    @property
+    def acquisition_lock_timeout_ms(self) -> int | None:
+        """The broker's record lock duration, known after the first ShareFetch answer."""
+        return self._state.lock_timeout_ms
+
+    async def _on_membership_change(self) -> None:
+        self._map_assignment()
+
+    def _map_assignment(self) -> None:
+        """Target assignment (topic ids) -> partitions by name; unknown ids wait for a metadata refresh."""
+        snapshot = self._cluster.metadata.snapshot
+        tps: set[TopicPartition] = set()
+        missing = False
+        for tid, parts in self._member.target.items():
+            name = snapshot.topic_name(tid)
+            if name is None:
+                missing = True
+                continue
+            tps.update(TopicPartition(name, p) for p in parts)
+        if missing:
+            self._cluster.request_metadata_refresh("share-assignment-unknown-topic-id")
+        if frozenset(tps) != self._state.assignment:
+            self._state.set_assignment(tps)
+            self._fetcher.wake()
+
+    # ------------------------------------------------------------------ records
+    def _accept_last_poll(self) -> None:
+        now = self._cluster.clock()
+        for rec in self._last_poll:
+            self._state.acknowledge(TopicPartition(rec.topic, rec.partition), rec.offset, AckType.ACCEPT, now,
+                                    delivery_count=rec.delivery_count, implicit=True)
+        self._last_poll = []
+
+    async def getmany(self, *, timeout_ms: float = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ShareRecord]]:
+        """Records acquired for this consumer, by partition; waits up to ``timeout_ms`` for the first."""
+        self._check_open()
+        limit = self.config.max_poll_records if max_records is None else max_records
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
+        if self._pending_index < len(self._pending):
+            # records an ``async for`` took but did not yield yet come first (they are held already)
+            if self.acknowledgement_mode == "implicit":
+                self._accept_last_poll()
+            records = self._pending[self._pending_index:self._pending_index + limit]
+            self._pending_index += len(records)
+            self._last_poll = list(records)
+        else:
+            records = await self._poll(timeout_ms, limit)
+            self._last_poll = records
+        out: dict[TopicPartition, list[ShareRecord]] = {}
+        for rec in records:
+            out.setdefault(TopicPartition(rec.topic, rec.partition), []).append(rec)
+        return out
+
+    async def _poll(self, timeout_ms: float | None, limit: int) -> list[ShareRecord]:
+        """Records from the fetch state; implicit mode first accepts what the application was handed last."""
+        if self.acknowledgement_mode == "implicit":
+            self._accept_last_poll()
+        self._fetcher.wake()
+        deadline = None if timeout_ms is None else self._cluster.clock() + timeout_ms
+        while True:
+            changed = self._fetcher.changed()
+            records = self._state.poll(limit, self._cluster.clock())
+            if records:
+                self._fetcher.wake()     # a leader whose records were all handed out may be fetched again
+                return records
+            self._check_open()
+            self._fetcher.wake()
+            if deadline is None:
+                await changed.wait()
+                continue
+            left = deadline - self._cluster.clock()
+            if left <= 0:
+                return []
+            with anyio.move_on_after(left / 1000.0):
+                await changed.wait()
+
+    def __aiter__(self) -> AsyncIterator[ShareRecord]:
+        return self
+
+    async def __anext__(self) -> ShareRecord:
+        """One record at a time from refills of ``max_poll_records``; in implicit mode a record counts as
+        handed out (and is accepted at the next refill, ``commit()`` or ``close()``) once it is yielded:
+        records of a refill never yielded are not accepted, the broker releases them."""
+        if self._pending_index >= len(self._pending):
+            self._pending = await self._poll(None, self.config.max_poll_records)
+            self._pending_index = 0
+        rec = self._pending[self._pending_index]
+        self._pending_index += 1
+        self._last_poll.append(rec)
+        return rec
+
+    # ------------------------------------------------------------------ acknowledgements
+    def acknowledge(self, record: ShareRecord, type: str = "accept") -> None:  # noqa: A002 (Java's name)
+        """Settle one delivered record: ``"accept"`` (processed), ``"release"`` (deliver again, perhaps to
+        another member) or ``"reject"`` (unprocessable: never deliver again). Local until the next fetch
+        to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
+        hold (not delivered to it, or already settled)."""
+        self._check_open()
+        ack = ACK_TYPES.get(type) if isinstance(type, str) else None
+        if ack is None:
+            raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
+        if not isinstance(record, ShareRecord):
+            raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
+        self._state.acknowledge(TopicPartition(record.topic, record.partition), record.offset, ack,
+                                self._cluster.clock(), delivery_count=record.delivery_count)
+
+    async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
+        """Send the pending acknowledgements now and wait for the brokers' answers.
+
+        Implicit mode accepts the last poll's records first. Returns, per partition with acknowledgements
+        settled since the last ``commit()``, None (all applied) or the first error.
+        """
+        self._check_open()
+        if self.acknowledgement_mode == "implicit":
+            self._accept_last_poll()
+        nodes = self._state.request_commit()
+        self._fetcher.wake()
+        wait_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        with anyio.move_on_after(wait_ms / 1000.0):
+            while True:
+                changed = self._fetcher.changed()
+                if self._state.settled(nodes):
+                    break
+                self._check_open()
+                await changed.wait()
+        return self._state.take_results()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,264 @@
+"""Next-generation groups on librdkafka's mock cluster: akresil vs confluent-kafka, in one run.
+
+1. Share groups (KIP-932): records acknowledged per second while 1, 2 and 4 share consumers drain one
+   topic (8 partitions, 100-byte values) and accept every record; the clock stops when the last record's
+   acknowledgement has been committed. confluent-kafka's ShareConsumers run in threads of this process
+   (explicit mode, ``commit_sync`` after each poll); akresil's run as tasks on one event loop.
+2. Rebalance time, KIP-848 (``group_protocol="consumer"``) vs classic: two members own 6 partitions; a third
+   starts; the clock stops when the three hold disjoint, non-empty assignments covering every partition.
+
+Every measurement uses a fresh mock cluster (3 brokers), runs ``--rounds`` times (>= 3) and reports the
+median and the worst. Prints one JSON document.
+
+    python benchmarks/bench_groups.py [--rounds 3] [--records 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import threading
+import time
+from typing import Any, Awaitable, Callable
+
+import anyio
+
+from akresil import Consumer, Producer, ShareConsumer, TopicPartition
+from akresil.testing.rdkafka_mock import MockCluster, librdkafka_version
+
+PARTITIONS = 8
+SETTLE_TIMEOUT_S = 60.0
+VALUE = b"v" * 100
+
+
+def new_mock() -> MockCluster:
+    mock = MockCluster(3)
+    mock.share_set_auto_offset_reset(True)
+    mock.share_set_heartbeat_interval(500)
+    mock.consumer_group_set_heartbeat_interval(500)
+    return mock
+
+
+async def fill(mock: MockCluster, topic: str, records: int, partitions: int) -> None:
+    mock.create_topic(topic, partitions)
+    # 16 KiB batches (the Java default): a share fetch returns whole batches, the records it did not
+    # acquire for this member are decoded and dropped, so huge batches would measure that waste
+    async with Producer(bootstrap_servers=mock.bootstrap_servers, linger_ms=5, batch_size=16_384) as producer:
+        per = records // partitions
+        for p in range(partitions):
+            await producer.send_many(topic, [(None, VALUE)] * per, partition=p)
+
+
+# ------------------------------------------------------------------------------------------ share groups
+async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int) -> float:
+    done = 0
+    start = time.perf_counter()
+
+    async def member() -> None:
+        nonlocal done
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id="bench",
+                                 fetch_max_wait_ms=100) as c:
+            while done < records:
+                batch = await c.getmany(timeout_ms=100)
+                n = sum(map(len, batch.values()))
+                if n:
+                    await c.commit()          # implicit mode: accepts the batch
+                    done += n
+    async with anyio.create_task_group() as tg:
+        for _ in range(consumers):
+            tg.start_soon(member)
+    return records / (time.perf_counter() - start)
+
+
+def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int) -> float:
+    import confluent_kafka
+
+    lock = threading.Lock()
+    done = [0]
+
+    def member() -> None:
+        c = confluent_kafka.ShareConsumer({"bootstrap.servers": mock.bootstrap_servers, "group.id": "bench",
+                                           "share.acknowledgement.mode": "explicit", "log_level": 3})
+        c.subscribe([topic])
+        try:
+            while done[0] < records:
+                msgs = c.poll(0.1)
+                n = 0
+                for m in msgs:
+                    if m.error() is None:
+                        c.acknowledge(m)
+                        n += 1
+                if n:
+                    c.commit_sync()
+                    with lock:
+                        done[0] += n
+        finally:
+            c.close()
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=member) for _ in range(consumers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records / (time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------------------ rebalances
+def _settled(assignments: list[frozenset[TopicPartition]], partitions: int) -> bool:
+    union = frozenset().union(*assignments)
+    return (all(assignments) and len(union) == partitions
+            and sum(map(len, assignments)) == partitions)
+
+
+async def rebalance_akresil(mock: MockCluster, topic: str, protocol: str) -> float:
+    cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id="bench-rb",
+                               group_protocol=protocol, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    assignments: list[frozenset[TopicPartition]] = [frozenset()] * 3
+    stop = anyio.Event()
+
+    async def member(i: int) -> None:
+        async with Consumer(topic, **cfg) as c:
+            while not stop.is_set():
+                await c.getmany(timeout_ms=20)
+                assignments[i] = c.assignment()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member, 0)
+        tg.start_soon(member, 1)
+        with anyio.fail_after(SETTLE_TIMEOUT_S):
+            while not _settled(assignments[:2], 6):
+                await anyio.sleep(0.005)
+        start = time.perf_counter()
+        tg.start_soon(member, 2)
+        with anyio.fail_after(SETTLE_TIMEOUT_S):
+            while not _settled(assignments, 6):
+                await anyio.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        stop.set()
+    return elapsed
+
+
+def rebalance_confluent(mock: MockCluster, topic: str, protocol: str) -> float:
+    import confluent_kafka
+
+    assignments: list[frozenset[TopicPartition]] = [frozenset()] * 3
+    stop = threading.Event()
+
+    def member(i: int) -> None:
+        conf = {"bootstrap.servers": mock.bootstrap_servers, "group.id": "bench-rb", "group.protocol": protocol,
+                "auto.offset.reset": "earliest", "log_level": 3}
+        c = confluent_kafka.Consumer(conf)
+
+        def on_assign(consumer: Any, parts: list[Any]) -> None:
+            # eager (classic range): everything was revoked first; incremental (KIP-848): only additions
+            assignments[i] = assignments[i] | {TopicPartition(p.topic, p.partition) for p in parts}
+
+        def on_revoke(consumer: Any, parts: list[Any]) -> None:
+            gone = {TopicPartition(p.topic, p.partition) for p in parts}
+            assignments[i] = assignments[i] - gone
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        try:
+            while not stop.is_set():
+                c.poll(0.05)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while not _settled(assignments[:2], 6):
+            if time.monotonic() > deadline:
+                raise TimeoutError("two confluent-kafka members did not settle")
+            time.sleep(0.005)
+        start = time.perf_counter()
+        third = threading.Thread(target=member, args=(2,))
+        third.start()
+        threads.append(third)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while not _settled(assignments, 6):
+            if time.monotonic() > deadline:
+                raise TimeoutError("three confluent-kafka members did not settle")
+            time.sleep(0.005)
+        return time.perf_counter() - start
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
+# ------------------------------------------------------------------------------------------ driver
+def rounds(n: int, once: Callable[[], float]) -> dict[str, Any]:
+    values, errors = [], []
+    for _ in range(n):
+        try:
+            values.append(once())
+        except Exception as exc:   # a failed round is reported, not hidden
+            errors.append(f"{type(exc).__name__}: {exc}")
+    out: dict[str, Any] = {"rounds": values}
+    if values:
+        out["median"] = statistics.median(values)
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def on_fresh_mock(body: Callable[[MockCluster, str], Awaitable[float] | float], fill_records: int,
+                  partitions: int) -> float:
+    with new_mock() as mock:
+        topic = "bench-groups"
+        anyio.run(fill, mock, topic, fill_records, partitions)
+        result = body(mock, topic)
+        if isinstance(result, (int, float)):
+            return float(result)
+        async def wait() -> float:
+            return await result          # type: ignore[misc]
+        return anyio.run(wait)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--consumers", default="1,2,4")
+    parser.add_argument("--protocols", default="classic,consumer",
+                        help="group protocols for the rebalance measurement (classic takes ~45 s a round on the mock)")
+    parser.add_argument("--settle-timeout", type=float, default=60.0, help="seconds a rebalance may take")
+    args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (the report gives medians and the worst)")
+    counts = [int(x) for x in args.consumers.split(",")]
+    global SETTLE_TIMEOUT_S
+    SETTLE_TIMEOUT_S = args.settle_timeout
+    report: dict[str, Any] = {
+        "python": platform.python_version(), "platform": platform.platform(),
+        "librdkafka": librdkafka_version(), "records": args.records, "partitions": PARTITIONS,
+        "share_acks_per_s": {}, "rebalance_s": {}}
+    for client, fn in (("akresil", share_akresil), ("confluent-kafka", share_confluent)):
+        for n in counts:
+            r = rounds(args.rounds, lambda fn=fn, n=n: on_fresh_mock(  # type: ignore[misc]
+                lambda m, t: fn(m, t, args.records, n), args.records, PARTITIONS))
+            if r["rounds"]:
+                r["worst"] = min(r["rounds"])
+            report["share_acks_per_s"][f"{client} x{n}"] = r
+            print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s", file=sys.stderr)
+    for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
+        for protocol in args.protocols.split(","):
+            r = rounds(args.rounds, lambda fn=fn, p=protocol: on_fresh_mock(  # type: ignore[misc]
+                lambda m, t: fn(m, t, p), 600, 6))
+            if r["rounds"]:
+                r["worst"] = max(r["rounds"])
+            report["rebalance_s"][f"{client} {protocol}"] = r
+            print(f"rebalance {client} {protocol}: {r.get('median', float('nan')):.3f} s", file=sys.stderr)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

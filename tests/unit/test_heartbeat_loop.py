@@ -1,0 +1,92 @@
+"""HeartbeatLoop (the I/O shell of KIP-848/932 membership) against a scripted in-memory cluster."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+
+from akresil import errors
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.group_heartbeat import MemberPhase, ShareMembership
+from akresil.net.heartbeat_loop import HeartbeatLoop
+from akresil.protocol.api import ApiKey
+
+
+class FakeCluster:
+    """Answers FindCoordinator with node 1 and heartbeats from a script; records what was sent."""
+
+    def __init__(self, answers: list[dict[str, Any] | BaseException]) -> None:
+        self.answers = answers
+        self.sent: list[dict[str, Any]] = []
+        self.config = SimpleNamespace(request_timeout_ms=1000)
+        self.metadata = SimpleNamespace(snapshot=SimpleNamespace(brokers={1: object()}))
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def request_any(self, api: ApiKey, body: Any, **kw: Any) -> tuple[int, int, dict[str, Any]]:
+        return 1, 3, {"error_code": 0, "node_id": 1, "host": "h", "port": 1}
+
+    async def request(self, node: int, api: ApiKey, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, Any]]:
+        self.sent.append(body)
+        answer = self.answers.pop(0) if self.answers else {"error_code": 0, "member_epoch": 1,
+                                                           "heartbeat_interval_ms": 60_000}
+        if isinstance(answer, BaseException):
+            raise answer
+        return 1, answer
+
+
+def member() -> ShareMembership:
+    return ShareMembership("g", backoff=ExponentialBackoff(10, 100, rng=random.Random(0), jitter=0.0))
+
+
+def ok(epoch: int, assignment: Any = None) -> dict[str, Any]:
+    return {"error_code": 0, "member_epoch": epoch, "heartbeat_interval_ms": 60_000, "assignment": assignment}
+
+
+def test_change_callback_runs_after_an_assignment_and_on_request() -> None:
+    async def main() -> None:
+        cluster = FakeCluster([ok(1, {"topic_partitions": [{"topic_id": bytes(16), "partitions": [0]}]})])
+        m = member()
+        calls: list[int] = []
+
+        async def on_change() -> None:
+            calls.append(m.target_version)
+
+        loop = HeartbeatLoop(cluster, m, ApiKey.SHARE_GROUP_HEARTBEAT, on_change=on_change,  # type: ignore[arg-type]
+                             protocol_name="share")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            await wait_all_tasks_blocked()
+            assert calls == [1] and len(cluster.sent) == 1      # the next heartbeat is 60 s away
+            loop.request_change_callback()                        # e.g. metadata now names a topic id
+            await wait_all_tasks_blocked()
+            assert calls == [1, 1] and len(cluster.sent) == 1     # a callback, not another heartbeat
+            loop.stop()
+
+    anyio.run(main)
+
+
+def test_a_broker_without_the_api_fails_the_member_with_a_clear_error() -> None:
+    async def main() -> None:
+        cluster = FakeCluster([errors.UnsupportedVersionError("node 1 does not support SHARE_GROUP_HEARTBEAT")])
+        m = member()
+
+        async def on_change() -> None:
+            pass
+
+        loop = HeartbeatLoop(cluster, m, ApiKey.SHARE_GROUP_HEARTBEAT, on_change=on_change,  # type: ignore[arg-type]
+                             protocol_name="share")
+        with anyio.fail_after(5):
+            await loop.run()
+        assert m.phase is MemberPhase.FATAL
+        with pytest.raises(errors.UnsupportedVersionError, match="Kafka 4.0"):
+            raise m.fatal_error  # type: ignore[misc]
+
+    anyio.run(main)

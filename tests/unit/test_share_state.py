@@ -1,0 +1,318 @@
+"""ShareFetchState (KIP-932) driven by plain method calls and a fake clock: sessions, locks, acknowledgements."""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from akresil import errors
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.share_state import AckType, PlanKind, ShareFetchState, SharePlan
+from akresil.protocol.records import build_batch
+from akresil.types import TopicPartition
+
+TID = bytes(range(1, 17))
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+LEADERS = {TP0: 1, TP1: 2}
+
+
+def state(**kw: Any) -> ShareFetchState:
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
+    st = ShareFetchState("g", backoff=backoff, **kw)
+    st.member_id = "m"
+    st.set_assignment([TP0, TP1])
+    return st
+
+
+def plan(st: ShareFetchState, now: float) -> dict[int, SharePlan]:
+    plans = st.plan(now, leader_of=LEADERS.get, topic_id_of=lambda t: TID)
+    return {p.node_id: p for p in plans}
+
+
+def batch(base: int, count: int) -> bytes:
+    raw = build_batch([(1000 + i, None, b"v%d" % (base + i), []) for i in range(count)])
+    return struct.pack(">q", base) + raw[8:]    # base offset is outside the CRC
+
+
+def fetch_answer(partition: int, records: bytes = b"", acquired: list[tuple[int, int, int]] = (), *,
+                 lock_ms: int = 1000, error: int = 0, ack_error: int = 0, pcode: int = 0,
+                 leader: tuple[int, int] = (-1, -1)) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": error, "error_message": None, "acquisition_lock_timeout_ms": lock_ms,
+            "responses": [{"topic_id": TID, "partitions": [{
+                "partition_index": partition, "error_code": pcode, "error_message": None,
+                "acknowledge_error_code": ack_error, "acknowledge_error_message": None,
+                "current_leader": {"leader_id": leader[0], "leader_epoch": leader[1]},
+                "records": records,
+                "acquired_records": [{"first_offset": a, "last_offset": b, "delivery_count": c}
+                                     for a, b, c in acquired]}]}],
+            "node_endpoints": []}
+
+
+def ack_answer(partition: int, code: int = 0) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "responses": [{"topic_id": TID, "partitions": [{"partition_index": partition, "error_code": code,
+                                                            "error_message": None,
+                                                            "current_leader": {"leader_id": -1, "leader_epoch": -1}}]}],
+            "node_endpoints": []}
+
+
+def test_first_fetch_opens_a_session_per_leader_with_the_full_partition_list() -> None:
+    st = state()
+    plans = plan(st, 0)
+    assert set(plans) == {1, 2}
+    body = plans[1].body
+    assert body["share_session_epoch"] == 0 and body["member_id"] == "m" and body["group_id"] == "g"
+    assert body["topics"] == [{"topic_id": TID, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]
+    assert plans[2].body["topics"][0]["partitions"][0]["partition_index"] == 1
+    # one request per leader at a time
+    assert plan(st, 1) == {}
+
+
+def test_only_acquired_offsets_are_delivered_with_their_delivery_count() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    # the batch holds 0..5, but only 1..2 (count 1) and 4 (count 3) are acquired for us
+    out = st.on_fetch_response(p, fetch_answer(0, batch(0, 6), [(1, 2, 1), (4, 4, 3)]), 10)
+    assert out.records == 3
+    recs = st.poll(100, 20)
+    assert [(r.offset, r.delivery_count, r.value) for r in recs] == [(1, 1, b"v1"), (2, 1, b"v2"), (4, 3, b"v4")]
+    assert st.lock_timeout_ms == 1000
+
+
+def test_session_epoch_increments_and_later_fetches_are_incremental() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0), 10)
+    assert st.session_epoch(1) == 1
+    p2 = plan(st, 20)[1]
+    assert p2.body["share_session_epoch"] == 1
+    assert p2.body["topics"] == []            # TP0 is already in the session
+    st.set_assignment([TP1])                   # TP0 moves away: the session forgets it
+    st.on_fetch_response(p2, fetch_answer(0), 30)
+    st.set_assignment([TP0, TP1])
+    st.set_assignment([TP1])
+    assert 1 not in plan(st, 40)               # no partition of node 1 wanted: nothing to send there
+
+
+def test_acknowledgements_ride_on_the_next_fetch_in_offset_runs() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 5), [(0, 4, 1)]), 10)
+    recs = st.poll(100, 20)
+    kinds = [AckType.ACCEPT, AckType.ACCEPT, AckType.RELEASE, AckType.ACCEPT, AckType.REJECT]
+    for rec, kind in zip(recs, kinds):
+        st.acknowledge(TP0, rec.offset, kind, 30)
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.FETCH
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 4,
+                                                "acknowledge_types": [1, 1, 2, 1, 3]}]
+    st.on_fetch_response(p2, fetch_answer(0), 50)
+    assert st.take_results() == {TP0: None}
+    assert st.take_results() == {}
+
+
+def test_a_run_with_one_type_is_sent_as_one_type() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 4), [(0, 3, 1)]), 10)
+    for rec in st.poll(100, 20):
+        if rec.offset != 2:
+            st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    assert 1 not in plan(st, 40)             # offset 2 is handed out and not settled: no fetch yet
+    st.request_commit()
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.ACKNOWLEDGE
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [
+        {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]},
+        {"first_offset": 3, "last_offset": 3, "acknowledge_types": [1]}]
+
+
+def test_an_expired_lock_is_not_acknowledged_as_if_held() -> None:
+    st = state()
+    p = plan(st, 100)[1]                                    # sent at 100, lock 1000 ms: deadline 1100
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 150)
+    a, b = st.poll(100, 200)
+    st.acknowledge(TP0, a.offset, AckType.ACCEPT, 1099)     # still held
+    st.acknowledge(TP0, b.offset, AckType.ACCEPT, 1100)     # the lock ran out (measured from the send)
+    p2 = plan(st, 1200)[1]
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+    res = st.take_results()
+    assert isinstance(res[TP0], errors.AcquisitionLockExpiredError)
+
+
+def test_buffered_records_whose_lock_ran_out_are_never_handed_out() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 3), [(0, 2, 1)]), 10)
+    assert st.next_timer_at(10) == 1000
+    assert st.poll(1, 999)[0].offset == 0
+    assert st.poll(100, 1000) == []
+    assert st.buffered == 0
+    # and the leader may be fetched from again (nothing buffered from it)
+    assert plan(st, 1001)[1].kind is PlanKind.FETCH
+
+
+def test_acknowledging_a_record_not_held_is_an_error_unless_implicit() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    with pytest.raises(errors.IllegalStateError, match="not held"):
+        st.acknowledge(TP0, 0, AckType.ACCEPT, 20)        # buffered, not yet delivered
+    (rec,) = st.poll(10, 20)
+    st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    with pytest.raises(errors.IllegalStateError, match="already acknowledged"):
+        st.acknowledge(TP0, rec.offset, AckType.REJECT, 31)
+    st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 32, implicit=True)   # implicit accept skips it quietly
+
+
+def test_session_error_resets_the_epoch_voids_held_records_and_fails_their_acks() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 3), [(0, 2, 1)]), 10)
+    a, b = st.poll(2, 20)
+    st.acknowledge(TP0, a.offset, AckType.ACCEPT, 30)
+    p2 = plan(st, 40)
+    assert 1 not in p2                                     # one record still buffered: no fetch yet
+    st.request_commit()
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.ACKNOWLEDGE and p2.body["share_session_epoch"] == 1
+    st.on_ack_response(p2, {**ack_answer(0), "error_code": errors.InvalidShareSessionEpochError.errno}, 50)
+    assert st.session_epoch(1) == 0
+    assert isinstance(st.take_results()[TP0], errors.InvalidShareSessionEpochError)
+    assert st.buffered == 0                                # the buffered third record went with the session
+    st.acknowledge(TP0, b.offset, AckType.ACCEPT, 60)      # delivered under the lost session: reported, not sent
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+    # KIP-580: the leader backs off before the new session is opened
+    assert 1 not in plan(st, 149)                          # failed at 50, first backoff 100 ms
+    p3 = plan(st, 150)[1]
+    assert p3.body["share_session_epoch"] == 0 and p3.body["topics"][0]["partitions"][0]["acknowledgement_batches"] == []
+
+
+def test_transport_failure_backs_off_exponentially_and_reopens_the_session() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0), 10)
+    p = plan(st, 10)[1]
+    st.on_request_failed(p, errors.KafkaConnectionError("reset"), 20)
+    assert 1 not in plan(st, 119)
+    p = plan(st, 120)[1]
+    assert p.body["share_session_epoch"] == 0
+    st.on_request_failed(p, errors.RequestTimeoutError("slow"), 130)
+    assert 1 not in plan(st, 329)                             # second failure: 200 ms
+    assert plan(st, 330)[1].body["share_session_epoch"] == 0
+
+
+def test_ack_only_request_goes_to_a_leader_whose_partitions_moved_away() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    (rec,) = st.poll(10, 20)
+    st.set_assignment([TP1])
+    st.acknowledge(TP0, rec.offset, AckType.RELEASE, 30)
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.ACKNOWLEDGE
+    assert p2.body["topics"][0]["partitions"][0]["acknowledgement_batches"][0]["acknowledge_types"] == [2]
+    st.on_ack_response(p2, ack_answer(0, code=errors.InvalidRecordStateError.errno), 50)
+    assert isinstance(st.take_results()[TP0], errors.InvalidRecordStateError)
+    assert st.session_epoch(1) == 2
+
+
+def test_acquired_offsets_without_records_are_settled_as_gaps() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 3, 1)]), 10)   # 2 and 3 have no record
+    for rec in st.poll(10, 20):
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 25)
+    (part,) = plan(st, 30)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 3,
+                                                "acknowledge_types": [1, 1, 0, 0]}]
+
+
+def test_leader_error_returns_the_hint_and_asks_for_metadata() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    out = st.on_fetch_response(p, fetch_answer(0, pcode=errors.NotLeaderOrFollowerError.errno, leader=(2, 5)), 10)
+    assert out.refresh_metadata
+    assert [(h.tp, h.leader_id, h.leader_epoch) for h in out.hints] == [(TP0, 2, 5)]
+
+
+def test_close_sends_final_acks_at_epoch_minus_one_only_for_open_sessions() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    (rec,) = st.poll(10, 20)
+    st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    plans = st.close_plans(40, topic_id_of=lambda t: TID)
+    assert [(c.node_id, c.kind, c.body["share_session_epoch"]) for c in plans] == [(1, PlanKind.CLOSE, -1)]
+    st.on_ack_response(plans[0], ack_answer(0), 50)
+    assert st.session_epoch(1) == 0 and st.take_results() == {TP0: None}
+
+
+def test_commit_waits_for_in_flight_acks_and_settles() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    (rec,) = st.poll(10, 20)
+    st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    nodes = st.request_commit()
+    assert nodes == {1} and not st.settled(nodes)
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.ACKNOWLEDGE
+    assert not st.settled(nodes)                 # in flight
+    st.on_ack_response(p2, ack_answer(0), 50)
+    assert st.settled(nodes)
+
+
+def test_an_old_delivery_of_a_reacquired_offset_is_refused_without_touching_the_new_one() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
+    (old,) = st.poll(10, 20)
+    p = plan(st, 1500)[1]                                   # old lock gone at 1000; the broker hands it out again
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 2)]), 1510)
+    (new,) = st.poll(10, 1520)
+    assert (new.offset, new.delivery_count) == (0, 2)
+    st.acknowledge(TP0, old.offset, AckType.ACCEPT, 1530, delivery_count=old.delivery_count)
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+    st.acknowledge(TP0, new.offset, AckType.REJECT, 1540, delivery_count=new.delivery_count)
+    (part,) = plan(st, 1550)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [3]}]
+
+
+def test_a_record_announced_again_under_the_same_delivery_is_not_handed_out_twice() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    assert [r.offset for r in st.poll(10, 20)] == [0, 1]
+    # librdkafka's mock answers a member's next fetch with the records it already holds (same answer again)
+    assert st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 40).records == 0
+    assert st.poll(10, 50) == []
+    assert st.next_timer_at(50) is None
+    st.acknowledge(TP0, 0, AckType.ACCEPT, 999, delivery_count=1)     # the first lock (sent at 0) still holds
+    st.acknowledge(TP0, 1, AckType.ACCEPT, 1000, delivery_count=1)    # ... and it was not extended
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+
+
+def test_the_next_fetch_waits_until_handed_out_records_are_settled_or_expired() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    a, b = st.poll(10, 20)
+    st.acknowledge(TP0, a.offset, AckType.ACCEPT, 30)
+    assert 1 not in plan(st, 40)                  # b is still out
+    assert plan(st, 1000)[1].kind is PlanKind.FETCH   # b's lock ran out (sent at 0 + 1000 ms): fetch again
+
+
+def test_timers_already_past_are_not_returned() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_request_failed(p, errors.KafkaConnectionError("reset"), 10)     # backoff until 110
+    assert st.next_timer_at(50) == 110
+    assert st.next_timer_at(110) is None      # due now: the turn acts on it; returning it would spin the loop
