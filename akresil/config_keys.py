@@ -66,6 +66,8 @@ class ConsumerConfig(CommonConfig, total=False):
     hooks: Iterable[object]
     group_id: str | None
     group_instance_id: str | None
+    group_protocol: Literal["classic", "consumer"]
+    group_remote_assignor: str | None
     session_timeout_ms: int
     heartbeat_interval_ms: int
     max_poll_interval_ms: int
