@@ -32,7 +32,7 @@ from .core.backoff import ExponentialBackoff
 from .core.metadata import pending_topic_backoff
 from .net.cluster import Cluster, metadata_request_body
 from .protocol.api import ApiKey, decode_versioned
-from .types import NewTopic, TopicPartition
+from .types import NewTopic, TopicPartition, partitions_by_topic
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -274,7 +274,7 @@ class Admin:
             body = {"replica_id": -1, "isolation_level": level, "topics": [
                 {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
                                                 "timestamp": wanted[TopicPartition(topic, p)], "max_num_offsets": 1}
-                                               for p in ps]} for topic, ps in _by_topic(tps).items()]}
+                                               for p in ps]} for topic, ps in partitions_by_topic(tps).items()]}
             _, response = await self._cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
             for t in response["topics"]:
                 for p in t["partitions"]:
@@ -533,7 +533,7 @@ class Admin:
 
         def body(version: int) -> dict[str, Any]:
             topics = None if wanted is None else [
-                {"name": t, "partition_indexes": ps} for t, ps in _by_topic(wanted).items()]
+                {"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(wanted).items()]
             if version >= 8:
                 return {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": True}
             return {"group_id": group_id, "topics": topics, "require_stable": version >= 7}
@@ -594,7 +594,7 @@ class Admin:
                         {"name": t, "partitions": [{"partition_index": p, "committed_offset": values[TopicPartition(t, p)][0],
                                                     "committed_leader_epoch": -1,
                                                     "committed_metadata": values[TopicPartition(t, p)][1]}
-                                                   for p in ps]} for t, ps in _by_topic(tps).items()]}
+                                                   for p in ps]} for t, ps in partitions_by_topic(tps).items()]}
             _, response = await self._cluster.request(node, ApiKey.OFFSET_COMMIT, body, max_version=9)
             for t in response["topics"]:
                 for p in t["partitions"]:
@@ -613,7 +613,7 @@ class Admin:
 
         async def send(node: int, keys: list[TopicPartition]) -> None:
             body = {"group_id": group_id, "topics": [
-                {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in _by_topic(keys).items()]}
+                {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in partitions_by_topic(keys).items()]}
             _, response = await self._cluster.request(node, ApiKey.OFFSET_DELETE, body)
             if response["error_code"]:
                 for tp in keys:
@@ -734,7 +734,7 @@ class Admin:
         async def send(node: int, tps: list[TopicPartition]) -> None:
             _, response = await self._cluster.request(node, ApiKey.DELETE_RECORDS, {
                 "topics": [{"name": t, "partitions": [{"partition_index": p, "offset": offsets[TopicPartition(t, p)]}
-                                                      for p in ps]} for t, ps in _by_topic(tps).items()],
+                                                      for p in ps]} for t, ps in partitions_by_topic(tps).items()],
                 "timeout_ms": timeout})
             for t in response["topics"]:
                 for p in t["partitions"]:
@@ -751,7 +751,7 @@ class Admin:
 
         async def send(node: int, keys: list[TopicPartition]) -> None:
             _, response = await self._cluster.request(node, ApiKey.DESCRIBE_PRODUCERS, {
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(keys).items()]})
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(keys).items()]})
             for t in response["topics"]:
                 for p in t["partitions"]:
                     tp = TopicPartition(t["name"], p["partition_index"])
@@ -875,7 +875,7 @@ class Admin:
         call: AdminCall[Any] = self._call(tps if tps is not None else ["*"], timeout, "ElectLeaders for")
 
         async def send(node: int, keys: list[Any]) -> None:
-            topics = None if keys == ["*"] else [{"topic": t, "partitions": ps} for t, ps in _by_topic(keys).items()]
+            topics = None if keys == ["*"] else [{"topic": t, "partitions": ps} for t, ps in partitions_by_topic(keys).items()]
             version, response = await self._cluster.request(node, ApiKey.ELECT_LEADERS, {
                 "election_type": kind, "topic_partitions": topics, "timeout_ms": timeout},
                 min_version=1 if kind else 0)
@@ -1053,13 +1053,6 @@ def _tps(values: object, argument: str) -> list[TopicPartition]:
     if len(set(out)) != len(out):
         raise ValueError(f"{argument}: a partition is listed twice in {out!r}")
     return out
-
-
-def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for tp in tps:
-        grouped.setdefault(tp.topic, []).append(tp.partition)
-    return {t: sorted(ps) for t, ps in sorted(grouped.items())}
 
 
 def _offset_values(offsets: object, argument: str) -> dict[TopicPartition, tuple[int, str]]:

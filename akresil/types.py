@@ -7,7 +7,7 @@ with serializers takes ``K`` / ``V`` (what the serializers accept).  Without the
 from __future__ import annotations
 
 import sys
-from typing import Any, Generic, NamedTuple, Sequence
+from typing import Any, Generic, Iterable, NamedTuple, Sequence
 
 if sys.version_info >= (3, 13):
     from typing import TypeVar
@@ -107,3 +107,11 @@ class ConsumerGroupMetadata(NamedTuple):
     member_id: str = ""
     group_instance_id: str | None = None
 
+
+
+def partitions_by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partitions grouped per topic, both sorted: the shape of every request that names partitions by topic."""
+    grouped: dict[str, list[int]] = {}
+    for tp in tps:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return {t: sorted(ps) for t, ps in sorted(grouped.items())}

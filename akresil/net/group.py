@@ -36,7 +36,7 @@ from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, Group
                                 classify_offset_fetch_error, classify_sync_error, error_for,
                                 find_coordinator_result)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
-from ..types import TopicPartition
+from ..types import TopicPartition, partitions_by_topic
 from .cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -857,20 +857,13 @@ def _check_offsets(offsets: dict[TopicPartition, tuple[int, int | None, str | No
     return out
 
 
-def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for tp in tps:
-        grouped.setdefault(tp.topic, []).append(tp.partition)
-    return {t: sorted(ps) for t, ps in sorted(grouped.items())}
-
-
 def _commit_body(version: int, group_id: str, generation: Generation, instance_id: str | None,
                  offsets: dict[TopicPartition, tuple[int, int, str]]) -> dict[str, Any]:
     topics = [{"name": topic, "partitions": [
         {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
          "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
          "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
-        for topic, parts in _by_topic(offsets).items()]
+        for topic, parts in partitions_by_topic(offsets).items()]
     body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": generation.generation_id,
                             "member_id": generation.member_id, "topics": topics}
     if version >= 7:
@@ -879,7 +872,7 @@ def _commit_body(version: int, group_id: str, generation: Generation, instance_i
 
 
 def _offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
-    topics = [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()]
+    topics = [{"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(tps).items()]
     if version >= 8:
         body: dict[str, Any] = {"groups": [{"group_id": group_id, "topics": topics}]}
     else:
