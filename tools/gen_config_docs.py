@@ -12,7 +12,6 @@ The keyword arguments that clients accept outside the table (serializers, hooks)
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -195,20 +194,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed page differs")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is stale: run python tools/gen_config_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from docgen_cli import run
+    return run(__doc__ or "", render, OUT, "gen_config_docs.py", argv)
 
 
 if __name__ == "__main__":
