@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from ..testing.rdkafka_mock import MockRequest
 from . import stats
 from .scenarios import (HEADLINES, METADATA, PRODUCE, AppliedStep, Scenario, bounce_metrics, delivery_summary,
-                        fault_node, storm_metrics)
+                        fault_node, schedule_metrics, storm_metrics)
 
 #: scenarios left out on the mock, and why (each one line in the output, the table and the JSON)
 MOCK_SKIPS: dict[str, str] = {
@@ -91,6 +91,7 @@ def summarize_mock(data: MockPhaseData) -> tuple[dict[str, Any], dict[str, Any]]
         raise ValueError(f"scenario {sc.name!r} does not run on librdkafka's mock cluster: "
                          f"{MOCK_SKIPS.get(sc.name, 'no metrics for it')}") from None
     summary.update(extra(data, start, end, series))
+    summary.update(schedule_metrics(data, start, end, series))
     return summary, series
 
 

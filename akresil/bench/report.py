@@ -88,7 +88,9 @@ def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str 
 def _ratio(a: float | None, b: float | None) -> float | str | None:
     if a is None or b is None:
         return None
-    if b == 0:
+    if a == b:          # 0 / 0 and inf / inf: both did the same
+        return 1.0
+    if b == 0 or math.isinf(a):
         return 1.0 if a == 0 else "inf"
     return round(a / b, 3)
 
@@ -117,7 +119,7 @@ def _clean(x: Any) -> Any:
 def _fmt(x: Any) -> str:
     if x is None:
         return "–"
-    if x == "inf":
+    if x == "inf" or (isinstance(x, float) and math.isinf(x) and x > 0):
         return "∞"
     if isinstance(x, float):
         return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
