@@ -346,6 +346,7 @@ def schedule_metrics(data: PhaseRecord, start: float, end: float, series: dict[s
     first, last = windows[0][0], max(e for _, e in windows)
     before = stats.scheduled_summary(log.scheduled_latencies(start, first))
     live = live_partitions(data)
+    series["sched_p99_live_ms"] = stats.scheduled_p99_series(log, start, end - start, partitions=live)
     during = [x for a, b in windows for x in log.scheduled_latencies(a, b, live)]
     live_summary = stats.scheduled_summary(during)
     after = stats.scheduled_p99_series(log, last, max(end - last, 1e-9)) if last < end else []

@@ -226,6 +226,9 @@ def test_schedule_metrics_of_a_bounce_count_stalls_failures_and_the_way_back() -
     assert summary["back_to_baseline_s"] == 2.0
     assert summary["sched_latency"]["p99_ms"] == math.inf    # overall: the expired records count as never acked
     assert series["sched_p99_ms"][0] == pytest.approx(5.0, abs=0.01) and len(series["sched_p99_ms"]) == 10
+    # the second the node went down: every partition's p99 is the expired records', the live ones' the stall
+    assert series["sched_p99_ms"][int(down_at)] == math.inf
+    assert 500 <= series["sched_p99_live_ms"][int(down_at)] <= 1500
 
 
 def test_fault_windows_of_each_scenario() -> None:
