@@ -147,8 +147,10 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
     skipped = [f"{name} ({s['skipped']})" for name, s in scen.items() if "skipped" in s]
     if skipped:
         lines.append(f"Skipped: {'; '.join(skipped)}.")
+    loads = sorted({s["scenario"]["load"] for s in scen.values() if "load" in s.get("scenario", {})})
+    load = f", --load {'/'.join(loads)}" if loads else ""
     lines.append(f"Run: {HARNESSES[doc['harness']]} (--harness {doc['harness']}), seed {doc['seed']}, "
-                 f"{'--quick' if doc['quick'] else 'full'}; Python {env['python']}, "
+                 f"{'--quick' if doc['quick'] else 'full'}{load}; Python {env['python']}, "
                  f"{env['cpus']} CPUs, load average {', '.join(str(x) for x in env['load_avg'])}; aiokafka "
                  f"{env['aiokafka']}, confluent-kafka {env['confluent_kafka']} (librdkafka {env['librdkafka']}).")
     return "\n".join(lines) + "\n"

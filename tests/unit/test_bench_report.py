@@ -178,6 +178,7 @@ def test_document_json_table_and_docs_markers(tmp_path: object) -> None:
            "librdkafka": "2.16"}
     doc = report.document(seed=3, quick=True, env=env, scenarios={
         "leader-move": {"clients": {c: {"summary": s} for c, s in summaries.items()},
+                        "scenario": build("leader-move", quick=True, seed=3, load="callbacks").as_dict(),
                         "ratios": report.ratios("leader-move", summaries), "nan": float("nan")}})
     parsed = orjson.loads(report.dumps(doc))
     assert parsed["seed"] == 3 and parsed["scenarios"]["leader-move"]["nan"] == "nan"
@@ -185,7 +186,9 @@ def test_document_json_table_and_docs_markers(tmp_path: object) -> None:
     header, rule, first = table.splitlines()[:3]
     assert header == "| scenario | metric | better | akresil | confluent | akresil / confluent |"
     assert first == "| leader-move | p99 ms from schedule | lower | 20 | 40 | 0.5 |"
-    assert "seed 3, --quick" in table
+    assert "seed 3, --quick, --load callbacks;" in table
+    with pytest.raises(ValueError, match="load: unknown 'threads'"):
+        build("leader-move", quick=True, seed=3, load="threads")
     page = f"# B\n\nintro\n{report.DOC_BEGIN}\nold\n{report.DOC_END}\ntail\n"
     updated = report.replace_between_markers(page, table)
     assert "old" not in updated and updated.endswith(f"{report.DOC_END}\ntail\n") and first in updated
