@@ -13,8 +13,9 @@ client's own ``DeliveryLog``, and what needs neither source is ``None`` (rendere
   broker's answer; this one also holds the client's linger and the wait for the next record of the round
   robin, so compare clients with each other, not with the proxy's figure.
 * not-leader responses, connections opened / closed, connection attempts while a node is down: ``None``.
-* recovery, records acked past the delivery timeout, latency on the live nodes' partitions: the same
-  definitions as on the proxy (``scenarios``), from the delivery log and the pinned leaders.
+* recovery, records acked past the delivery timeout, every latency from schedule (overall, before the fault,
+  live partitions during it, back to baseline): the same definitions as on the proxy (``scenarios``), from the
+  delivery log and the pinned leaders.
 
 ``summarize_mock`` is pure, like ``scenarios.summarize``, so these mappings are unit-tested on hand-made logs.
 """

@@ -10,6 +10,11 @@ times of requests to a node.
 Metric definitions (times on the proxy's monotonic clock):
 
 * throughput: records acknowledged per second; latency: hand-over to acknowledgement of each record.
+* latency from schedule (``schedule_metrics``, every failure scenario): acknowledgement minus the record's
+  scheduled time, over every record *scheduled* in a span, a failed or never completed record counting as
+  ``inf`` (a stall can never score well): overall, before the first fault, on the live partitions (those the
+  faulty node does not lead) in the fault windows, and the seconds after the fault until the per-second p99
+  stays within ``BASELINE_FACTOR`` of the pre-fault p99.
 * move → first success: for each leader move and each moved partition, from the client's first Produce
   naming that partition after the move to the new leader's first error-free answer for it.
 * requests in throttle windows: requests the proxy read on a connection strictly after it wrote a throttled
