@@ -3,9 +3,11 @@
 Each adapter runs its client with that client's own defaults plus only what the workload fixes for everyone:
 ``linger_ms`` and, where a scenario needs it, a delivery timeout (``Settings``).  Failure scenarios hand
 records over one at a time, each to an explicit partition (round robin), so every client carries the same load
-per partition and per node whatever its partitioner does with unkeyed records, and log each record's send
-time, completion time, partition and error kind in a ``DeliveryLog`` through the client's own per-record
-completion path; ``steady`` uses each client's fastest documented bulk path instead.  confluent-kafka serves its callbacks from a poll thread, as its docs advise.
+per partition and per node whatever its partitioner does with unkeyed records.  Each adapter offers the two
+idioms services write (``LOADS``): a task per record awaiting the client's send-and-wait (``send``), and
+hand-over plus the client's own delivery callback (``enqueue``); the runner logs each record's outcome.
+``steady`` uses each client's fastest documented bulk path instead.  confluent-kafka serves its callbacks from
+a poll thread, as its docs advise.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Optional
 
-from .stats import OTHER, TIMEOUT, DeliveryLog
+from .stats import OTHER, TIMEOUT
 
 CLIENT_NAMES = ("akresil", "aiokafka", "confluent")
 #: librdkafka's log lines (connection refused during a bounce, ...) go here instead of stderr
@@ -44,32 +46,51 @@ class Settings:
     request_timeout_ms: int | None = None
 
 
+#: the load idioms of the failure scenarios (``--load``): ``tasks``, one task per record awaiting the client's
+#: send-and-wait; ``callbacks``, hand the record over and learn its outcome from the client's delivery callback
+LOADS = ("tasks", "callbacks")
+DEFAULT_LOAD = "tasks"
+#: ``done(partition, None)`` on success, ``done(None, error kind)`` on failure (``TIMEOUT`` or ``OTHER``)
+Done = Callable[[Optional[int], Optional[str]], None]
+
+
+def check_load(load: str) -> str:
+    if load not in LOADS:
+        raise ValueError(f"load: unknown {load!r} (known: {', '.join(LOADS)})")
+    return load
+
+
 class ProducerAdapter(ABC):
-    """A producer of one client library driven by the benchmark."""
+    """A producer of one client library driven by the benchmark, in each client's own idioms."""
 
     name: ClassVar[str]
 
-    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.settings = settings
-        self.log = log
 
     @abstractmethod
     async def start(self) -> None: ...
 
     @abstractmethod
-    async def produce(self, topic: str, value: bytes, partition: int) -> None:
-        """Hand one record for ``partition`` to the client (waiting only as the client itself blocks);
-        completion goes to the log."""
+    async def send(self, topic: str, value: bytes, partition: int) -> int:
+        """``tasks``: hand one record for ``partition`` over and wait for its delivery the way the client's docs
+        show; returns the acknowledged partition, raises the client's error (see ``error_kind``)."""
+
+    @abstractmethod
+    async def enqueue(self, topic: str, value: bytes, partition: int, done: Done) -> None:
+        """``callbacks``: hand one record for ``partition`` over (waiting only as the client itself blocks); its
+        outcome reaches ``done`` through the client's own delivery callback (from the client's thread, for
+        confluent-kafka)."""
+
+    @abstractmethod
+    def error_kind(self, exc: BaseException) -> str:
+        """``TIMEOUT`` or ``OTHER`` for an error ``send`` raised."""
 
     @abstractmethod
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         """Produce ``count`` records by the client's fastest documented path and wait until all are acked."""
-
-    @abstractmethod
-    async def wait_idle(self, timeout_s: float) -> None:
-        """Wait until every record handed over completed, or ``timeout_s`` passed."""
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -106,51 +127,42 @@ def settings_for(client: str, settings: Settings) -> dict[str, Any]:
 class AkresilProducer(ProducerAdapter):
     name = "akresil"
 
-    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
-        super().__init__(bootstrap, client_id, settings, log)
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings) -> None:
+        super().__init__(bootstrap, client_id, settings)
         from .. import Producer
         self._producer = Producer(bootstrap_servers=bootstrap, client_id=client_id,
                                   **settings_for("akresil", settings))
-        self._watchers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         await self._producer.start()
 
-    async def produce(self, topic: str, value: bytes, partition: int) -> None:
-        from .. import errors
-        idx = self.log.begin(now_s())
-        try:
-            fut = await self._producer.enqueue(topic, value, partition=partition)
-        except errors.KafkaError as exc:
-            self.log.failed(idx, now_s(), _akresil_kind(exc))
-            return
-        # DeliveryFuture has no done-callback: one small task per record waits for it
-        task = asyncio.get_running_loop().create_task(self._watch(idx, fut))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+    async def send(self, topic: str, value: bytes, partition: int) -> int:
+        md = await self._producer.send(topic, value, partition=partition)
+        return md.partition
 
-    async def _watch(self, idx: int, fut: Any) -> None:
+    async def enqueue(self, topic: str, value: bytes, partition: int, done: Done) -> None:
+        from .. import errors
+
+        def on_delivery(md: Any, err: BaseException | None) -> None:
+            if err is None:
+                done(md.partition, None)
+            else:
+                done(None, _akresil_kind(err))
         try:
-            md = await fut
-        except Exception as exc:   # noqa: BLE001 - every failure is a data point
-            self.log.failed(idx, now_s(), _akresil_kind(exc))
-        else:
-            self.log.succeeded(idx, now_s(), md.partition)
+            await self._producer.enqueue(topic, value, partition=partition, on_delivery=on_delivery)
+        except errors.KafkaError as exc:
+            done(None, _akresil_kind(exc))
+
+    def error_kind(self, exc: BaseException) -> str:
+        return _akresil_kind(exc)
 
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         chunk = 10_000
         for start in range(0, count, chunk):
             await self._producer.send_many(topic, [(None, value)] * min(chunk, count - start))
 
-    async def wait_idle(self, timeout_s: float) -> None:
-        if self._watchers:
-            await asyncio.wait(set(self._watchers), timeout=timeout_s)
-
     async def close(self) -> None:
         await self._producer.close(timeout=1.0)
-        for task in list(self._watchers):
-            task.cancel()
-        await asyncio.gather(*self._watchers, return_exceptions=True)
 
 
 def _akresil_kind(exc: BaseException) -> str:
@@ -164,43 +176,34 @@ def _akresil_kind(exc: BaseException) -> str:
 class AiokafkaProducer(ProducerAdapter):
     name = "aiokafka"
 
-    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
-        super().__init__(bootstrap, client_id, settings, log)
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings) -> None:
+        super().__init__(bootstrap, client_id, settings)
         from aiokafka import AIOKafkaProducer
         self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id,
                                           **settings_for("aiokafka", settings))
-        self._pending: set[asyncio.Future[Any]] = set()
 
     async def start(self) -> None:
         await self._producer.start()
 
-    async def produce(self, topic: str, value: bytes, partition: int) -> None:
+    async def send(self, topic: str, value: bytes, partition: int) -> int:
+        md = await self._producer.send_and_wait(topic, value, partition=partition)
+        return int(md.partition)
+
+    async def enqueue(self, topic: str, value: bytes, partition: int, done: Done) -> None:
         from aiokafka.errors import KafkaError
-        idx = self.log.begin(now_s())
         try:
             fut = await self._producer.send(topic, value, partition=partition)
         except KafkaError as exc:
-            self.log.failed(idx, now_s(), _aiokafka_kind(exc))
+            done(None, _aiokafka_kind(exc))
             return
-        self._pending.add(fut)
-        fut.add_done_callback(functools.partial(self._done, idx))
+        fut.add_done_callback(functools.partial(_aiokafka_done, done))
 
-    def _done(self, idx: int, fut: asyncio.Future[Any]) -> None:
-        self._pending.discard(fut)
-        if fut.cancelled():
-            self.log.failed(idx, now_s(), OTHER)
-        elif fut.exception() is not None:
-            self.log.failed(idx, now_s(), _aiokafka_kind(fut.exception()))
-        else:
-            self.log.succeeded(idx, now_s(), fut.result().partition)
+    def error_kind(self, exc: BaseException) -> str:
+        return _aiokafka_kind(exc)
 
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         futs = [await self._producer.send(topic, value) for _ in range(count)]
         await asyncio.gather(*futs)
-
-    async def wait_idle(self, timeout_s: float) -> None:
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=timeout_s)
 
     async def close(self) -> None:
         try:
@@ -209,17 +212,37 @@ class AiokafkaProducer(ProducerAdapter):
             pass
 
 
+def _aiokafka_done(done: Done, fut: asyncio.Future[Any]) -> None:
+    if fut.cancelled():
+        done(None, OTHER)
+    elif fut.exception() is not None:
+        done(None, _aiokafka_kind(fut.exception()))
+    else:
+        done(fut.result().partition, None)
+
+
 def _aiokafka_kind(exc: BaseException | None) -> str:
     from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
     return TIMEOUT if isinstance(exc, (KafkaTimeoutError, RequestTimedOutError)) else OTHER
 
 
 # ---------------------------------------------------------------------------------------------- confluent
+class ConfluentDeliveryError(Exception):
+    """A failed delivery reported by confluent-kafka's callback, raised into the task awaiting the record."""
+
+    def __init__(self, err: Any) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
 class ConfluentProducer(ProducerAdapter):
+    """confluent-kafka from asyncio as its docs show: a poll thread serves delivery callbacks, which (``tasks``)
+    resolve a loop future through ``call_soon_threadsafe``."""
+
     name = "confluent"
 
-    def __init__(self, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog) -> None:
-        super().__init__(bootstrap, client_id, settings, log)
+    def __init__(self, bootstrap: str, client_id: str, settings: Settings) -> None:
+        super().__init__(bootstrap, client_id, settings)
         import confluent_kafka
         self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "client.id": client_id,
                                                    "logger": LIBRDKAFKA_LOG,
@@ -234,9 +257,8 @@ class ConfluentProducer(ProducerAdapter):
     async def start(self) -> None:
         self._poller.start()
 
-    async def produce(self, topic: str, value: bytes, partition: int) -> None:
-        idx = self.log.begin(now_s())
-        callback = functools.partial(self._done, idx)
+    async def _produce(self, topic: str, value: bytes, partition: int, callback: Callable[[Any, Any], None]
+                       ) -> None:
         while True:
             try:
                 self._producer.produce(topic, value, partition=partition, on_delivery=callback)
@@ -244,11 +266,28 @@ class ConfluentProducer(ProducerAdapter):
             except BufferError:     # its queue is full: wait as a blocking producer would
                 await asyncio.sleep(0.005)
 
-    def _done(self, idx: int, err: Any, msg: Any) -> None:
-        if err is None:
-            self.log.succeeded(idx, now_s(), msg.partition())
-        else:
-            self.log.failed(idx, now_s(), _confluent_kind(err))
+    async def send(self, topic: str, value: bytes, partition: int) -> int:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def on_delivery(err: Any, msg: Any) -> None:      # the poll thread
+            if err is None:
+                loop.call_soon_threadsafe(_set_result, fut, msg.partition())
+            else:
+                loop.call_soon_threadsafe(_set_exception, fut, ConfluentDeliveryError(err))
+        await self._produce(topic, value, partition, on_delivery)
+        return await fut
+
+    async def enqueue(self, topic: str, value: bytes, partition: int, done: Done) -> None:
+        def on_delivery(err: Any, msg: Any) -> None:      # the poll thread: the log's slots are thread-safe
+            if err is None:
+                done(msg.partition(), None)
+            else:
+                done(None, _confluent_kind(err))
+        await self._produce(topic, value, partition, on_delivery)
+
+    def error_kind(self, exc: BaseException) -> str:
+        return _confluent_kind(exc.err) if isinstance(exc, ConfluentDeliveryError) else OTHER
 
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         producer = self._producer
@@ -265,17 +304,22 @@ class ConfluentProducer(ProducerAdapter):
                 raise RuntimeError("confluent-kafka left records undelivered after 60 s")
         await asyncio.to_thread(run)
 
-    async def wait_idle(self, timeout_s: float) -> None:
-        deadline = now_s() + timeout_s
-        while len(self._producer) > 0 and now_s() < deadline:
-            await asyncio.sleep(0.02)
-
     async def close(self) -> None:
         self._stop.set()
         if self._poller.is_alive():
             await asyncio.to_thread(self._poller.join)
         self._producer.purge()
         await asyncio.to_thread(self._producer.flush, 1.0)
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
 
 
 def _confluent_kind(err: Any) -> str:
@@ -288,13 +332,12 @@ PRODUCERS: dict[str, type[ProducerAdapter]] = {
     "akresil": AkresilProducer, "aiokafka": AiokafkaProducer, "confluent": ConfluentProducer}
 
 
-def make_producer(client: str, bootstrap: str, client_id: str, settings: Settings, log: DeliveryLog
-                  ) -> ProducerAdapter:
+def make_producer(client: str, bootstrap: str, client_id: str, settings: Settings) -> ProducerAdapter:
     try:
         cls = PRODUCERS[client]
     except KeyError:
         raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})") from None
-    return cls(bootstrap, client_id, settings, log)
+    return cls(bootstrap, client_id, settings)
 
 
 # ---------------------------------------------------------------------------------------------- consumers

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import report
-from .clients import CLIENT_NAMES
+from .clients import CLIENT_NAMES, DEFAULT_LOAD, LOADS
 from .mock_scenarios import MOCK_SKIPS
 from .progress import Progress
 from .runner import Broker, run_failure, run_steady
@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="fixes values and fault scripts (default 1)")
     p.add_argument("--clients", type=parse_clients, default=CLIENT_NAMES,
                    help=f"comma-separated subset of {','.join(CLIENT_NAMES)} (default: all)")
+    p.add_argument("--load", choices=LOADS, default=DEFAULT_LOAD,
+                   help="the failure scenarios' idiom: tasks, one task per record awaiting the client's "
+                   "send-and-wait (akresil send, aiokafka send_and_wait, confluent-kafka a loop future resolved "
+                   "by its delivery callback); callbacks, hand-over plus the client's delivery callback "
+                   f"(akresil enqueue(on_delivery=), aiokafka send + add_done_callback, confluent-kafka "
+                   f"produce(on_delivery=)); default {DEFAULT_LOAD}")
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
     p.add_argument("--update-docs", metavar="PAGE", type=Path,
                    help="also replace the table between this harness's bench markers of this markdown page "
@@ -97,7 +103,7 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
                     per = {c: {"summary": await run_steady(broker, cfg, c, args.seed, progress)} for c in clients}
                     scenario = cfg.as_dict()
                 else:
-                    sc = build(name, quick=args.quick, seed=args.seed)
+                    sc = build(name, quick=args.quick, seed=args.seed, load=args.load)
                     per = {}
                     for c in clients:
                         summary, series = await _run_failure(args, broker, sc, c, progress)

@@ -13,8 +13,9 @@ client's own ``DeliveryLog``, and what needs neither source is ``None`` (rendere
   broker's answer; this one also holds the client's linger and the wait for the next record of the round
   robin, so compare clients with each other, not with the proxy's figure.
 * not-leader responses, connections opened / closed, connection attempts while a node is down: ``None``.
-* recovery, records acked past the delivery timeout, latency on the live nodes' partitions: the same
-  definitions as on the proxy (``scenarios``), from the delivery log and the pinned leaders.
+* recovery, records acked past the delivery timeout, every latency from schedule (overall, before the fault,
+  live partitions during it, back to baseline): the same definitions as on the proxy (``scenarios``), from the
+  delivery log and the pinned leaders.
 
 ``summarize_mock`` is pure, like ``scenarios.summarize``, so these mappings are unit-tested on hand-made logs.
 """
@@ -28,7 +29,7 @@ from typing import Any, Callable, Sequence
 from ..testing.rdkafka_mock import MockRequest
 from . import stats
 from .scenarios import (HEADLINES, METADATA, PRODUCE, AppliedStep, Scenario, bounce_metrics, delivery_summary,
-                        fault_node, storm_metrics)
+                        fault_node, schedule_metrics, storm_metrics)
 
 #: scenarios left out on the mock, and why (each one line in the output, the table and the JSON)
 MOCK_SKIPS: dict[str, str] = {
@@ -91,6 +92,7 @@ def summarize_mock(data: MockPhaseData) -> tuple[dict[str, Any], dict[str, Any]]
         raise ValueError(f"scenario {sc.name!r} does not run on librdkafka's mock cluster: "
                          f"{MOCK_SKIPS.get(sc.name, 'no metrics for it')}") from None
     summary.update(extra(data, start, end, series))
+    summary.update(schedule_metrics(data, start, end, series))
     return summary, series
 
 

@@ -88,7 +88,9 @@ def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str 
 def _ratio(a: float | None, b: float | None) -> float | str | None:
     if a is None or b is None:
         return None
-    if b == 0:
+    if a == b:          # 0 / 0 and inf / inf: both did the same
+        return 1.0
+    if b == 0 or math.isinf(a):
         return 1.0 if a == 0 else "inf"
     return round(a / b, 3)
 
@@ -117,7 +119,7 @@ def _clean(x: Any) -> Any:
 def _fmt(x: Any) -> str:
     if x is None:
         return "–"
-    if x == "inf":
+    if x == "inf" or (isinstance(x, float) and math.isinf(x) and x > 0):
         return "∞"
     if isinstance(x, float):
         return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
@@ -145,8 +147,10 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
     skipped = [f"{name} ({s['skipped']})" for name, s in scen.items() if "skipped" in s]
     if skipped:
         lines.append(f"Skipped: {'; '.join(skipped)}.")
+    loads = sorted({s["scenario"]["load"] for s in scen.values() if "load" in s.get("scenario", {})})
+    load = f", --load {'/'.join(loads)}" if loads else ""
     lines.append(f"Run: {HARNESSES[doc['harness']]} (--harness {doc['harness']}), seed {doc['seed']}, "
-                 f"{'--quick' if doc['quick'] else 'full'}; Python {env['python']}, "
+                 f"{'--quick' if doc['quick'] else 'full'}{load}; Python {env['python']}, "
                  f"{env['cpus']} CPUs, load average {', '.join(str(x) for x in env['load_avg'])}; aiokafka "
                  f"{env['aiokafka']}, confluent-kafka {env['confluent_kafka']} (librdkafka {env['librdkafka']}).")
     return "\n".join(lines) + "\n"

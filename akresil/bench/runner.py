@@ -6,12 +6,16 @@ own event loop in a thread, like a separate broker process would; clients run on
 (confluent-kafka in its own threads).  The load is open-loop: records are offered at a fixed rate whatever
 the client does, so a stall shows as latency and a dip in acknowledgements, not as a slower generator.
 ``PhaseBase`` holds what does not depend on the broker side, so ``mock_runner`` offers librdkafka's mock
-cluster exactly the same load and script.
+cluster exactly the same load and script.  The load's idiom (``Scenario.load``, ``--load``) is a task per record
+awaiting the client's send-and-wait, or a hand-over with the client's delivery callback; each record's scheduled
+time is logged with it, so latency can count from when the record was due, not from when the client took it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import random
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +34,8 @@ from .stats import DeliveryLog
 TICK_S = 0.005
 #: how long warm-up records (metadata, connections) may take before the phase gives up
 WARMUP_TIMEOUT_S = 20.0
+#: how often the drain checks whether every record completed
+DRAIN_POLL_S = 0.02
 
 ProgressFn = Callable[[str, str, float, float, int, int], None]   # scenario, client, elapsed, duration, acked, failed
 #: the broker side a phase scripts faults on (``FaultProxy``, or the mock's ``MockCluster``)
@@ -52,26 +58,19 @@ class PhaseBase(ABC, Generic[H]):
         self.topic = f"bench-{scenario.name}-{client}-{seed}-{random.randrange(1 << 30):08x}"
         self.log = DeliveryLog()
         self.applied: list[AppliedStep] = []
+        #: ``tasks`` load: the task of every record not yet completed
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def _drive(self, harness: H, bootstrap: str, producers: list[ProducerAdapter]) -> float:
         """Start and warm up the producers (appended to ``producers``, which the caller closes on failure), offer
         the load while the script runs, undo the faults, drain and close; returns the instant the load began."""
         sc = self.scenario
-        warm = DeliveryLog()
         for i in range(sc.producers):
-            p = make_producer(self.client, bootstrap, f"bench-{self.client}-{i}", sc.settings, warm)
+            p = make_producer(self.client, bootstrap, f"bench-{self.client}-{i}", sc.settings)
             producers.append(p)
             await p.start()
         value = random.Random(self.seed).randbytes(sc.value_size)
-        for p in producers:                  # every partition, so every client knows every node first
-            for i in range(sc.partitions * 2):
-                await p.produce(self.topic, value, i % sc.partitions)
-        for p in producers:
-            await p.wait_idle(WARMUP_TIMEOUT_S)
-        if len(warm.acked()) != len(warm):
-            raise RuntimeError(f"{self.client}: warm-up records were not delivered ({warm.error_counts()})")
-        for p in producers:
-            p.log = self.log
+        await self._warm_up(producers, value)
         self._begin_recording(harness)
         start = now_s()
         script_task = asyncio.create_task(self._script(harness, start))
@@ -82,10 +81,24 @@ class PhaseBase(ABC, Generic[H]):
             await asyncio.gather(script_task, return_exceptions=True)
             await self._undo_faults(harness)
         deadline = now_s() + sc.drain_s
-        for p in producers:
-            await p.wait_idle(max(0.0, deadline - now_s()))
+        while not self.log.all_done() and now_s() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+        # what completes from here on (records failed by close, cancelled tasks) stays "unfinished"
+        self.log.seal()
         await close_all(producers)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         return start
+
+    async def _warm_up(self, producers: list[ProducerAdapter], value: bytes) -> None:
+        """Every partition through every producer, so every client knows every node before the load starts."""
+        parts = self.scenario.partitions
+        sends = [p.send(self.topic, value, i % parts) for p in producers for i in range(parts * 2)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*sends), WARMUP_TIMEOUT_S)
+        except Exception as exc:   # noqa: BLE001 - any failure here means the phase cannot be measured
+            raise RuntimeError(f"{self.client}: warm-up records were not delivered: {exc!r}") from exc
 
     @abstractmethod
     def _begin_recording(self, harness: H) -> None:
@@ -99,23 +112,51 @@ class PhaseBase(ABC, Generic[H]):
         """Leave no fault in force for the drain, whatever the script reached."""
 
     async def _offer(self, producers: list[ProducerAdapter], value: bytes, start: float) -> None:
+        """Open loop: record *i* is due at ``start + i / rate`` (its scheduled time, logged with it) and goes to
+        partition ``i % partitions`` (round robin: the same load per node for every client) in the scenario's
+        idiom: a task awaiting the client's send-and-wait, or a hand-over with a delivery callback."""
         sc = self.scenario
+        tasks = sc.load == "tasks"
+        loop = asyncio.get_running_loop()
+        total = math.ceil(sc.rate * sc.duration_s)      # every record scheduled before the end
         sent = 0
         last_report = 0.0
-        while True:
+        while sent < total:
             elapsed = now_s() - start
-            if elapsed >= sc.duration_s:
-                break
-            due = int(sc.rate * elapsed) - sent
-            for _ in range(due):      # round robin over partitions: the same load per node for every client
-                await producers[sent % len(producers)].produce(self.topic, value, sent % sc.partitions)
+            due = min(int(sc.rate * elapsed) + 1, total) - sent
+            for _ in range(due):
+                partition = sent % sc.partitions
+                producer = producers[sent % len(producers)]
+                idx = self.log.begin(now_s(), partition, start + sent / sc.rate)
                 sent += 1
+                if tasks:
+                    task = loop.create_task(self._send(producer, value, idx, partition))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                else:
+                    await producer.enqueue(self.topic, value, partition, functools.partial(self._done, idx))
             if elapsed - last_report >= 0.25:
                 last_report = elapsed
                 counts = self.log.error_counts()
                 self.progress(sc.name, self.client, elapsed, sc.duration_s, len(self.log.acked()),
                               counts["timeout"] + counts["other"])
             await asyncio.sleep(TICK_S)
+        await asyncio.sleep(max(0.0, start + sc.duration_s - now_s()))     # the script runs its full length
+
+    async def _send(self, producer: ProducerAdapter, value: bytes, idx: int, partition: int) -> None:
+        try:
+            acked = await producer.send(self.topic, value, partition)
+        except Exception as exc:   # noqa: BLE001 - every failure is a data point
+            self.log.failed(idx, now_s(), producer.error_kind(exc))
+        else:
+            self.log.succeeded(idx, now_s(), acked)
+
+    def _done(self, idx: int, partition: int | None, kind: str | None) -> None:
+        if kind is None:
+            assert partition is not None
+            self.log.succeeded(idx, now_s(), partition)
+        else:
+            self.log.failed(idx, now_s(), kind)
 
     async def _script(self, harness: H, start: float) -> None:
         cursor = self.scenario.script.cursor()
@@ -233,7 +274,7 @@ async def _produce_then_consume(bootstrap: str, partitions: int, client: str, la
     from the beginning; returns (produce seconds, records read, consume seconds)."""
     topic = f"bench-steady-{client}-{label}-{seed}-{random.randrange(1 << 30):08x}"
     await create_topic(bootstrap, topic, partitions)
-    producer = make_producer(client, bootstrap, f"bench-{client}", Settings(), DeliveryLog())
+    producer = make_producer(client, bootstrap, f"bench-{client}", Settings())
     await producer.start()
     try:
         step("produce", 0.0, 0)

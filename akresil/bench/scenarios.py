@@ -10,6 +10,11 @@ times of requests to a node.
 Metric definitions (times on the proxy's monotonic clock):
 
 * throughput: records acknowledged per second; latency: hand-over to acknowledgement of each record.
+* latency from schedule (``schedule_metrics``, every failure scenario): acknowledgement minus the record's
+  scheduled time, over every record *scheduled* in a span, a failed or never completed record counting as
+  ``inf`` (a stall can never score well): overall, before the first fault, on the live partitions (those the
+  faulty node does not lead) in the fault windows, and the seconds after the fault until the per-second p99
+  stays within ``BASELINE_FACTOR`` of the pre-fault p99.
 * move → first success: for each leader move and each moved partition, from the client's first Produce
   naming that partition after the move to the new leader's first error-free answer for it.
 * requests in throttle windows: requests the proxy read on a connection strictly after it wrote a throttled
@@ -25,13 +30,13 @@ from __future__ import annotations
 
 import random
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from ..protocol.api import ApiKey
 from ..testing.recorder import ConnectionEvent, RecordedRequest, RecordedResponse
 from . import stats
-from .clients import Settings
+from .clients import DEFAULT_LOAD, Settings, check_load
 from .script import FaultScript, FaultStep
 
 PRODUCE = int(ApiKey.PRODUCE)
@@ -60,13 +65,15 @@ class Scenario:
     #: after the load stops: how long to wait for outstanding records before counting them unfinished
     drain_s: float = 10.0
     params: dict[str, Any] = field(default_factory=dict)
+    #: the idiom the load uses (``clients.LOADS``)
+    load: str = DEFAULT_LOAD
 
     @property
     def duration_s(self) -> float:
         return self.script.duration_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "rate": self.rate, "value_size": self.value_size,
+        return {"name": self.name, "load": self.load, "rate": self.rate, "value_size": self.value_size,
                 "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
                 "settings": {"linger_ms": self.settings.linger_ms,
                              "delivery_timeout_ms": self.settings.delivery_timeout_ms,
@@ -92,18 +99,20 @@ def steady_config(*, quick: bool) -> SteadyConfig:
     return SteadyConfig(records=100_000 if quick else 300_000)
 
 
-def build(name: str, *, quick: bool, seed: int) -> Scenario:
-    """The scenario ``name`` with its fault script fixed by ``seed``."""
+def build(name: str, *, quick: bool, seed: int, load: str = DEFAULT_LOAD) -> Scenario:
+    """The scenario ``name`` with its fault script fixed by ``seed``, its load offered in the idiom ``load``."""
     rng = random.Random(f"{name}:{seed}")
     if name == "leader-move":
-        return _leader_move(quick, rng)
-    if name == "throttle":
-        return _throttle(quick)
-    if name == "broker-bounce":
-        return _broker_bounce(quick, rng)
-    if name == "retry-storm":
-        return _retry_storm(quick, rng)
-    raise ValueError(f"scenario: unknown {name!r} (known: {', '.join(SCENARIOS)})")
+        sc = _leader_move(quick, rng)
+    elif name == "throttle":
+        sc = _throttle(quick)
+    elif name == "broker-bounce":
+        sc = _broker_bounce(quick, rng)
+    elif name == "retry-storm":
+        sc = _retry_storm(quick, rng)
+    else:
+        raise ValueError(f"scenario: unknown {name!r} (known: {', '.join(SCENARIOS)})")
+    return replace(sc, load=check_load(load))
 
 
 def _leader_move(quick: bool, rng: random.Random) -> Scenario:
@@ -225,8 +234,8 @@ def summarize(data: PhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
     series: dict[str, Any] = dict(stats.delivery_series(log, start, sc.duration_s))
     series["produce_requests_per_s"] = stats.rate_series(
         (r.time_ms / 1000 for r in data.requests if r.api_key == PRODUCE), start, sc.duration_s)
-    extra = _EXTRA[sc.name](data, start, end, series)
-    summary.update(extra)
+    summary.update(_EXTRA[sc.name](data, start, end, series))
+    summary.update(schedule_metrics(data, start, end, series))
     return summary, series
 
 
@@ -297,6 +306,64 @@ def _throttle_metrics(data: PhaseData, start: float, end: float, series: dict[st
                                        if r.throttle_time_ms > 0 and start <= r.time_ms / 1000 < end)}
 
 
+#: "back to baseline": the per-second p99 after the fault stays within this factor of the pre-fault p99
+BASELINE_FACTOR = 1.5
+#: the script steps that open a fault window, and the steps that may end it earlier than its nominal length
+_WINDOW_ENDS = {"stop_node": "start_node", "fail_produce": "clear", "throttle_all_nodes": None}
+
+
+def fault_windows(data: PhaseRecord, end: float) -> list[tuple[float, float]]:
+    """The spans (monotonic s) in which the phase's faults were in force: each windowed step from where it was
+    applied to where its closing step was applied (or its nominal end); leader moves are instants, so from
+    the first move to the end of the run."""
+    applied = sorted(data.applied, key=lambda a: a.at_s)
+    moves = [a.at_s for a in applied if a.step.action == "move_all_leaders"]
+    if moves:
+        return [(moves[0], end)]
+    out = []
+    for i, a in enumerate(applied):
+        if a.step.action not in _WINDOW_ENDS:
+            continue
+        closer = _WINDOW_ENDS[a.step.action]
+        closed = [b.at_s for b in applied[i + 1:] if b.step.action == closer]
+        out.append((a.at_s, min(closed[0] if closed else end, end) if closer else a.at_s + a.step.window_s))
+    return out
+
+
+def live_partitions(data: PhaseRecord) -> set[int]:
+    """Partitions the scenario's faulty node did not lead when the load started (all, with no faulty node)."""
+    node = data.scenario.params.get("node")
+    return {p for p, n in data.leaders.items() if node is None or n != int(node)}
+
+
+def schedule_metrics(data: PhaseRecord, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
+    """Latency from each record's scheduled time, over every record *scheduled* in a span (see
+    ``DeliveryLog.scheduled_latencies``: a failed or never completed record is ``inf``), the same on every
+    harness: overall, before the first fault (the baseline), on the live partitions while a fault is in force,
+    and how long after the last fault ends the per-second p99 takes to stay within ``BASELINE_FACTOR`` of the
+    baseline."""
+    log = data.log
+    windows = fault_windows(data, end)
+    series["sched_p99_ms"] = stats.scheduled_p99_series(log, start, end - start)
+    out: dict[str, Any] = {"sched_latency": stats.scheduled_summary(log.scheduled_latencies(start, end))}
+    if not windows:
+        raise ValueError(f"phase of {data.client}: no fault step of {data.scenario.name!r} was applied")
+    first, last = windows[0][0], max(e for _, e in windows)
+    before = stats.scheduled_summary(log.scheduled_latencies(start, first))
+    live = live_partitions(data)
+    series["sched_p99_live_ms"] = stats.scheduled_p99_series(log, start, end - start, partitions=live)
+    during = [x for a, b in windows for x in log.scheduled_latencies(a, b, live)]
+    live_summary = stats.scheduled_summary(during)
+    after = stats.scheduled_p99_series(log, last, max(end - last, 1e-9)) if last < end else []
+    out.update({
+        "sched_before_fault": before,
+        "sched_live_during_fault": live_summary,
+        "live_p99_during_fault_vs_before": stats.ratio(live_summary["p99_ms"], before["p99_ms"]),
+        "back_to_baseline_s": stats.back_to_baseline_s(after, before["p99_ms"], BASELINE_FACTOR),
+    })
+    return out
+
+
 def fault_node(data: PhaseRecord) -> int:
     return int(data.scenario.params["node"])
 
@@ -341,17 +408,12 @@ def bounce_metrics(data: PhaseRecord, start: float, end: float, series: dict[str
     bound = data.scenario.settings.delivery_timeout_ms
     acked = data.log.acked()
     late = sum(1 for s, d, _ in acked if bound is not None and (d - s) * 1000 > bound)
-    # records for partitions the stopped node did not lead, sent while it was down: a client that isolates
-    # nodes keeps these fast; head-of-line blocking behind the dead node shows here
-    healthy = {p for p, n in data.leaders.items() if n != node}
-    healthy_ms = [(d - s) * 1000 for s, d, p in acked if p in healthy and down_at <= s < up_at]
     return {"node": node, "down_s": round(up_at - down_at, 3),
             "connect_attempts_while_down": None if attempts is None else len(attempts),
             "connect_attempts_per_s_while_down": None if attempts is None else round(len(attempts) / down_s, 2),
             "produce_requests_first_s_after_return": len(after),
             "recovery_ms": None if recovery is None else round(recovery * 1000, 1),
-            "acked_beyond_delivery_timeout": late,
-            "healthy_partitions_p99_ms": stats.round_ms(stats.percentile(healthy_ms, 99))}
+            "acked_beyond_delivery_timeout": late}
 
 
 def _storm_metrics(data: PhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
@@ -385,33 +447,44 @@ def storm_metrics(data: PhaseRecord, start: float, end: float, series: dict[str,
 _EXTRA = {"leader-move": _leader_move_metrics, "throttle": _throttle_metrics,
           "broker-bounce": _bounce_metrics, "retry-storm": _storm_metrics}
 
+def _fault_rows(during: str, after: str) -> list[tuple[str, str, str]]:
+    """The headline rows of ``schedule_metrics`` for a scenario whose fault has a window."""
+    return [(f"p99 ms from schedule, {during}", "sched_live_during_fault.p99_ms", "lower"),
+            (f"p99.9 ms from schedule, {during}", "sched_live_during_fault.p999_ms", "lower"),
+            (f"max ms from schedule, {during}", "sched_live_during_fault.max_ms", "lower"),
+            ("p99 ms from schedule before the fault", "sched_before_fault.p99_ms", "lower"),
+            (f"… during / before (target ≤ {BASELINE_FACTOR})", "live_p99_during_fault_vs_before", "lower"),
+            (f"s until p99 stays ≤ {BASELINE_FACTOR}× before, {after}", "back_to_baseline_s", "lower")]
+
+
 #: the headline metrics of each scenario: (label, path in the summary, which direction is better)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "steady": [("produce msg/s, 100 B", "100B.produce_msg_per_s", "higher"),
                ("produce msg/s, 1 KiB", "1024B.produce_msg_per_s", "higher"),
                ("consume msg/s, 100 B", "100B.consume_msg_per_s", "higher"),
                ("consume msg/s, 1 KiB", "1024B.consume_msg_per_s", "higher")],
-    "leader-move": [("p99 produce latency ms", "latency.p99_ms", "lower"),
-                    ("max produce latency ms", "latency.max_ms", "lower"),
+    "leader-move": [("p99 ms from schedule", "sched_latency.p99_ms", "lower"),
+                    ("p99.9 ms from schedule", "sched_latency.p999_ms", "lower"),
+                    ("max ms from schedule", "sched_latency.max_ms", "lower"),
+                    ("p99 ms from schedule before the first move", "sched_before_fault.p99_ms", "lower"),
                     ("median move → first success ms", "move_to_first_success.median_ms", "lower"),
                     ("Metadata requests", "metadata_requests", "lower"),
                     ("throughput msg/s", "throughput_msg_per_s", "higher")],
     "throttle": [("requests inside throttle windows", "requests_in_throttle_windows", "lower"),
                  ("… of them within 5 ms of the throttled response", "requests_in_throttle_windows_within_5ms",
                   "lower"),
-                 ("p99 produce latency ms", "latency.p99_ms", "lower"),
+                 *_fault_rows("inside the windows", "after the last window"),
                  ("throughput msg/s", "throughput_msg_per_s", "higher"),
                  ("connections opened", "connections_opened", "lower")],
-    "broker-bounce": [("records acked later than the delivery timeout", "acked_beyond_delivery_timeout", "lower"),
-                      ("p99 latency on the live nodes' partitions while down ms", "healthy_partitions_p99_ms",
-                       "lower"),
+    "broker-bounce": [*_fault_rows("live partitions, node down", "after it returns"),
+                      ("records acked later than the delivery timeout", "acked_beyond_delivery_timeout", "lower"),
                       ("records failed by delivery timeout (expected: the down node's, past the bound)",
                        "failed_timeout", "—"),
                       ("connect attempts/s while down", "connect_attempts_per_s_while_down", "lower"),
-                      ("recovery ms", "recovery_ms", "lower"),
-                      ("p99 produce latency ms", "latency.p99_ms", "lower")],
+                      ("recovery ms", "recovery_ms", "lower")],
     "retry-storm": [("requests/s to failing node", "requests_per_s_to_failing_node", "lower"),
                     ("peak requests/s to failing node", "peak_requests_per_s_to_node", "lower"),
+                    *_fault_rows("live partitions, node failing", "after it clears"),
                     ("recovery ms", "recovery_ms", "lower"),
-                    ("p99 produce latency ms", "latency.p99_ms", "lower")],
+                    ("p99 ms from schedule, all", "sched_latency.p99_ms", "lower")],
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 #: error kinds a client adapter reports for a failed record
 TIMEOUT = "timeout"
@@ -19,40 +19,78 @@ UNFINISHED = "unfinished"
 
 
 class DeliveryLog:
-    """Send time, completion time, partition and error kind of every record one client was handed.
+    """Scheduled time, hand-over time, completion time, partition and error kind of every record of one client.
 
-    Slots are written by index, so a client's own callback thread (confluent-kafka's poll loop) can complete
-    records while the event loop appends new ones: a list item store is atomic in CPython.
+    The open-loop load fixes each record's *scheduled* time (``start + i / rate``) and its partition before the
+    client sees it, so a record the client never completes still has both.  Slots are written by index, so a
+    client's own callback thread (confluent-kafka's poll loop) can complete records while the event loop appends
+    new ones: a list item store is atomic in CPython.
     """
 
-    __slots__ = ("sent_s", "done_s", "partition", "error")
+    __slots__ = ("scheduled_s", "sent_s", "done_s", "partition", "error", "_settled", "_sealed")
 
     def __init__(self) -> None:
+        self.scheduled_s: list[float] = []
         self.sent_s: list[float] = []
         self.done_s: list[float] = []
         self.partition: list[int] = []
         self.error: list[str | None] = []
+        #: every record before this index is complete (``all_done`` only rescans from here)
+        self._settled = 0
+        #: outcomes after ``seal()`` are ignored: the run is over, the record counts as never completed
+        self._sealed = False
 
     def __len__(self) -> int:
         return len(self.sent_s)
 
-    def begin(self, now_s: float) -> int:
-        """Note a record handed to the client at ``now_s``; returns its index."""
+    def begin(self, now_s: float, partition: int = -1, scheduled_s: float | None = None) -> int:
+        """Note a record for ``partition`` (-1: the client picks) handed to the client at ``now_s``, due at
+        ``scheduled_s`` (default: ``now_s``); returns its index."""
+        self.scheduled_s.append(now_s if scheduled_s is None else scheduled_s)
         self.sent_s.append(now_s)
         self.done_s.append(math.nan)
-        self.partition.append(-1)
+        self.partition.append(partition)
         self.error.append(None)
         return len(self.sent_s) - 1
 
+    def seal(self) -> None:
+        """End the run: records not complete now stay unfinished, whatever the client reports later (closing
+        a client fails its outstanding records)."""
+        self._sealed = True
+
     def succeeded(self, index: int, now_s: float, partition: int) -> None:
+        if self._sealed:
+            return
         self.partition[index] = partition
         self.done_s[index] = now_s
+
+    def all_done(self) -> bool:
+        """Whether every record noted so far succeeded or failed (amortized: a settled prefix is not rescanned)."""
+        done, i = self.done_s, self._settled
+        while i < len(done) and not math.isnan(done[i]):
+            i += 1
+        self._settled = i
+        return i == len(done)
 
     def failed(self, index: int, now_s: float, kind: str) -> None:
         if kind not in (TIMEOUT, OTHER):
             raise ValueError(f"error kind: expected {TIMEOUT!r} or {OTHER!r}, got {kind!r}")
+        if self._sealed:
+            return
         self.error[index] = kind
         self.done_s[index] = now_s
+
+    def scheduled_latencies(self, since_s: float, until_s: float, partitions: Collection[int] | None = None
+                            ) -> list[float]:
+        """Latency in seconds, from its scheduled time, of every record *scheduled* in ``[since_s, until_s)``
+        (on ``partitions``, or all): a success counts with its acknowledgement time, whenever that came; a
+        failure or a record never completed counts as ``inf``.  So a client that stalls acknowledges nothing
+        during a window scores at least the stall, never better than the records it did deliver."""
+        out = []
+        for sched, done, part, err in zip(self.scheduled_s, self.done_s, self.partition, self.error):
+            if since_s <= sched < until_s and (partitions is None or part in partitions):
+                out.append(done - sched if err is None and not math.isnan(done) else math.inf)
+        return out
 
     def pending(self) -> int:
         return sum(1 for d in self.done_s if math.isnan(d))
@@ -98,6 +136,47 @@ class LatencySummary:
 def latency_summary(latencies_s: Sequence[float]) -> LatencySummary:
     ms = [x * 1000.0 for x in latencies_s]
     return LatencySummary(len(ms), percentile(ms, 50), percentile(ms, 99), max(ms) if ms else None)
+
+
+def scheduled_summary(latencies_s: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, never-acknowledged count and p50 / p99 / p99.9 / max in ms of latencies from the scheduled time
+    (``inf`` for a record that failed or never completed, so a percentile that reaches one is ``inf``)."""
+    ms = [x * 1000.0 for x in latencies_s]
+    return {"count": len(ms), "not_acked": sum(1 for x in ms if math.isinf(x)),
+            "p50_ms": round_ms(percentile(ms, 50)), "p99_ms": round_ms(percentile(ms, 99)),
+            "p999_ms": round_ms(percentile(ms, 99.9)), "max_ms": round_ms(max(ms)) if ms else None}
+
+
+def scheduled_p99_series(log: DeliveryLog, start_s: float, duration_s: float, bucket_s: float = 1.0,
+                         partitions: Collection[int] | None = None) -> list[float | None]:
+    """Per bucket from ``start_s``: the p99 latency in ms from the scheduled time of the records *scheduled* in
+    it (``inf`` where a failed or never completed record reaches the p99; ``None``: nothing was scheduled)."""
+    n = bucket_count(duration_s, bucket_s)
+    buckets: list[list[float]] = [[] for _ in range(n)]
+    for sched, done, part, err in zip(log.scheduled_s, log.done_s, log.partition, log.error):
+        i = math.floor((sched - start_s) / bucket_s)
+        if 0 <= i < n and (partitions is None or part in partitions):
+            buckets[i].append((done - sched) * 1000.0 if err is None and not math.isnan(done) else math.inf)
+    return [round_ms(percentile(b, 99)) for b in buckets]
+
+
+def back_to_baseline_s(per_bucket_p99_ms: Sequence[float | None], baseline_ms: float | None,
+                       factor: float = 1.5, bucket_s: float = 1.0) -> float | None:
+    """Seconds from the first bucket to the start of the first bucket after which every bucket's p99 stays at
+    most ``factor`` × ``baseline_ms`` (empty buckets do not count either way); ``inf`` when even the last
+    bucket is above it, ``None`` without a baseline or buckets."""
+    if baseline_ms is None or not per_bucket_p99_ms:
+        return None
+    limit = factor * baseline_ms
+    settled = len(per_bucket_p99_ms)
+    for i in range(len(per_bucket_p99_ms) - 1, -1, -1):
+        p99 = per_bucket_p99_ms[i]
+        if p99 is not None and p99 > limit:
+            break
+        settled = i
+    if settled == len(per_bucket_p99_ms):
+        return math.inf
+    return settled * bucket_s
 
 
 def bucket_count(duration_s: float, bucket_s: float) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 from pathlib import Path
 
@@ -22,25 +23,36 @@ from ..harness.streams import TextSink
 pytestmark = pytest.mark.broker
 
 
-async def test_tiny_leader_move_on_the_mock_writes_a_labelled_document(tmp_path: Path,
+@pytest.mark.parametrize("load", ["tasks", "callbacks"])
+async def test_tiny_leader_move_on_the_mock_writes_a_labelled_document(tmp_path: Path, load: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client in both load idioms: each record is acknowledged and logged at its scheduled time."""
     tiny = scenarios.Scenario("leader-move", FaultScript(3.0, (FaultStep(1.0, "move_all_leaders",
                                                                           label="leader move"),)),
                               rate=500, drain_s=5.0)
-    monkeypatch.setattr("akresil.bench.command.build", lambda name, quick, seed: tiny)
+    monkeypatch.setattr("akresil.bench.command.build",
+                        lambda name, quick, seed, load: dataclasses.replace(tiny, load=load))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out = tmp_path / "out"
-    args = parser.parse_args(["leader-move", "--quick", "--harness", "mock", "--clients", "akresil",
-                              "--out", str(out)])
+    args = parser.parse_args(["leader-move", "--quick", "--harness", "mock", "--load", load,
+                              "--clients", "akresil,aiokafka,confluent", "--out", str(out)])
     sink = TextSink()
     await run(args, Progress(sink))  # type: ignore[arg-type]
 
     doc = orjson.loads((out / "bench.json").read_bytes())
     assert doc["harness"] == "mock"
+    assert doc["scenarios"]["leader-move"]["scenario"]["load"] == load
+    for client, result in doc["scenarios"]["leader-move"]["clients"].items():
+        s = result["summary"]
+        assert s["records_offered"] == 1500, client           # 500/s for 3 s, open loop, as on the proxy
+        assert s["records_acked"] == s["records_offered"], client
+        sched = s["sched_latency"]
+        assert sched["count"] == 1500 and sched["not_acked"] == 0, client
+        assert 0 < sched["p50_ms"] <= sched["p99_ms"] <= sched["p999_ms"] <= sched["max_ms"] < 3000, client
+        # the move is applied 1 s in (counted from when the mock had moved every leader: a few ms later)
+        assert 500 <= s["sched_before_fault"]["count"] < 600, client
     summary = doc["scenarios"]["leader-move"]["clients"]["akresil"]["summary"]
-    assert summary["records_offered"] >= 1000                 # 500/s for 3 s, open loop, as on the proxy
-    assert summary["records_acked"] == summary["records_offered"]
     moved = summary["move_to_first_success"]
     assert summary["moves"] == 1 and moved["count"] == tiny.partitions
     assert summary["moved_partitions_without_success"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import orjson
@@ -24,7 +25,8 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
     tiny = scenarios.Scenario("leader-move", FaultScript(3.0, (FaultStep(1.0, "move_all_leaders",
                                                                           label="leader move"),)),
                               rate=500, drain_s=5.0)
-    monkeypatch.setattr("akresil.bench.command.build", lambda name, quick, seed: tiny)
+    monkeypatch.setattr("akresil.bench.command.build",
+                        lambda name, quick, seed, load: dataclasses.replace(tiny, load=load))
     page = tmp_path / "page.md"
     page.write_text("# Bench\n<!-- bench:begin -->\n<!-- bench:end -->\n")
     parser = argparse.ArgumentParser()
@@ -43,10 +45,13 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
     assert summary["records_acked"] == summary["records_offered"]
     assert summary["moves"] == 1 and summary["move_to_first_success"]["count"] >= 1
     assert len(result["clients"]["akresil"]["series"]["acked_per_s"]) == 3
-    assert [r["metric"] for r in result["ratios"]][0] == "p99 produce latency ms"
+    assert result["scenario"]["load"] == "tasks"                # the default idiom
+    assert [r["metric"] for r in result["ratios"]][0] == "p99 ms from schedule"
+    assert summary["sched_latency"]["count"] == summary["records_offered"]
+    assert summary["sched_latency"]["not_acked"] == 0 and summary["sched_latency"]["max_ms"] < 3000
     png = (tmp_path / "out" / "leader-move.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert "| leader-move | p99 produce latency ms |" in page.read_text()
+    assert "| leader-move | p99 ms from schedule |" in page.read_text()
     assert any("leader-move" in line for line in lines)
 
 

@@ -31,7 +31,7 @@ def mreq(api_key: int, t: float, broker: int = 1) -> MockRequest:
 
 def record(log: stats.DeliveryLog, sent: float, acked: float | None, partition: int) -> None:
     """A record handed over ``sent`` s into the phase and acknowledged at ``acked`` (``None``: never)."""
-    idx = log.begin(T0 + sent)
+    idx = log.begin(T0 + sent, partition)
     if acked is not None:
         log.succeeded(idx, T0 + acked, partition)
 
@@ -99,7 +99,7 @@ def test_broker_bounce_counts_requests_to_the_node_and_leaves_connection_attempt
     assert summary["produce_requests_first_s_after_return"] == 9
     assert sum(series["produce_requests_to_node_per_s"]) == 14
     assert summary["recovery_ms"] == pytest.approx(150.0, abs=0.5)
-    assert summary["healthy_partitions_p99_ms"] == pytest.approx(8.0, abs=0.01)
+    assert summary["sched_live_during_fault"]["p99_ms"] == pytest.approx(8.0, abs=0.01)
     assert summary["acked_beyond_delivery_timeout"] == 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import orjson
 import pytest
 
@@ -90,7 +92,7 @@ def test_storm_and_bounce_metrics() -> None:
     fail, clear = sc.script.steps
     log = stats.DeliveryLog()
     led = next(p for p, n in {0: 1, 1: 2, 2: 3}.items() if n == node)
-    log.succeeded(log.begin(T0 + 1.0), T0 + clear.at_s + 0.25, led)
+    log.succeeded(log.begin(T0 + 1.0, led), T0 + clear.at_s + 0.25, led)
     reqs = [req(PRODUCE, fail.at_s + 0.1 * i, node) for i in range(20)]       # 20 requests in 2 s
     data = phase("retry-storm", requests=reqs, log=log,
                  applied=[AppliedStep(fail, T0 + fail.at_s), AppliedStep(clear, T0 + clear.at_s)])
@@ -122,7 +124,8 @@ def test_storm_and_bounce_metrics() -> None:
     assert summary["connect_attempts_per_s_while_down"] == pytest.approx(2 / stop.window_s, rel=0.01)
     assert summary["recovery_ms"] is None                      # nothing was acknowledged afterwards
     assert sum(series["connect_attempts_per_s"]) == 2
-    assert summary["acked_beyond_delivery_timeout"] == 0 and summary["healthy_partitions_p99_ms"] is None
+    assert summary["acked_beyond_delivery_timeout"] == 0
+    assert summary["sched_live_during_fault"]["count"] == 0 and summary["sched_live_during_fault"]["p99_ms"] is None
 
     # while node `bnode` is down: a live node's partition answers in 10 ms, one record waited 3 s (past the
     # 2.5 s bound, head-of-line blocked); the down node's partition gets its record acked after the restart
@@ -133,16 +136,18 @@ def test_storm_and_bounce_metrics() -> None:
     log = stats.DeliveryLog()
     for i in range(99):
         sent = T0 + stop.at_s + 0.01 * i
-        log.succeeded(log.begin(sent), sent + 0.010, healthy)
+        log.succeeded(log.begin(sent, healthy), sent + 0.010, healthy)
     sent = T0 + stop.at_s + 1.0
-    log.succeeded(log.begin(sent), sent + bound / 1000 + 0.5, healthy)
-    log.succeeded(log.begin(sent), T0 + start.at_s + 0.1, down)
+    log.succeeded(log.begin(sent, healthy), sent + bound / 1000 + 0.5, healthy)
+    log.succeeded(log.begin(sent, down), T0 + start.at_s + 0.1, down)
     data = phase("broker-bounce", log=log,
                  applied=[AppliedStep(stop, T0 + stop.at_s), AppliedStep(start, T0 + start.at_s)])
     summary, _ = summarize(data)
     late = 1 + (1 if (T0 + start.at_s + 0.1 - sent) * 1000 > bound else 0)
     assert summary["acked_beyond_delivery_timeout"] == late
-    assert summary["healthy_partitions_p99_ms"] == pytest.approx(10.0, abs=0.01)   # nearest rank: 99 of 100
+    # nearest rank: 99 of 100; the down node's record does not count on the live partitions
+    assert summary["sched_live_during_fault"]["p99_ms"] == pytest.approx(10.0, abs=0.01)
+    assert summary["sched_live_during_fault"]["count"] == 100
 
 
 def test_missing_step_is_reported_not_guessed() -> None:
@@ -151,14 +156,16 @@ def test_missing_step_is_reported_not_guessed() -> None:
 
 
 def test_ratios_direction_and_edge_cases() -> None:
-    summaries = {"akresil": {"requests_in_throttle_windows": 0, "latency": {"p99_ms": 20.0},
-                             "throughput_msg_per_s": 2000.0, "connections_opened": 0},
-                 "aiokafka": {"requests_in_throttle_windows": 40, "latency": {"p99_ms": 80.0},
-                              "throughput_msg_per_s": 1000.0, "connections_opened": 0}}
+    summaries = {"akresil": {"requests_in_throttle_windows": 0, "sched_live_during_fault": {"p99_ms": 20.0},
+                             "throughput_msg_per_s": 2000.0, "connections_opened": 0, "back_to_baseline_s": 1.0},
+                 "aiokafka": {"requests_in_throttle_windows": 40, "sched_live_during_fault": {"p99_ms": 80.0},
+                              "throughput_msg_per_s": 1000.0, "connections_opened": 0,
+                              "back_to_baseline_s": math.inf}}
     rows = {r["path"]: r for r in report.ratios("throttle", summaries)}
     assert rows["requests_in_throttle_windows"]["ratios"] == {"aiokafka": 0.0}
-    assert rows["latency.p99_ms"]["ratios"] == {"aiokafka": 0.25}
-    assert rows["latency.p99_ms"]["better"] == "lower"
+    assert rows["sched_live_during_fault.p99_ms"]["ratios"] == {"aiokafka": 0.25}
+    assert rows["sched_live_during_fault.p99_ms"]["better"] == "lower"
+    assert rows["back_to_baseline_s"]["ratios"] == {"aiokafka": 0.0}     # never back: infinitely worse
     assert rows["throughput_msg_per_s"]["ratios"] == {"aiokafka": 2.0}
     assert rows["connections_opened"]["ratios"] == {"aiokafka": 1.0}        # 0 / 0: the same
     assert report._ratio(5, 0) == "inf" and report._ratio(None, 3) is None
@@ -166,22 +173,82 @@ def test_ratios_direction_and_edge_cases() -> None:
 
 
 def test_document_json_table_and_docs_markers(tmp_path: object) -> None:
-    summaries = {"akresil": {"latency": {"p99_ms": 20.0}}, "confluent": {"latency": {"p99_ms": 40.0}}}
+    summaries = {"akresil": {"sched_latency": {"p99_ms": 20.0}}, "confluent": {"sched_latency": {"p99_ms": 40.0}}}
     env = {"python": "3.11", "cpus": 2, "load_avg": [1.0, 2.0, 3.0], "aiokafka": "0.14", "confluent_kafka": "2.16",
            "librdkafka": "2.16"}
     doc = report.document(seed=3, quick=True, env=env, scenarios={
         "leader-move": {"clients": {c: {"summary": s} for c, s in summaries.items()},
+                        "scenario": build("leader-move", quick=True, seed=3, load="callbacks").as_dict(),
                         "ratios": report.ratios("leader-move", summaries), "nan": float("nan")}})
     parsed = orjson.loads(report.dumps(doc))
     assert parsed["seed"] == 3 and parsed["scenarios"]["leader-move"]["nan"] == "nan"
     table = report.markdown_table(doc)
     header, rule, first = table.splitlines()[:3]
     assert header == "| scenario | metric | better | akresil | confluent | akresil / confluent |"
-    assert first == "| leader-move | p99 produce latency ms | lower | 20 | 40 | 0.5 |"
-    assert "seed 3, --quick" in table
+    assert first == "| leader-move | p99 ms from schedule | lower | 20 | 40 | 0.5 |"
+    assert "seed 3, --quick, --load callbacks;" in table
+    with pytest.raises(ValueError, match="load: unknown 'threads'"):
+        build("leader-move", quick=True, seed=3, load="threads")
     page = f"# B\n\nintro\n{report.DOC_BEGIN}\nold\n{report.DOC_END}\ntail\n"
     updated = report.replace_between_markers(page, table)
     assert "old" not in updated and updated.endswith(f"{report.DOC_END}\ntail\n") and first in updated
     assert report.replace_between_markers(updated, table) == updated          # idempotent
     with pytest.raises(ValueError, match="needs the markers"):
         report.replace_between_markers("# no markers", table)
+
+
+def test_schedule_metrics_of_a_bounce_count_stalls_failures_and_the_way_back() -> None:
+    sc = build("broker-bounce", quick=True, seed=1)
+    stop, start = sc.script.steps
+    node = sc.params["node"]
+    leaders = {0: 1, 1: 2, 2: 3}
+    down_at, up_at = stop.at_s, start.at_s
+    log = stats.DeliveryLog()
+    for i in range(int(sc.duration_s * 100)):            # 100 records/s, round robin over 3 partitions
+        t = i / 100
+        p = i % 3
+        idx = log.begin(T0 + t, p)
+        if down_at <= t < up_at and leaders[p] == node:
+            log.failed(idx, T0 + t + 2.5, stats.TIMEOUT)   # the down node's records expire
+        elif down_at <= t < down_at + 1.0:
+            log.succeeded(idx, T0 + down_at + 1.5, p)     # every live partition stalls once
+        elif up_at <= t < up_at + 2.0:
+            log.succeeded(idx, T0 + t + 0.050, p)         # 2 s of catching up after the return
+        else:
+            log.succeeded(idx, T0 + t + 0.005, p)
+    data = phase("broker-bounce", log=log,
+                 applied=[AppliedStep(stop, T0 + down_at), AppliedStep(start, T0 + up_at)])
+    summary, series = summarize(data)
+    assert summary["sched_before_fault"]["p99_ms"] == pytest.approx(5.0, abs=0.01)
+    live = summary["sched_live_during_fault"]
+    assert live["count"] == sum(1 for i in range(int(sc.duration_s * 100))
+                                if down_at <= i / 100 < up_at and leaders[i % 3] != node)
+    assert live["not_acked"] == 0                      # the down node's failures are not the live partitions'
+    assert live["p99_ms"] >= 1000 and live["max_ms"] == pytest.approx(1500.0, abs=0.01)
+    assert summary["live_p99_during_fault_vs_before"] >= 200
+    assert summary["back_to_baseline_s"] == 2.0
+    assert summary["sched_latency"]["p99_ms"] == math.inf    # overall: the expired records count as never acked
+    assert series["sched_p99_ms"][0] == pytest.approx(5.0, abs=0.01) and len(series["sched_p99_ms"]) == 10
+    # the second the node went down: every partition's p99 is the expired records', the live ones' the stall
+    assert series["sched_p99_ms"][int(down_at)] == math.inf
+    assert 500 <= series["sched_p99_live_ms"][int(down_at)] <= 1500
+
+
+def test_fault_windows_of_each_scenario() -> None:
+    from akresil.bench.scenarios import fault_windows, live_partitions
+    lm = build("leader-move", quick=True, seed=1)
+    moves = [AppliedStep(s, T0 + s.at_s) for s in lm.script.steps]
+    data = phase("leader-move", applied=moves)
+    assert fault_windows(data, T0 + lm.duration_s) == [(T0 + lm.script.steps[0].at_s, T0 + lm.duration_s)]
+    assert live_partitions(data) == {0, 1, 2}
+    th = build("throttle", quick=True, seed=1)
+    data = phase("throttle", applied=[AppliedStep(s, T0 + s.at_s) for s in th.script.steps])
+    assert fault_windows(data, T0 + th.duration_s) == [(T0 + s.at_s, T0 + s.at_s + s.window_s)
+                                                       for s in th.script.steps]
+    st = build("retry-storm", quick=True, seed=1)
+    fail, clear = st.script.steps
+    data = phase("retry-storm", applied=[AppliedStep(fail, T0 + fail.at_s), AppliedStep(clear, T0 + 4.5)])
+    assert fault_windows(data, T0 + st.duration_s) == [(T0 + fail.at_s, T0 + 4.5)]   # cleared when applied
+    assert live_partitions(data) == {p for p, n in {0: 1, 1: 2, 2: 3}.items() if n != st.params["node"]}
+    with pytest.raises(ValueError, match="no fault step"):
+        summarize(phase("leader-move"))
