@@ -1,9 +1,10 @@
 """The I/O shell of the benchmarks: broker, one fresh fault proxy per client phase, offered load, fault script.
 
 Clients run one after another, each against a fresh topic and a fresh ``FaultProxy`` (so the proxy's
-recordings belong to that client alone), and meet the same script at the same offsets.  The proxy runs its
-own event loop in a thread, like a separate broker process would; clients run on the caller's loop
-(confluent-kafka in its own threads).  The load is open-loop: records are offered at a fixed rate whatever
+recordings belong to that client alone), and meet the same script at the same offsets.  The proxy runs in a
+process of its own (``FaultProxyProcess``), as a broker would: in the measuring process its thread took the GIL
+and its recordings grew the heap the cyclic GC scans, which slowed the Python clients and not confluent-kafka.
+Clients run on the caller's loop (confluent-kafka in its own threads).  The load is open-loop: records are offered at a fixed rate whatever
 the client does, so a stall shows as latency and a dip in acknowledgements, not as a slower generator.
 ``PhaseBase`` holds what does not depend on the broker side, so ``mock_runner`` offers librdkafka's mock
 cluster exactly the same load and script.  The load's idiom (``Scenario.load``, ``--load``) is a task per record
@@ -19,10 +20,11 @@ import math
 import random
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar, cast
 
 from ..admin import Admin
 from ..testing import EmbeddedBroker, FaultProxy
+from ..testing.proxy_process import FaultProxyProcess
 from ..types import NewTopic
 from . import clients as bench_clients
 from .clients import ProducerAdapter, Settings, make_producer, now_s
@@ -168,6 +170,11 @@ class PhaseBase(ABC, Generic[H]):
                 self.applied.append(await self._apply(harness, step, start))
 
 
+def _new_proxy(broker: str, **kwargs: Any) -> FaultProxy:
+    """A fault proxy in its own process, scripted through ``FaultProxy``'s synchronous calls."""
+    return cast(FaultProxy, FaultProxyProcess(broker, **kwargs))
+
+
 class Phase(PhaseBase[FaultProxy]):
     """One client's run of one failure scenario through a fresh ``FaultProxy`` in front of ``broker``."""
 
@@ -180,7 +187,7 @@ class Phase(PhaseBase[FaultProxy]):
     async def run(self) -> PhaseData:
         sc = self.scenario
         await create_topic(self.broker, self.topic, sc.partitions)
-        proxy = FaultProxy(self.broker, nodes=sc.nodes)
+        proxy = _new_proxy(self.broker, nodes=sc.nodes)
         await asyncio.to_thread(proxy.start)
         producers: list[ProducerAdapter] = []
         try:
@@ -244,7 +251,7 @@ async def run_steady(broker: str, cfg: SteadyConfig, client: str, seed: int,
     """Produce then consume ``cfg.records`` records per size through a fault-free proxy, after an untimed warm-up
     (module imports and first-use costs are not throughput)."""
     out: dict[str, Any] = {}
-    proxy = FaultProxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
+    proxy = _new_proxy(broker, nodes=cfg.nodes, inspect_responses=False, record_partitions=False)
     await asyncio.to_thread(proxy.start)
     try:
         await _produce_then_consume(proxy.bootstrap_servers, cfg.partitions, client, "warmup", seed, b"w" * 100,
