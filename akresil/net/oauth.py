@@ -115,6 +115,8 @@ class TokenSource:
             self.fetches += 1
             self._token = token
             self._refresh_at = now + int((token.expires_at_ms - now) * self._fraction)
+            log.debug("OAUTHBEARER token for %s obtained: valid for %d ms, refreshed in %d ms", token.principal,
+                      token.expires_at_ms - now, self._refresh_at - now)
             return token
 
     async def _call(self) -> Any:

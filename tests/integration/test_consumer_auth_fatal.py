@@ -18,6 +18,9 @@ import pytest
 
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition, errors
 from akresil.config import resolve
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.metadata import BrokerInfo
+from akresil.core.node_state import Nodes, NodeState
 from akresil.core.fetch_state import FetchState
 from akresil.net.fetcher import Fetcher
 from akresil.net.sasl import SaslUserTable
@@ -141,9 +144,14 @@ class _RefusingCluster:
         self.requests: list[tuple[int, ApiKey]] = []
         self.refreshes: list[str] = []
         self._now = 0.0
+        self._nodes = Nodes(reconnect_backoff=ExponentialBackoff(50, 1000))
 
     def clock(self) -> float:
         return self._now
+
+    def node(self, node_id: int) -> NodeState:
+        """Node states as ``Cluster`` keeps them (the fetcher asks when a node may be sent to)."""
+        return self._nodes[node_id]
 
     def on_metadata_change(self, callback: Any) -> None:
         self.listener = callback
@@ -158,6 +166,7 @@ class _RefusingCluster:
 
 class _Snapshot:
     topic_ids: dict[str, bytes] = {}
+    brokers = {7: BrokerInfo(7, "127.0.0.1", 9)}      # the leader has an endpoint (else it counts as unknown)
 
     def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
         return (7, 0)
