@@ -214,7 +214,12 @@ def test_sasl_ssl_under_both_backends(broker: EmbeddedBroker, pki: Pki, backend:
                                    {**sasl("SCRAM-SHA-512", "nope", tls=pki.client_context()), **FAST})
 
         anyio.run(refused, backend=backend)
+        # the proxy records in its own thread, after writing: give the last records a moment to land
+        deadline = time.monotonic() + 2.0
         opened, authenticated = authenticated_connections(proxy)
+        while authenticated != opened - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            opened, authenticated = authenticated_connections(proxy)
         assert authenticated == opened - 1   # every connection but the refused one
 
 
