@@ -56,6 +56,11 @@ APIS = [
     "DescribeProducers",
     "ListTransactions",
     "DescribeTransactions",
+    # transactions (issue 14)
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "TxnOffsetCommit",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 
