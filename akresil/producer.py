@@ -122,6 +122,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                                            retry_backoff_max_ms=cfg.retry_backoff_max_ms, rng=self._cluster.rng)
             self._txn_io = self._sender.txn = TransactionIO(self._cluster, self._acc, self._txn,
                                                             self._txn_progress, self._sender._fail_all)
+            self._txn.on_spoilt = self._stop_accepting
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = False
         self._closed = False
@@ -230,6 +231,9 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             raise errors.IllegalStateError(f"{op}: this producer has no transactional_id")
         self._check_open()
         return self._txn, self._txn_io
+
+    def _stop_accepting(self) -> None:
+        self._accepting = False
 
     def _txn_progress(self) -> None:
         self._sender.wake()

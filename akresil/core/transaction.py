@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import random
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .. import errors
 from ..types import TopicPartition
@@ -124,6 +124,9 @@ class TransactionManager:
         self.bump_after_abort = False
         #: AddOffsetsToTxn succeeded in this transaction: EndTxn is needed even without partitions
         self.offsets_added = False
+        #: called when the transaction stops taking records (abortable or fatal error): the producer's
+        #: per-record path checks one flag, which this clears
+        self.on_spoilt: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ transitions
     def _require(self, op: str, *allowed: TxnState) -> None:
@@ -198,6 +201,8 @@ class TransactionManager:
         if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
             self.state = TxnState.ABORTABLE_ERROR
             self.error = error
+            if self.on_spoilt is not None:
+                self.on_spoilt()
         if self.state in (TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
             self.bump_after_abort = True
 
@@ -205,6 +210,8 @@ class TransactionManager:
         if self.state is not TxnState.FATAL_ERROR:
             self.state = TxnState.FATAL_ERROR
             self.error = error
+            if self.on_spoilt is not None:
+                self.on_spoilt()
 
     @property
     def in_transaction(self) -> bool:

@@ -206,3 +206,14 @@ def test_accumulator_gate_holds_partitions_not_in_the_transaction() -> None:
     count, sequenced = acc.abort_undrained(E.TransactionAbortedError("abort"))
     assert count == 1 and not sequenced          # T1's batch was never sent: no sequence gap
     assert not acc.closing and acc.incomplete_batches == 1      # T0's batch is still in flight
+
+
+def test_on_spoilt_is_called_when_records_stop_being_accepted() -> None:
+    calls: list[TxnState] = []
+    tm = ready()
+    tm.on_spoilt = lambda: calls.append(tm.state)
+    tm.begin()
+    tm.abortable(E.DeliveryTimeoutError("x"))
+    tm.abortable(E.DeliveryTimeoutError("y"))
+    tm.fatal(E.ProducerFencedError("z"))
+    assert calls == [TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR]
