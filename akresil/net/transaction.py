@@ -143,12 +143,21 @@ class TransactionIO:
         while True:
             now = cluster.clock()
             cause: BaseException
-            if group is None:
-                node = await self._coordinator(op)
-            else:
-                if group_node is None:
-                    group_node = await self._find(group, _GROUP_KEY, op)
-                node = group_node
+            try:
+                if group is None:
+                    node = await self._coordinator(op)
+                else:
+                    if group_node is None:
+                        group_node = await self._find(group, _GROUP_KEY, op)
+                    node = group_node
+            except errors.KafkaError as exc:
+                # FindCoordinator refused: the transactional id's (fatal) or the group's (abortable) authorization
+                if group is None:
+                    core.fatal(exc)
+                    self._fail_records(exc)
+                else:
+                    core.abortable(exc)
+                raise
             if node is None:
                 cause = errors.CoordinatorNotAvailableError(f"{op.name}: coordinator not found")
             else:

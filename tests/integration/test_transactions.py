@@ -325,3 +325,20 @@ async def test_txn_offset_commit_stale_generation_is_abortable_on_mock() -> None
                                                  errors.NotCoordinatorError.errno])        # retried, re-found
                 await p.send_offsets_to_transaction({TopicPartition("mt4", 0): 2}, meta)
             assert p.transaction_state == "ready"
+
+
+async def test_group_authorization_refused_for_offsets_is_abortable_on_mock() -> None:
+    with MockCluster(1) as cluster:
+        cluster.create_topic("mt5", 1, 1)
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-mock5",
+                            retry_backoff_ms=10) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await p.send("mt5", b"x")
+            # (an error injected into FindCoordinator comes back malformed from the mock: docs/brokers.md)
+            cluster.push_request_errors(25, [errors.GroupAuthorizationFailedError.errno])    # AddOffsetsToTxn
+            with pytest.raises(errors.GroupAuthorizationFailedError):
+                await p.send_offsets_to_transaction({TopicPartition("mt5", 0): 1}, "g5")
+            assert p.transaction_state == "abortable error"
+            await p.abort_transaction()
+            assert p.transaction_state == "ready"
