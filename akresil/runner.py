@@ -282,9 +282,10 @@ class _PartitionTask:
         runner = self.runner
         handled: list[tuple[list[ConsumerRecord], list[Awaitable[Any]]]] = []
         error: BaseException | None = None
+        eos = runner._eos
         for i, unit in enumerate(units):
-            if i and self.stopping:
-                break
+            if i and (self.stopping or (eos is not None and eos.closing)):
+                break           # stopping, or an exactly-once commit point waits: finish at a unit boundary
             ctx = HandlerContext(self.tp, self.timer.failures + 1, runner.producer)
             try:
                 await runner._call_handler(unit, ctx)

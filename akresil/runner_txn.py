@@ -69,6 +69,11 @@ class ExactlyOnce:
         self.aborts = 0
 
     # ------------------------------------------------------------------ the barrier
+    @property
+    def closing(self) -> bool:
+        """A commit point waits: tasks stop their chunk at the next unit boundary."""
+        return self._closed
+
     async def enter(self) -> None:
         while self._closed:
             await self._opened.wait()
