@@ -109,12 +109,13 @@ class ExactlyOnce:
             if not self.in_transaction:
                 return True
             runner = self.runner
+            consumer: Any = runner.consumer         # checked by check_exactly_once: has group_metadata()
             tasks = list(runner._tasks.values())
             offsets = runner._pending_offsets(tasks)
             try:
                 if offsets:
                     await self.producer.send_offsets_to_transaction(
-                        offsets, await _maybe_await(runner.consumer.group_metadata()))
+                        offsets, await _maybe_await(consumer.group_metadata()))
                 await self.producer.commit_transaction()
             except _FATAL:
                 raise
@@ -139,6 +140,7 @@ class ExactlyOnce:
 
     async def _abort_and_rewind(self, why: str) -> None:
         runner = self.runner
+        consumer: Any = runner.consumer             # checked by check_exactly_once: has seek()
         self.abort_wanted = False
         if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
             await self.producer.abort_transaction()
@@ -149,7 +151,7 @@ class ExactlyOnce:
             if task.rewind_to is None:
                 continue
             offset = task.rewind_to
-            await _maybe_await(runner.consumer.seek(task.tp, offset))
+            await _maybe_await(consumer.seek(task.tp, offset))
             task.rewind(offset)
             rewound[task.tp] = offset
         log.warning("exactly-once runner: transaction aborted (%s); rewound %s", why, rewound)

@@ -133,7 +133,7 @@ class TransactionIO:
         return node_id
 
     # ------------------------------------------------------------------ one coordinator call, retried
-    async def _call(self, op: Operation, api: ApiKey, body: Mapping[str, Any] | Callable[[int], dict[str, Any]],
+    async def _call(self, op: Operation, api: ApiKey, body: dict[str, Any] | Callable[[int], dict[str, Any]],
                     code_of: Callable[[dict[str, Any]], int], *, group: str | None = None,
                     min_version: int = 0) -> tuple[int, dict[str, Any]]:
         """Send until the answer is OK; RETRY / REFIND / transport errors back off (KIP-580) until the
