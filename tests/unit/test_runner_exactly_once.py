@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any, Mapping
 
+import anyio
 import pytest
 
 from akresil.errors import ConfigError, KafkaError, RecordTooLargeError
@@ -199,3 +200,33 @@ def test_requirements_are_checked() -> None:
     plain = FakeConsumer(clock, {P0: 1})
     with pytest.raises(ConfigError, match="seek|group_metadata"):
         make(clock, plain, producer, handler)  # type: ignore[arg-type]
+
+
+async def test_revoke_commits_the_open_transaction_before_the_partition_leaves() -> None:
+    clock, consumer, producer = setup(n=3)
+    started = anyio.Event()
+
+    async def handler(rec: ConsumerRecord, ctx: HandlerContext) -> None:
+        await ctx.send("out", rec.value, partition=rec.partition)
+        if ctx.partition == P1:
+            started.set()
+            await clock.sleep(500)
+
+    runner = make(clock, consumer, producer, handler, commit_interval_ms=60_000)
+    committed_on_revoke: dict[TopicPartition, int] = {}
+
+    async def revoke() -> None:
+        await started.wait()
+        await runner.rebalance_listener.on_partitions_revoked({P1})
+        committed_on_revoke.update(consumer.committed)
+        consumer.revoke(P1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(revoke)
+        err = await drive(clock, runner, until=lambda: P1 not in runner.partitions()
+                          and consumer.committed.get(P0) == 3)
+    assert err is None
+    # the in-flight P1 record finished and went out in the transaction committed before P1 left, with its offset
+    assert committed_on_revoke[P1] == 1
+    assert outputs(producer)[1] == [b"v0"]
+    assert outputs(producer)[0] == [b"v0", b"v1", b"v2"]
