@@ -342,3 +342,33 @@ async def test_group_authorization_refused_for_offsets_is_abortable_on_mock() ->
             assert p.transaction_state == "abortable error"
             await p.abort_transaction()
             assert p.transaction_state == "ready"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_transactions_under_both_backends_leave_no_task(noida: EmbeddedBroker, backend: str) -> None:
+    bs, topic = noida.bootstrap_servers, f"txn-backend-{backend}"
+
+    async def scenario() -> None:
+        before = {task.id for task in anyio.get_running_tasks()}
+        await _create(bs, topic, 2)
+        async with Producer(bootstrap_servers=bs, transactional_id=f"tx-{backend}") as producer:
+            await producer.init_transactions()
+            async with producer.transaction():
+                for i in range(10):
+                    await producer.enqueue(topic, b"c%d" % i)
+            producer.begin_transaction()
+            await producer.send(topic, b"aborted")
+            await producer.abort_transaction()
+        async with Consumer(bootstrap_servers=bs, isolation_level="read_committed",
+                            auto_offset_reset="earliest", fetch_max_wait_ms=50) as consumer:
+            consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            seen: list[bytes] = []
+            with anyio.move_on_after(3):
+                while True:
+                    for recs in (await consumer.getmany(timeout_ms=200)).values():
+                        seen.extend(r.value for r in recs)
+        assert sorted(seen) == sorted(b"c%d" % i for i in range(10))
+        leftover = [t for t in anyio.get_running_tasks() if t.id not in before]
+        assert leftover == [], [t.name for t in leftover]
+
+    anyio.run(scenario, backend=backend)
