@@ -33,8 +33,8 @@ from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
 from .net.scheduler import Sender
 from .net.transaction import TransactionIO
-from .types import (ConsumerGroupMetadata, Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT, SerializedT, TopicPartition,
-                    ValueT_contra)
+from .types import (ConsumerGroupMetadata, Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT,
+                    SerializedT, TopicPartition, ValueT_contra)
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -314,7 +314,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         for tp, offset in offsets.items():
             value = getattr(offset, "offset", offset)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"send_offsets_to_transaction(): offset for {tp} must be an int >= 0, got {offset!r}")
+                raise ValueError(
+                    f"send_offsets_to_transaction(): offset for {tp} must be an int >= 0, got {offset!r}")
             plain[TopicPartition(tp[0], tp[1])] = value
         if not plain:
             return
@@ -331,7 +332,11 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             txn = self._txn
             if txn is not None and txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
                 with anyio.CancelScope(shield=True):
-                    await self.abort_transaction()
+                    try:
+                        await self.abort_transaction()
+                    except errors.KafkaError as abort_error:
+                        # the body's exception is the one to see; the producer's state keeps the abort's
+                        log.warning("abort after an exception in a transaction failed: %r", abort_error)
             raise
         try:
             await self.commit_transaction()

@@ -29,11 +29,11 @@ from ..core.accumulator import RecordAccumulator
 from ..core.backoff import ExponentialBackoff
 from ..core.batch import ProducerBatch
 from ..core.metadata import BrokerInfo, LeaderHint
+from ..core.transaction import FENCED_CODES
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
 from .signals import Broadcast, TurnLoop
-from ..core.transaction import FENCED_CODES
 from .transaction import TransactionIO
 
 log = logging.getLogger(__name__)

@@ -93,8 +93,8 @@ async def _chaos(direct: str, proxy: FaultProxy) -> None:
     duplicates = sum(len(v) - len(set(v)) for v in out.values())
     lost = sum(N - len(set(v)) for v in out.values())
     print(f"chaos: {2 * N} records copied in {elapsed:.1f} s; faults {applied}; killed at {killed_at}, "
-          f"restarts {restarts} (fencing the killed epoch), aborted transactions logged {aborts}; output log {sum(o for o, _ in ends.values())} offsets; "
-          f"duplicates {duplicates}, lost {lost}")
+          f"restarts {restarts} (fencing the killed epoch), aborted transactions logged {aborts}; "
+          f"output log {sum(o for o, _ in ends.values())} offsets; duplicates {duplicates}, lost {lost}")
     assert restarts == 1 and killed_at and sum(killed_at.values()) < 2 * N
     for p in (0, 1):
         assert out[p] == [b"p%d-%05d" % (p, i) for i in range(N)]
