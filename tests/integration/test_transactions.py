@@ -372,3 +372,21 @@ def test_transactions_under_both_backends_leave_no_task(noida: EmbeddedBroker, b
         assert leftover == [], [t.name for t in leftover]
 
     anyio.run(scenario, backend=backend)
+
+
+async def test_new_partitions_of_a_pass_go_in_one_add_partitions_request_on_mock() -> None:
+    with MockCluster(1) as cluster:
+        cluster.create_topic("mt6", 4, 1)
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-mock6") as p:
+            await p.init_transactions()
+            async with p.transaction():             # warm-up: metadata and coordinator known
+                await p.send("mt6", b"w", partition=0)
+            cluster.start_request_tracking()
+            p.begin_transaction()
+            futures = [await p.enqueue("mt6", b"x", partition=i) for i in range(4)]   # no await point between
+            await p.commit_transaction()
+            requests = cluster.stop_request_tracking()
+            assert all(f.done() for f in futures)
+    keys = [r.api_key for r in requests]
+    assert keys.count(24) == 1                       # one AddPartitionsToTxn for the four partitions
+    assert keys.index(24) < keys.index(0) and keys.count(26) == 1
