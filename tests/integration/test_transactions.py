@@ -390,3 +390,25 @@ async def test_new_partitions_of_a_pass_go_in_one_add_partitions_request_on_mock
     keys = [r.api_key for r in requests]
     assert keys.count(24) == 1                       # one AddPartitionsToTxn for the four partitions
     assert keys.index(24) < keys.index(0) and keys.count(26) == 1
+
+
+async def test_delivery_timeout_bounds_records_whose_partition_cannot_be_added_on_mock() -> None:
+    with MockCluster(1) as cluster:
+        cluster.create_topic("mt7", 1, 1)
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-mock7",
+                            request_timeout_ms=1_000, delivery_timeout_ms=1_500, linger_ms=0,
+                            retry_backoff_ms=20, retry_backoff_max_ms=100) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            cluster.push_request_errors(24, [errors.ConcurrentTransactionsError.errno] * 500)
+            fut = await p.enqueue("mt7", b"x")
+            started = time.monotonic()
+            with pytest.raises(errors.DeliveryTimeoutError):
+                await fut
+            assert 1.0 < time.monotonic() - started < 6          # KIP-91 bound, generous
+            assert p.transaction_state == "abortable error"
+            cluster.clear_request_errors(24)
+            await p.abort_transaction()
+            async with p.transaction():
+                md = await p.send("mt7", b"y")
+            assert md.offset >= 0 and p.transaction_state == "ready"
