@@ -201,8 +201,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("partitioner", (object,), None, "callable(topic, key, num_partitions, available_partitions) -> partition", clients=_P,
            nullable=True, check=_callable_check),
     Option("partitioner_ignore_keys", (bool,), False, "sticky-partition keyed records too", clients=_P),
-    Option("transactional_id", (str,), None, "not supported yet", clients=_P, nullable=True,
-           check=lambda v: "transactions are not supported yet"),
+    Option("transactional_id", (str,), None, "makes the producer transactional (init_transactions, "
+           "begin/commit/abort_transaction); implies enable_idempotence", clients=_P, nullable=True,
+           check=lambda v: "must not be empty" if v == "" else None),
+    Option("transaction_timeout_ms", _INT, 60_000, "the coordinator aborts a transaction open longer than this; "
+           "also bounds the client's retries of commit/abort", clients=_P, minimum=1, maximum=_MAX_INT),
     # ---- consumer
     Option("group_id", (str,), None, "consumer group; None for manual assignment only", clients=_C,
            nullable=True),
@@ -331,6 +334,8 @@ def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozen
             raise ConfigError(
                 f"delivery_timeout_ms: must be >= linger_ms + request_timeout_ms "
                 f"({v['delivery_timeout_ms']} < {v['linger_ms']} + {v['request_timeout_ms']})")
+        if v["transactional_id"] is not None and not v["enable_idempotence"]:
+            raise ConfigError("enable_idempotence: a transactional producer (transactional_id) needs it True")
         if v["enable_idempotence"]:
             if v["acks"] != -1:
                 raise ConfigError("enable_idempotence: requires acks='all' (got acks="

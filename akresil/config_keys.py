@@ -60,6 +60,7 @@ class ProducerConfig(CommonConfig, total=False):
     partitioner: Partitioner | None
     partitioner_ignore_keys: bool
     transactional_id: str | None
+    transaction_timeout_ms: int
 
 
 class ConsumerConfig(CommonConfig, total=False):

@@ -86,6 +86,10 @@ class IllegalStateError(KafkaError):
     """An operation was called in a state where it is not allowed."""
 
 
+class TransactionAbortedError(KafkaError):
+    """A record was not written because its transaction was aborted (``abort_transaction``)."""
+
+
 class CommitFailedError(KafkaError):
     """An offset commit failed because the group rebalanced; the records will be redelivered."""
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, NamedTuple, Sequence, overload
+from contextlib import asynccontextmanager, nullcontext
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence,
+                    overload)
 
 import anyio
 import anyio.lowlevel
@@ -28,11 +29,13 @@ from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
 from .core.events import Hooks
 from .core.partitioner import DefaultPartitioner
+from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
 from .net.scheduler import Sender
-from .types import (Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT, SerializedT, TopicPartition,
-                    ValueT_contra)
+from .net.transaction import TransactionIO
+from .types import (ConsumerGroupMetadata, Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT,
+                    SerializedT, TopicPartition, ValueT_contra)
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -119,11 +122,21 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             retry_backoff_ms=cfg.retry_backoff_ms, retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             max_in_flight=cfg.max_in_flight_requests_per_connection, enable_idempotence=cfg.enable_idempotence,
             max_request_size=cfg.max_request_size, compression_type=cfg.compression_type,
-            rng=self._cluster.rng, hooks=self.hooks)
+            transactional=cfg.transactional_id is not None, rng=self._cluster.rng, hooks=self.hooks)
         self._partitioner = DefaultPartitioner(cfg.batch_size, partitioner=cfg.partitioner,
                                                ignore_keys=cfg.partitioner_ignore_keys, rng=self._cluster.rng,
                                                load_stats=self._load_stats)
         self._sender = Sender(self._cluster, self._acc, cfg)
+        #: transactions (None: not transactional): the state machine and its coordinator I/O
+        self._txn: TransactionManager | None = None
+        self._txn_io: TransactionIO | None = None
+        if cfg.transactional_id is not None:
+            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms,
+                                           retry_backoff_ms=cfg.retry_backoff_ms,
+                                           retry_backoff_max_ms=cfg.retry_backoff_max_ms, rng=self._cluster.rng)
+            self._txn_io = self._sender.txn = TransactionIO(self._cluster, self._acc, self._txn,
+                                                            self._txn_progress, self._sender._fail_all)
+            self._txn.on_spoilt = self._stop_accepting
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = False
         self._closed = False
@@ -151,7 +164,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             await self._cluster.start(self._tg)
             await self._tg.start(self._sender.run)
             self._loop = _running_asyncio_loop()
-            self._accepting = True
+            # a transactional producer accepts records only inside a transaction (begin_transaction sets it)
+            self._accepting = self._txn is None
         except BaseException:
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
@@ -178,6 +192,10 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         self._accepting = False
         if self._tg is None:
             return
+        if self._txn is not None and self._txn.state is not TxnState.READY:
+            # records of an unfinished transaction are never committed: the coordinator aborts it after
+            # transaction_timeout_ms, or at once when a producer with this transactional_id initializes
+            self._acc.abort_undrained(errors.TransactionAbortedError("producer closed inside a transaction"))
         self._acc.close()
         self._sender.wake()
         with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
@@ -214,6 +232,139 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             raise errors.ClientClosedError("producer is closed")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
+
+    def _check_send(self) -> None:
+        """``_check_open``, and for a transactional producer: a transaction is open and not spoilt."""
+        self._check_open()
+        if self._txn is not None:
+            self._txn.check_send("send")
+
+    # ------------------------------------------------------------------ transactions
+    def _require_txn(self, op: str) -> tuple[TransactionManager, TransactionIO]:
+        if self._txn is None or self._txn_io is None:
+            raise errors.IllegalStateError(f"{op}: this producer has no transactional_id")
+        self._check_open()
+        return self._txn, self._txn_io
+
+    def _stop_accepting(self) -> None:
+        self._accepting = False
+
+    def _txn_progress(self) -> None:
+        self._sender.wake()
+        self._sender._signal_progress()
+
+    async def _wait_until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            waiter = self._sender.wait_progress()
+            self._sender.wake()
+            if done():
+                break
+            await waiter
+            if self._sender.fatal_error is not None:
+                raise self._sender.fatal_error
+
+    async def init_transactions(self) -> None:
+        """Register ``transactional_id`` with its coordinator (FindCoordinator, InitProducerId): fences every
+        older producer with the same id and completes (or aborts) its open transaction. Call once after start;
+        retried with backoff for up to ``max_block_ms``."""
+        _, io = self._require_txn("init_transactions()")
+        await io.init(self.config.max_block_ms)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on are written only if it commits."""
+        txn, _ = self._require_txn("begin_transaction()")
+        txn.begin()
+        self._accepting = True
+
+    async def commit_transaction(self) -> None:
+        """Flush the transaction's records, then commit them (and offsets sent with it) atomically.
+
+        A record that failed makes the commit raise its error; the transaction must then be aborted."""
+        txn, io = self._require_txn("commit_transaction()")
+        if txn.state is TxnState.ABORTABLE_ERROR:
+            raise errors.IllegalStateError(
+                f"commit_transaction(): the transaction cannot be committed, abort it (cause: {txn.error!r})")
+        txn.start_end(True, self._cluster.clock())     # IN_TRANSACTION (or a retried COMMITTING) -> COMMITTING
+        self._accepting = False
+        self._acc.begin_flush()
+        try:
+            await self._wait_until(lambda: not self._acc.incomplete_batches and not txn.pending)
+        finally:
+            self._acc.end_flush()
+        if txn.state is TxnState.ABORTABLE_ERROR:
+            assert txn.error is not None
+            raise txn.error
+        await io.end(True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open (or failed) transaction: records not yet sent fail with ``TransactionAbortedError``,
+        records already written are never shown to read_committed consumers."""
+        txn, io = self._require_txn("abort_transaction()")
+        txn.start_end(False, self._cluster.clock())        # -> ABORTING, or the state error
+        self._accepting = False
+        _, sequenced = self._acc.abort_undrained(errors.TransactionAbortedError("the transaction was aborted"))
+        if sequenced:
+            txn.bump_after_abort = True
+        self._txn_progress()
+        await self._wait_until(lambda: not self._acc.incomplete_batches and not txn.pending)
+        await io.end(False)
+        if txn.bump_after_abort:
+            # a record failed in the aborted transaction: a new epoch restarts every partition's sequence
+            await io.init(self.config.max_block_ms)
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, Any],
+                                          group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) with the transaction.
+
+        ``group_metadata`` is ``consumer.group_metadata()``: its generation and member id let the group
+        coordinator refuse a zombie's offsets (KIP-447). A bare group id skips that check."""
+        txn, io = self._require_txn("send_offsets_to_transaction()")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        if not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise TypeError("send_offsets_to_transaction(): group_metadata must be consumer.group_metadata() "
+                            f"or a group id, got {type(group_metadata).__name__}")
+        plain: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            value = getattr(offset, "offset", offset)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(
+                    f"send_offsets_to_transaction(): offset for {tp} must be an int >= 0, got {offset!r}")
+            plain[TopicPartition(tp[0], tp[1])] = value
+        if not plain:
+            return
+        await io.send_offsets(plain, group_metadata)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer[KeyT_contra, ValueT_contra]]:
+        """``async with producer.transaction():`` begins, commits on a normal exit and aborts on an exception
+        (which then propagates). A failed commit aborts too and raises the commit's error."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            txn = self._txn
+            if txn is not None and txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self.abort_transaction()
+                    except errors.KafkaError as abort_error:
+                        # the body's exception is the one to see; the producer's state keeps the abort's
+                        log.warning("abort after an exception in a transaction failed: %r", abort_error)
+            raise
+        try:
+            await self.commit_transaction()
+        except errors.KafkaError:
+            txn = self._txn
+            if txn is not None and txn.state is TxnState.ABORTABLE_ERROR:
+                await self.abort_transaction()
+            raise
+
+    @property
+    def transaction_state(self) -> str | None:
+        """The transaction state (``'ready'``, ``'in transaction'``, ``'abortable error'``...); None when not
+        transactional."""
+        return None if self._txn is None else self._txn.state.value
 
     # ------------------------------------------------------------------ sending
     async def send(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
@@ -252,7 +403,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         if self._yield_due:
             return None
         if not self._accepting or self._sender.fatal_error is not None:
-            self._check_open()
+            self._check_send()
         parts = self._cluster.metadata.snapshot.topics.get(topic)
         if not parts:
             return None
@@ -312,7 +463,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                 self._yield_due = False
                 await anyio.lowlevel.checkpoint()
             elif not self._cluster.metadata.snapshot.topics.get(topic):
-                self._check_open()
+                self._check_send()
                 self._check_topic(topic)
                 await self._partitions(topic, deadline)
             result = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
@@ -355,7 +506,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         completed; those are delivered, the rest fail with it, and ``error.results`` holds every record's
         outcome. Cancelling the call does not recall records already buffered.
         """
-        self._check_open()
+        self._check_send()
         items = records if isinstance(records, list) else list(records)
         if not items:
             return []

@@ -34,6 +34,7 @@ from .core.task_timer import TaskTimer
 from .errors import (BufferFullError, CommitFailedError, ConfigError, DeliveryTimeoutError, IllegalGenerationError,
                      IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError,
                      RequestTimeoutError, TaskTimeoutError, UnknownMemberIdError)
+from .runner_txn import ExactlyOnce, check_exactly_once
 from .types import ConsumerRecord, Header, TopicPartition
 
 __all__ = ["Runner", "HandlerContext", "PartitionStatus", "RunnerConsumer", "RunnerProducer", "RunnerRebalanceListener",
@@ -150,6 +151,8 @@ class _PartitionTask:
         self.next_offset: int | None = None
         self.processed: int | None = None
         self.committed: int | None = None
+        #: exactly-once: the offset of the first record handled in the open transaction (an abort rewinds here)
+        self.rewind_to: int | None = None
         self.attempts = 0
         self.stopping = False
         self.scope = anyio.CancelScope()          # cancelled for a hard stop (partition lost, fatal error)
@@ -169,6 +172,14 @@ class _PartitionTask:
         if added:
             self._wake.set()
         return added
+
+    def rewind(self, offset: int) -> None:
+        """Exactly-once abort: drop buffered records; the consumer was sought to ``offset``."""
+        self.queue.clear()
+        self.next_offset = None
+        self.processed = self.committed
+        self.rewind_to = None
+        self.timer.on_progress()
 
     def stop(self) -> None:
         """Graceful: finish the handler running now (and its deliveries), start nothing new."""
@@ -207,7 +218,18 @@ class _PartitionTask:
             if not self.timer.ready(now):
                 await self._idle(runner._sleep, self.timer.wait_ms(now))
                 continue
-            await self._attempt()
+            eos = runner._eos
+            if eos is None:
+                await self._attempt()
+                continue
+            await eos.enter()
+            try:
+                if self.queue and not self.stopping:
+                    if self.rewind_to is None:
+                        self.rewind_to = self.queue[0].offset
+                    await self._attempt()
+            finally:
+                eos.exit()
 
     async def _idle(self, wait: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Wait for records or a backoff; a graceful stop ends the wait."""
@@ -233,6 +255,10 @@ class _PartitionTask:
             self.timer.on_progress()
         if error is None:
             return
+        if runner._eos is not None:
+            # the transaction holds this task's partial outputs: abort it and rewind (at the next commit point)
+            runner._eos.abort_wanted = True
+            runner._commit_now()
         if not runner._is_timeout(error):
             raise error
         now = runner._clock()
@@ -256,9 +282,10 @@ class _PartitionTask:
         runner = self.runner
         handled: list[tuple[list[ConsumerRecord], list[Awaitable[Any]]]] = []
         error: BaseException | None = None
+        eos = runner._eos
         for i, unit in enumerate(units):
-            if i and self.stopping:
-                break
+            if i and (self.stopping or (eos is not None and eos.closing)):
+                break           # stopping, or an exactly-once commit point waits: finish at a unit boundary
             ctx = HandlerContext(self.tp, self.timer.failures + 1, runner.producer)
             try:
                 await runner._call_handler(unit, ctx)
@@ -275,7 +302,9 @@ class _PartitionTask:
                     error = dlq_exc
                     break
                 continue
-            handled.append((unit, ctx._close()))
+            futures = ctx._close()
+            # exactly-once: deliveries settle at the commit (commit_transaction flushes; a failure aborts)
+            handled.append((unit, [] if runner._eos is not None else futures))
         completed = 0
         for unit, futures in handled:
             failure = await _first_failure(futures)
@@ -335,6 +364,7 @@ class Runner:
                  poll_timeout_ms: int = 100, commit_interval_ms: int = 5_000,
                  shutdown_timeout_ms: int | None = 30_000,
                  rebalance_listener: RunnerRebalanceListener | None = None,
+                 processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once",
                  timeout_errors: tuple[type[BaseException], ...] = DEFAULT_TIMEOUT_ERRORS,
                  clock: Clock | None = None, sleep: Sleep | None = None, rng: RandomSource | None = None) -> None:
         if not callable(handler):
@@ -371,6 +401,15 @@ class Runner:
         if getattr(config, "enable_auto_commit", False) is True:
             raise ConfigError("enable_auto_commit: must be False on the runner's consumer; auto-commit would commit "
                               "records before their handler finished (the runner commits itself)")
+        if processing_guarantee not in ("at_least_once", "exactly_once"):
+            raise ConfigError(f"processing_guarantee: must be 'at_least_once' or 'exactly_once', "
+                              f"got {processing_guarantee!r}")
+        if processing_guarantee == "exactly_once":
+            check_exactly_once(consumer, producer)
+            if on_error == "dead_letter":
+                raise ConfigError("on_error: 'dead_letter' is not supported with processing_guarantee="
+                                  "'exactly_once' yet")
+        self.processing_guarantee = processing_guarantee
         self.consumer = consumer
         self.producer = producer
         self.handler = handler
@@ -405,6 +444,8 @@ class Runner:
             raise TypeError("rebalance_listener: must be a RunnerRebalanceListener")
         self._listener = rebalance_listener if rebalance_listener is not None else RunnerRebalanceListener()
         self._listener._bind(self)
+        self._eos: ExactlyOnce | None = ExactlyOnce(self) if processing_guarantee == "exactly_once" else None
+        self._commit_due = False
 
     # ------------------------------------------------------------------ public surface
     @property
@@ -555,6 +596,10 @@ class Runner:
         self._paused.discard(tp)
         if task is not None:
             task.cancel() if hard else task.stop()
+            if self._eos is not None and hard and task.rewind_to is not None:
+                # its outputs in the open transaction lose their input offsets: the transaction must abort
+                self._eos.abort_wanted = True
+                self._commit_now()
 
     async def _update_pauses(self) -> None:
         """Pause stuck or full partitions (others keep fetching), resume them once they move again."""
@@ -574,8 +619,21 @@ class Runner:
         return {task.tp: task.processed for task in tasks
                 if task.processed is not None and task.processed != task.committed}
 
+    def _commit_now(self) -> None:
+        """Exactly-once: a task failed; the loop aborts and rewinds at once instead of after the interval."""
+        self._commit_due = True
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
+
     async def _maybe_commit(self, *, force: bool) -> None:
         now = self._clock()
+        if self._eos is not None:
+            if force or self._commit_due or self._last_commit_at is None \
+                    or now - self._last_commit_at >= self.commit_interval_ms:
+                self._commit_due = False
+                await self._eos.commit_point()
+                self._last_commit_at = self._clock()
+            return
         if not force:
             if self._last_commit_at is not None and now - self._last_commit_at < self.commit_interval_ms:
                 return
@@ -649,8 +707,23 @@ class Runner:
                 log.warning("%s[%d]: handler still running after shutdown_timeout_ms (%s): cancelled",
                             task.tp.topic, task.tp.partition, self.shutdown_timeout_ms)
                 task.cancel()
+                if self._eos is not None:
+                    self._eos.abort_wanted = True     # its partial outputs must not commit
         for task in tasks:
             await task.done.wait()
+        if self._eos is not None:
+            try:
+                if graceful:
+                    await self._eos.commit_point()
+                else:
+                    await self._eos.abort_only()
+            except Exception as exc:  # noqa: BLE001
+                if self._fatal is None:
+                    raise
+                log.warning("final transaction failed after %r: %r", self._fatal, exc)
+            finally:
+                self._tasks.clear()
+            return
         try:
             offsets = self._pending_offsets(tasks)
             if offsets:
@@ -732,6 +805,15 @@ class RunnerRebalanceListener:
         with anyio.move_on_after(limit):
             for task in tasks:
                 await task.done.wait()
+        if runner._eos is not None:
+            try:
+                # the transaction holds every partition's progress: commit it (or abort) before they move
+                await runner._eos.commit_point()
+            except Exception as exc:  # noqa: BLE001 - aborted by the coordinator; the new owner re-reads
+                log.warning("transaction commit on revoke failed: %r", exc)
+            for task in tasks:
+                runner._drop(task.tp, hard=True)
+            return
         offsets = runner._pending_offsets(tasks)
         if offsets:
             try:

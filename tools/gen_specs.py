@@ -63,6 +63,11 @@ APIS = [
     "ShareGroupHeartbeat",
     "ShareFetch",
     "ShareAcknowledge",
+    # transactions (issue 14)
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "TxnOffsetCommit",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

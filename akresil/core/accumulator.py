@@ -134,7 +134,7 @@ class RecordAccumulator:
                  request_timeout_ms: float = 30_000, buffer_memory: int = 33_554_432,
                  retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000, max_in_flight: int = 5,
                  enable_idempotence: bool = False, retries: int = 2**31 - 1, max_request_size: int = 1_048_576,
-                 compression_type: str = "none",
+                 compression_type: str = "none", transactional: bool = False,
                  new_payload: Callable[[TopicPartition], PayloadBuilder] | None = None,
                  rng: RandomSource | None = None, hooks: Hooks | None = None,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None) -> None:
@@ -165,7 +165,7 @@ class RecordAccumulator:
             codec = compression_codec(compression_type)
 
             def new_payload(tp: TopicPartition) -> PayloadBuilder:
-                return BatchBuilder(compression_type=codec, batch_size=batch_size)
+                return BatchBuilder(compression_type=codec, batch_size=batch_size, transactional=transactional)
         self._new_payload = new_payload
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms,
                                            rng=rng if rng is not None else random.Random())
@@ -182,6 +182,8 @@ class RecordAccumulator:
         #: ``_held_all`` holds every partition (the broker refused the identity itself)
         self._held: set[TopicPartition] = set()
         self._held_all = False
+        #: transactions: only these partitions may be drained (added to the transaction); None: no gate
+        self.drain_gate: set[TopicPartition] | None = None
         self._incomplete = 0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -491,6 +493,8 @@ class RecordAccumulator:
         """Per-partition ordering gate (see module docstring)."""
         if self._held_all or (self._held and pq.tp in self._held):
             return True
+        if self.drain_gate is not None and pq.tp not in self.drain_gate:
+            return True
         if not pq.in_flight:
             return False
         if self.max_in_flight == 1:
@@ -694,6 +698,21 @@ class RecordAccumulator:
                 waiter.woken = True
                 waiter.wake()
         return count
+
+    def abort_undrained(self, error: BaseException) -> tuple[int, bool]:
+        """Fail every batch not in flight (an aborted transaction's records), leaving the accumulator open;
+        batches in flight complete as their responses say. Returns the count, and whether one of them had a
+        sequence already (a retry: its partition's sequence now has a gap only a new epoch closes)."""
+        count = 0
+        sequenced = False
+        for pq in self._partitions.values():
+            batches, pq.queue = list(pq.queue), deque()
+            for batch in batches:
+                sequenced = sequenced or batch.base_sequence >= 0
+                if batch.fail(error):
+                    self._finish(batch, error)
+                    count += 1
+        return count, sequenced
 
     # ------------------------------------------------------------------ timers
     def next_wakeup(self, now: float) -> float | None:

@@ -29,10 +29,12 @@ from ..core.accumulator import RecordAccumulator
 from ..core.backoff import ExponentialBackoff
 from ..core.batch import ProducerBatch
 from ..core.metadata import BrokerInfo, LeaderHint
+from ..core.transaction import FENCED_CODES
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
 from .signals import Broadcast, TurnLoop
+from .transaction import TransactionIO
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,8 @@ class Sender:
         #: False once a broker refused a client-side bump: later resets go straight to InitProducerId
         self._local_bump_works = True
         self.fatal_error: BaseException | None = None
+        #: the transactional producer's coordinator I/O (None: not transactional); set by the producer
+        self.txn: TransactionIO | None = None
         self._stopping = False
         cluster.on_metadata_change(self.wake)
 
@@ -164,7 +168,11 @@ class Sender:
         if expired:
             self._signal_progress()
             for e in expired:
-                if e.batch.base_sequence >= 0 and acc.idempotent:
+                if self.txn is not None:
+                    # a record of the transaction is lost: it can only be aborted (and the epoch bumped after)
+                    self.txn.core.abortable(errors.DeliveryTimeoutError(
+                        f"a batch of {e.batch.tp.topic}-{e.batch.tp.partition} expired in the transaction"))
+                elif e.batch.base_sequence >= 0 and acc.idempotent:
                     # written or not is unknown: hold the partition until its batches in flight are resolved
                     self._unresolved.add(e.batch.tp)
                     acc.hold(e.batch.tp)
@@ -176,7 +184,10 @@ class Sender:
             # re-sequenced; other partitions were never held, and wait only for their own old-identity batches
             self._identity_reset_wanted = False
             self._reset_identity()
-        if acc.idempotent and acc.producer_id < 0:
+        if self.txn is not None:
+            assert self._tg is not None
+            wake_at = self.txn.turn(now, self._tg)
+        elif acc.idempotent and acc.producer_id < 0:
             if not self._init_pid_running and acc.incomplete_batches and not self._identity_reset_wanted:
                 if now >= self._init_pid_at:
                     self._init_pid_running = True
@@ -245,6 +256,10 @@ class Sender:
         """``tp``'s sequence has a gap (None: the identity itself was refused): hold that partition and reset the
         producer identity once its batches in flight are resolved (KIP-360). Other partitions keep sending."""
         if not self.acc.idempotent:
+            return
+        if self.txn is not None:
+            # inside a transaction a gap spoils the transaction: abort, then a new epoch restarts sequences
+            self.txn.core.abortable(errors.OutOfOrderSequenceNumberError(f"{cause} in the transaction"))
             return
         self.acc.hold(tp)
         if not self._identity_reset_wanted:
@@ -336,7 +351,8 @@ class Sender:
                 hooks.emit(events.BATCH_SENT, node_id=node_id, topic=batch.tp.topic, partition=batch.tp.partition,
                            records=batch.record_count, size_bytes=len(records), attempt=batch.attempts,
                            queue_ms=now - batch.created_at)
-        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config.request_timeout_ms,
+        txn_id = self.txn.core.transactional_id if self.txn is not None else None
+        body = {"transactional_id": txn_id, "acks": self.acks, "timeout_ms": self.config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
         state = self.cluster.node(node_id)
         state.on_request_sent(now)
@@ -392,6 +408,11 @@ class Sender:
         ``TransactionManager.canRetry``): always retried; a real gap or lost producer state also bumps the epoch.
         """
         acc = self.acc
+        if self.txn is not None:
+            # no retry or epoch bump of its own: the batch fails and the transaction becomes abortable
+            cls = errors.error_for_code(code)
+            self.txn.core.abortable(cls(f"{batch.tp.topic}-{batch.tp.partition}: error {code} in the transaction"))
+            return cls
         current = (batch.producer_id, batch.producer_epoch) == (acc.producer_id, acc.producer_epoch)
         behind = code == _OUT_OF_ORDER_SEQUENCE and self._older_batch_pending(batch)
         if current and self._bump_unconfirmed and (
@@ -449,6 +470,8 @@ class Sender:
                     error_class = self._sequence_error(batch, code)
                 error = error_class(
                     f"{name}-{tp.partition} on node {node_id}: {part.get('error_message') or error_class.description}")
+                if self.txn is not None and code in FENCED_CODES:
+                    self.txn.core.fatal(errors.ProducerFencedError(str(error)))   # a newer producer owns the id
                 if code in _LEADER_ERRORS:
                     hint = part.get("current_leader")
                     if hint is not None and hint.get("leader_id", -1) >= 0:

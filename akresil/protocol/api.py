@@ -41,6 +41,10 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -89,6 +93,8 @@ SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 #: replica high-watermark), OffsetCommit/OffsetFetch 10 (topic ids only), InitProducerId 6 (unstable
 #: in the spec).  Fetch 13-17 already name topics by id: the consumer must send topic ids there.
 #: ShareFetch/ShareAcknowledge 2 add acquire modes and lock renewal (KIP-1206, KIP-1222), not implemented.
+#: Transactions stay on protocol v1 (KIP-890 part 1 only): AddPartitionsToTxn 4+ is the brokers' batched form,
+#: EndTxn 5 / TxnOffsetCommit 5 / AddOffsetsToTxn 5 belong to transactions v2 with Produce 12.
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     **SCHEMA_VERSIONS,
     ApiKey.PRODUCE: (3, 11),
@@ -98,6 +104,10 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
 }
 
 UNSUPPORTED_VERSION = 35

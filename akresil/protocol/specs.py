@@ -1231,6 +1231,120 @@ SHARE_ACKNOWLEDGE_RESPONSE = M(
     ),
 )
 
+ADD_PARTITIONS_TO_TXN_REQUEST = M(
+    'AddPartitionsToTxnRequest', 24, 'request', '0-5', '3+', (
+        F('transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
+            F('transactional_id', 'string', '4+'),
+            F('producer_id', 'int64', '4+'),
+            F('producer_epoch', 'int16', '4+'),
+            F('verify_only', 'bool', '4+', default=False),
+            F('topics', '[]AddPartitionsToTxnTopic', '4+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        )),
+        F('v3_and_below_transactional_id', 'string', '0-3'),
+        F('v3_and_below_producer_id', 'int64', '0-3'),
+        F('v3_and_below_producer_epoch', 'int16', '0-3'),
+        F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0-3', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+ADD_PARTITIONS_TO_TXN_RESPONSE = M(
+    'AddPartitionsToTxnResponse', 24, 'response', '0-5', '3+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '4+', ignorable=True),
+        F('results_by_transaction', '[]AddPartitionsToTxnResult', '4+', fields=(
+            F('transactional_id', 'string', '4+'),
+            F('topic_results', '[]AddPartitionsToTxnTopicResult', '4+', fields=(
+                F('name', 'string', '0+'),
+                F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('partition_error_code', 'int16', '0+'),
+                )),
+            )),
+        )),
+        F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
+            F('name', 'string', '0+'),
+            F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('partition_error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+ADD_OFFSETS_TO_TXN_REQUEST = M(
+    'AddOffsetsToTxnRequest', 25, 'request', '0-4', '3+', (
+        F('transactional_id', 'string', '0+'),
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('group_id', 'string', '0+'),
+    ),
+)
+
+ADD_OFFSETS_TO_TXN_RESPONSE = M(
+    'AddOffsetsToTxnResponse', 25, 'response', '0-4', '3+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+    ),
+)
+
+END_TXN_REQUEST = M(
+    'EndTxnRequest', 26, 'request', '0-5', '3+', (
+        F('transactional_id', 'string', '0+'),
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('committed', 'bool', '0+'),
+    ),
+)
+
+END_TXN_RESPONSE = M(
+    'EndTxnResponse', 26, 'response', '0-5', '3+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('producer_id', 'int64', '5+', default=-1, ignorable=True),
+        F('producer_epoch', 'int16', '5+', default=-1, ignorable=True),
+    ),
+)
+
+TXN_OFFSET_COMMIT_REQUEST = M(
+    'TxnOffsetCommitRequest', 28, 'request', '0-5', '3+', (
+        F('transactional_id', 'string', '0+'),
+        F('group_id', 'string', '0+'),
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('generation_id', 'int32', '3+', default=-1),
+        F('member_id', 'string', '3+', default=''),
+        F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+        F('topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('committed_offset', 'int64', '0+'),
+                F('committed_leader_epoch', 'int32', '2+', default=-1, ignorable=True),
+                F('committed_metadata', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+TXN_OFFSET_COMMIT_RESPONSE = M(
+    'TxnOffsetCommitResponse', 28, 'response', '0-5', '3+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]TxnOffsetCommitResponsePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
 REQUEST_HEADER = M(
     'RequestHeader', None, 'header', '0-2', '2+', (
         F('request_api_key', 'int16', '0+'),
@@ -1348,6 +1462,14 @@ ALL: tuple[Message, ...] = (
     SHARE_FETCH_RESPONSE,
     SHARE_ACKNOWLEDGE_REQUEST,
     SHARE_ACKNOWLEDGE_RESPONSE,
+    ADD_PARTITIONS_TO_TXN_REQUEST,
+    ADD_PARTITIONS_TO_TXN_RESPONSE,
+    ADD_OFFSETS_TO_TXN_REQUEST,
+    ADD_OFFSETS_TO_TXN_RESPONSE,
+    END_TXN_REQUEST,
+    END_TXN_RESPONSE,
+    TXN_OFFSET_COMMIT_REQUEST,
+    TXN_OFFSET_COMMIT_RESPONSE,
     REQUEST_HEADER,
     RESPONSE_HEADER,
     CONSUMER_PROTOCOL_SUBSCRIPTION,

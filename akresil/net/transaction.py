@@ -1,0 +1,267 @@
+"""The transactional producer's I/O: requests to the transaction coordinator (and the group coordinator for
+``TxnOffsetCommit``), each retried as ``core.transaction`` decides.
+
+``TransactionIO.turn`` is called by the sender's scheduling pass: partitions that got records and are not in
+the transaction yet go into one AddPartitionsToTxn request per pass (the accumulator's ``drain_gate`` keeps
+their batches back until the coordinator confirms them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+import anyio
+
+from .. import errors
+from ..core import events
+from ..core.accumulator import RecordAccumulator
+from ..core.group_state import find_coordinator_result
+from ..core.transaction import Action, Operation, TransactionManager, TxnState, classify, error_from_code
+from ..protocol.api import ApiKey
+from ..types import ConsumerGroupMetadata, TopicPartition
+from .cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT = (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError)
+_TXN_KEY, _GROUP_KEY = 1, 0
+#: InitProducerId can carry the current producer id and epoch (KIP-360 epoch bump) from v3
+_BUMP_VERSION = 3
+
+
+class TransactionIO:
+    """Coordinator requests of one transactional producer; the state lives in ``core`` (a TransactionManager)."""
+
+    def __init__(self, cluster: Cluster, acc: RecordAccumulator, core: TransactionManager,
+                 wake: Callable[[], None], fail_records: Callable[[BaseException], None]) -> None:
+        self.cluster = cluster
+        self.acc = acc
+        self.core = core
+        self._wake = wake
+        self._fail_records = fail_records
+        acc.drain_gate = core.added
+
+    # ------------------------------------------------------------------ the sender's pass
+    def turn(self, now: float, tg: anyio.abc.TaskGroup) -> float | None:
+        """Start an AddPartitionsToTxn for partitions with records not in the transaction yet; returns the time
+        the next one may go when a backoff holds them back."""
+        core = self.core
+        if core.pending:
+            return None
+        new = core.partitions_to_add(
+            (tp for tp in self.acc.partitions_with_data() if tp not in core.added), now)
+        if new:
+            tg.start_soon(self._add_partitions, new)
+            return None
+        if now < core.add_at and core.in_transaction and any(
+                tp not in core.added for tp in self.acc.partitions_with_data()):
+            return core.add_at
+        return None
+
+    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+        core, cluster = self.core, self.cluster
+        acc = self.acc
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        try:
+            node = await self._coordinator(None)
+            if node is None:
+                core.add_failed(cluster.clock(), refind=True)
+                return
+            _, response = await cluster.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, {
+                "v3_and_below_transactional_id": core.transactional_id,
+                "v3_and_below_producer_id": acc.producer_id, "v3_and_below_producer_epoch": acc.producer_epoch,
+                "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            results: dict[TopicPartition, int] = {}
+            for topic in response.get("results_by_topic_v3_and_below") or ():
+                for part in topic["results_by_partition"]:
+                    results[TopicPartition(topic["name"], part["partition_index"])] = part["partition_error_code"]
+            for tp in tps:
+                results.setdefault(tp, errors.UnknownServerError.errno)
+            action = core.partitions_added(results, cluster.clock())
+            if action is Action.REFIND:
+                log.info("transaction %s: coordinator moved; finding it again", core.transactional_id)
+            elif action in (Action.ABORTABLE, Action.FATAL):
+                log.warning("transaction %s: AddPartitionsToTxn failed: %r", core.transactional_id, core.error)
+                if action is Action.FATAL:
+                    assert core.error is not None
+                    self._fail_records(core.error)
+        except _TRANSPORT as exc:
+            log.debug("transaction %s: AddPartitionsToTxn failed: %s", core.transactional_id, exc)
+            core.add_failed(cluster.clock(), refind=True)
+        except errors.KafkaError as exc:
+            core.fatal(exc)
+            self._fail_records(exc)
+        finally:
+            self._wake()
+
+    # ------------------------------------------------------------------ coordinator lookup
+    async def _coordinator(self, op: Operation | None) -> int | None:
+        """The transaction coordinator's node id, looked up if unknown; None when the lookup must be retried."""
+        if self.core.coordinator is None:
+            self.core.coordinator = await self._find(self.core.transactional_id, _TXN_KEY, op)
+        return self.core.coordinator
+
+    async def _find(self, key: str, key_type: int, op: Operation | None) -> int | None:
+        """FindCoordinator for ``key``; None on a retriable failure; raises a fatal one (authorization)."""
+        def body(version: int) -> dict[str, Any]:
+            if version >= 4:
+                return {"key_type": key_type, "coordinator_keys": [key]}
+            return {"key": key, "key_type": key_type}
+
+        try:
+            _, version, response = await self.cluster.request_any(ApiKey.FIND_COORDINATOR, body, min_version=1)
+            code, node_id, _, _ = find_coordinator_result(response, version, key)
+        except (*_TRANSPORT, errors.ProtocolError) as exc:
+            log.debug("FindCoordinator(%s) failed: %s", key, exc)
+            return None
+        if code:
+            action = classify(code)
+            if action in (Action.FATAL, Action.ABORTABLE) and code not in (
+                    errors.CoordinatorNotAvailableError.errno,):
+                raise error_from_code(code, f"FindCoordinator for {key!r}")
+            return None
+        if node_id not in self.cluster.metadata.snapshot.brokers:
+            try:
+                await self.cluster.wait_for_metadata(
+                    timeout_ms=self.cluster.config.request_timeout_ms,
+                    until=lambda: node_id in self.cluster.metadata.snapshot.brokers)
+            except TimeoutError:
+                return None
+        return node_id
+
+    # ------------------------------------------------------------------ one coordinator call, retried
+    async def _call(self, op: Operation, api: ApiKey, body: dict[str, Any] | Callable[[int], dict[str, Any]],
+                    code_of: Callable[[dict[str, Any]], int], *, group: str | None = None,
+                    min_version: int = 0) -> tuple[int, dict[str, Any]]:
+        """Send until the answer is OK; RETRY / REFIND / transport errors back off (KIP-580) until the
+        operation's deadline; ABORTABLE / FATAL raise (after updating the state machine)."""
+        core, cluster = self.core, self.cluster
+        group_node: int | None = None
+        while True:
+            now = cluster.clock()
+            cause: BaseException
+            try:
+                if group is None:
+                    node = await self._coordinator(op)
+                else:
+                    if group_node is None:
+                        group_node = await self._find(group, _GROUP_KEY, op)
+                    node = group_node
+            except errors.KafkaError as exc:
+                # FindCoordinator refused: the transactional id's (fatal) or the group's (abortable) authorization
+                if group is None:
+                    core.fatal(exc)
+                    self._fail_records(exc)
+                else:
+                    core.abortable(exc)
+                raise
+            if node is None:
+                cause = errors.CoordinatorNotAvailableError(f"{op.name}: coordinator not found")
+            else:
+                try:
+                    version, response = await cluster.request(node, api, body, min_version=min_version)
+                except _TRANSPORT as exc:
+                    cause = exc
+                    if group is None:
+                        core.coordinator = None
+                    else:
+                        group_node = None
+                else:
+                    code = code_of(response)
+                    action = classify(code)
+                    if action is Action.OK:
+                        return version, response
+                    cause = error_from_code(code, f"{op.name}: {api.name} to node {node}")
+                    if action is Action.FATAL:
+                        core.fatal(cause)
+                        self._fail_records(cause)
+                        raise cause
+                    if action is Action.ABORTABLE:
+                        core.abortable(cause)
+                        raise cause
+                    if action is Action.REFIND:
+                        if group is None:
+                            core.coordinator = None
+                        else:
+                            group_node = None
+            now = cluster.clock()
+            at = op.retry_at(now, cause)        # raises KafkaTimeoutError past the deadline
+            log.debug("%s: %s; retrying in %.0f ms", op.name, cause, at - now)
+            await anyio.sleep((at - now) / 1000.0)
+
+    # ------------------------------------------------------------------ operations
+    async def init(self, timeout_ms: float) -> None:
+        """InitProducerId with the transactional id: a new epoch that fences every older producer of the id.
+        With a known identity (v3+) the current id and epoch are passed, as after an abort that needs a bump."""
+        core, acc = self.core, self.acc
+        op = core.start_init(self.cluster.clock(), timeout_ms)
+        pid, epoch = acc.producer_id, acc.producer_epoch
+
+        def body(version: int) -> dict[str, Any]:
+            known = version >= _BUMP_VERSION and pid >= 0
+            return {"transactional_id": core.transactional_id,
+                    "transaction_timeout_ms": core.transaction_timeout_ms,
+                    "producer_id": pid if known else -1, "producer_epoch": epoch if known else -1}
+
+        try:
+            _, response = await self._call(op, ApiKey.INIT_PRODUCER_ID, body, lambda r: r.get("error_code", 0))
+        except errors.KafkaTimeoutError:
+            core.state = TxnState.UNINITIALIZED if pid < 0 else TxnState.READY
+            raise
+        except errors.KafkaError as exc:
+            core.fatal(exc)     # no transaction to abort here: any refusal leaves the producer unusable
+            self._fail_records(exc)
+            raise
+        acc.set_producer_identity(response["producer_id"], response["producer_epoch"])
+        self.cluster.hooks.emit(events.PRODUCER_ID, producer_id=response["producer_id"],
+                                producer_epoch=response["producer_epoch"])
+        core.initialized()
+
+    async def end(self, commit: bool) -> None:
+        """EndTxn (commit or abort) once the transaction holds partitions or offsets; retried within
+        ``transaction_timeout_ms`` (CONCURRENT_TRANSACTIONS, coordinator moves, lost connections)."""
+        core, acc = self.core, self.acc
+        op = core.start_end(commit, self.cluster.clock())
+        if core.needs_end_request():
+            await self._call(op, ApiKey.END_TXN, {
+                "transactional_id": core.transactional_id, "producer_id": acc.producer_id,
+                "producer_epoch": acc.producer_epoch, "committed": commit}, lambda r: r.get("error_code", 0))
+        core.ended()
+
+    async def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
+        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the group coordinator with
+        the consumer's generation, member id and instance id (KIP-447: a zombie's offsets are refused)."""
+        core, acc = self.core, self.acc
+        core.check_send("send_offsets_to_transaction()")
+        now = self.cluster.clock()
+        op = Operation("send_offsets_to_transaction()", now, core.transaction_timeout_ms, core.backoff)
+        await self._call(op, ApiKey.ADD_OFFSETS_TO_TXN, {
+            "transactional_id": core.transactional_id, "producer_id": acc.producer_id,
+            "producer_epoch": acc.producer_epoch, "group_id": group.group_id}, lambda r: r.get("error_code", 0))
+        core.offsets_added = True
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in offsets.items():
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "committed_offset": int(offset), "committed_leader_epoch": -1,
+                 "committed_metadata": ""})
+        body = {"transactional_id": core.transactional_id, "group_id": group.group_id,
+                "producer_id": acc.producer_id, "producer_epoch": acc.producer_epoch,
+                "generation_id": group.generation_id, "member_id": group.member_id,
+                "group_instance_id": group.group_instance_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+        def worst_code(response: dict[str, Any]) -> int:
+            codes = [p["error_code"] for t in response.get("topics") or () for p in t["partitions"]]
+            bad = [c for c in codes if c]
+            if not bad:
+                return 0
+            return max(bad, key=lambda c: _severity(classify(c)))
+
+        await self._call(op, ApiKey.TXN_OFFSET_COMMIT, body, worst_code, group=group.group_id)
+
+
+def _severity(action: Action) -> int:
+    return (Action.OK, Action.RETRY, Action.REFIND, Action.ABORTABLE, Action.FATAL).index(action)

@@ -1,0 +1,163 @@
+"""The runner's ``processing_guarantee="exactly_once"``: one transaction per commit interval holding the
+handlers' output records and the input offsets they cover (``send_offsets_to_transaction``, KIP-447).
+
+A commit needs a consistent cut: no handler may be half-way through a unit when the offsets are taken, or its
+outputs would commit without its input offset. So partition tasks enter a unit through ``enter``/``exit`` and
+a commit (or abort) first closes the barrier and waits until no unit runs. A timed-out or failed task, or a
+failed commit, aborts the whole transaction (every task's outputs since the last commit go with it) and
+rewinds every partition to the offset the transaction started from: the records are handled again in the
+next transaction, and read_committed readers never see the aborted outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import ConfigError, KafkaError, ProducerFencedError
+from .types import TopicPartition
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+log = logging.getLogger(__name__)
+
+#: errors after which the producer cannot go on (another instance took over the transactional id)
+_FATAL = (ProducerFencedError,)
+
+
+def check_exactly_once(consumer: Any, producer: Any) -> None:
+    """ConfigError naming what an exactly-once runner lacks."""
+    for name in ("begin_transaction", "commit_transaction", "abort_transaction", "send_offsets_to_transaction"):
+        if producer is None or not callable(getattr(producer, name, None)):
+            raise ConfigError("producer: processing_guarantee='exactly_once' needs a transactional producer "
+                              "(Producer(transactional_id=...), init_transactions() called)")
+    state = getattr(producer, "transaction_state", "ready")
+    if state is None:
+        raise ConfigError("producer: processing_guarantee='exactly_once' needs a transactional producer "
+                          "(Producer(transactional_id=...)); this one has no transactional_id")
+    if state != "ready":
+        raise ConfigError("producer: processing_guarantee='exactly_once' needs init_transactions() called and no "
+                          f"open transaction (state {getattr(producer, 'transaction_state', None)!r})")
+    for name in ("group_metadata", "seek"):
+        if not callable(getattr(consumer, name, None)):
+            raise ConfigError(f"consumer: processing_guarantee='exactly_once' needs a {name}() method")
+    config = getattr(consumer, "config", None)
+    if config is not None and getattr(config, "isolation_level", "read_committed") != "read_committed":
+        raise ConfigError("isolation_level: the exactly-once runner's consumer must use 'read_committed' "
+                          "(it would otherwise read aborted outputs of upstream transactions)")
+
+
+class ExactlyOnce:
+    """The barrier and the transaction of one exactly-once runner."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.producer: Any = runner.producer
+        self._active = 0
+        self._closed = False
+        self._opened = anyio.Event()
+        self._opened.set()
+        self._idle = anyio.Event()
+        self._idle.set()
+        #: a task failed inside the transaction: the next commit point aborts and rewinds instead
+        self.abort_wanted = False
+        self.in_transaction = False
+        self.commits = 0
+        self.aborts = 0
+
+    # ------------------------------------------------------------------ the barrier
+    @property
+    def closing(self) -> bool:
+        """A commit point waits: tasks stop their chunk at the next unit boundary."""
+        return self._closed
+
+    async def enter(self) -> None:
+        while self._closed:
+            await self._opened.wait()
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+        self._active += 1
+        self._idle = anyio.Event()
+
+    def exit(self) -> None:
+        self._active -= 1
+        if self._active == 0:
+            self._idle.set()
+
+    async def _quiesce(self) -> None:
+        self._closed = True
+        self._opened = anyio.Event()
+        await self._idle.wait()
+
+    def _reopen(self) -> None:
+        self._closed = False
+        self._opened.set()
+
+    # ------------------------------------------------------------------ commit points
+    async def commit_point(self) -> bool:
+        """Commit the open transaction with the processed offsets (or abort and rewind after a failure).
+        Returns False when the transaction was aborted."""
+        await self._quiesce()
+        try:
+            if self.abort_wanted:
+                await self._abort_and_rewind("a task failed in the transaction")
+                return False
+            if not self.in_transaction:
+                return True
+            runner = self.runner
+            consumer: Any = runner.consumer         # checked by check_exactly_once: has group_metadata()
+            tasks = list(runner._tasks.values())
+            offsets = runner._pending_offsets(tasks)
+            try:
+                if offsets:
+                    await self.producer.send_offsets_to_transaction(
+                        offsets, await _maybe_await(consumer.group_metadata()))
+                await self.producer.commit_transaction()
+            except _FATAL:
+                raise
+            except KafkaError as exc:
+                await self._abort_and_rewind(f"commit failed: {exc!r}")
+                return False
+            self.in_transaction = False
+            self.commits += 1
+            for task in tasks:
+                if task.tp in offsets:
+                    task.committed = offsets[task.tp]
+                task.rewind_to = None
+            return True
+        finally:
+            self._reopen()
+
+    async def abort_only(self) -> None:
+        """Abort without rewinding (fatal shutdown: the next owner starts from the committed offsets)."""
+        if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
+            await self.producer.abort_transaction()
+        self.in_transaction = False
+
+    async def _abort_and_rewind(self, why: str) -> None:
+        runner = self.runner
+        consumer: Any = runner.consumer             # checked by check_exactly_once: has seek()
+        self.abort_wanted = False
+        if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
+            await self.producer.abort_transaction()
+        self.in_transaction = False
+        self.aborts += 1
+        rewound: dict[TopicPartition, int] = {}
+        for task in runner._tasks.values():
+            if task.rewind_to is None:
+                continue
+            offset = task.rewind_to
+            await _maybe_await(consumer.seek(task.tp, offset))
+            task.rewind(offset)
+            rewound[task.tp] = offset
+        log.warning("exactly-once runner: transaction aborted (%s); rewound %s", why, rewound)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if hasattr(value, "__await__"):
+        return await value
+    return value
