@@ -83,12 +83,14 @@ class ClientStats:
 
 
 class _Cached:
-    __slots__ = ("client", "stats", "context", "last_used", "busy")
+    __slots__ = ("client", "stats", "context", "last_used", "busy", "mark")
 
     def __init__(self, client: Any, stats: ClientStats, context: Any) -> None:
         self.client, self.stats, self.context = client, stats, context
         self.last_used = time.monotonic()
         self.busy = False
+        #: the stats when the current lease began (zeros for a new client: its start-up is the task's)
+        self.mark = ClientStats().snapshot()
 
 
 class WorkerClients:
@@ -124,6 +126,7 @@ class WorkerClients:
             for entry in self._clients.get(key, ()):
                 if not entry.busy:
                     entry.busy = True
+                    entry.mark = entry.stats.snapshot()
                     return entry
         stats = ClientStats()
         cls = Producer if kind == "producer" else Consumer

@@ -71,7 +71,8 @@ class TaskDelivery(WriterCommitMessage):
     """What one successful task delivered: sent back to the driver as its commit message (picklable)."""
 
     def __init__(self, task: int, attempt: int, records: int, bytes_: int, retries: int, throttle_ms: float,
-                 partitions: dict[str, int], elapsed_s: float) -> None:
+                 partitions: dict[str, int], elapsed_s: float, *, throttled: int = 0, leader_hints: int = 0,
+                 skip_backoff_retries: int = 0) -> None:
         self.task = task
         self.attempt = attempt
         self.records = records
@@ -80,6 +81,10 @@ class TaskDelivery(WriterCommitMessage):
         self.throttle_ms = throttle_ms
         self.partitions = partitions
         self.elapsed_s = elapsed_s
+        #: KIP-219 throttled responses, KIP-951 leader hints accepted, retries sent at once after a hint
+        self.throttled = throttled
+        self.leader_hints = leader_hints
+        self.skip_backoff_retries = skip_backoff_retries
 
     def __repr__(self) -> str:
         return f"TaskDelivery(task={self.task}, records={self.records}, partitions={self.partitions})"
@@ -101,6 +106,11 @@ class WriteSummary:
     #: "topic-partition" -> records acknowledged there
     partitions: Mapping[str, int]
     finished_at: float
+    #: KIP-219: responses that asked the producers to back off (their time is `throttle_ms`)
+    throttled: int = 0
+    #: KIP-951: leader hints the producers accepted, and batch retries sent at once because of one
+    leader_hints: int = 0
+    skip_backoff_retries: int = 0
 
     @classmethod
     def from_messages(cls, write_id: str, status: str, messages: Sequence[Any]) -> "WriteSummary":
@@ -113,7 +123,9 @@ class WriteSummary:
                    tasks_failed=len(messages) - len(done), records=sum(m.records for m in done),
                    bytes=sum(m.bytes for m in done), retries=sum(m.retries for m in done),
                    throttle_ms=sum(m.throttle_ms for m in done), partitions=dict(sorted(parts.items())),
-                   finished_at=time.time())
+                   finished_at=time.time(), throttled=sum(getattr(m, "throttled", 0) for m in done),
+                   leader_hints=sum(getattr(m, "leader_hints", 0) for m in done),
+                   skip_backoff_retries=sum(getattr(m, "skip_backoff_retries", 0) for m in done))
 
 
 def read_summary(path: Path) -> WriteSummary:
@@ -273,7 +285,7 @@ def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, c
     worker = worker_clients()
     entry = worker.lease("producer", dict(options.producer))
     portal, producer, stats = worker.portal, entry.client, entry.stats
-    before = stats.snapshot()
+    before = entry.mark
     tally = _Tally(task, attempt)
     healthy = False
     in_flight: Any = None
@@ -298,7 +310,9 @@ def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, c
         worker.release(entry, healthy=healthy)
     used = stats.since(before)
     return TaskDelivery(task, attempt, tally.records, tally.bytes, int(used["retries"]), used["throttle_ms"],
-                        tally.partitions, time.monotonic() - started)
+                        tally.partitions, time.monotonic() - started, throttled=int(used["throttled"]),
+                        leader_hints=int(used["leader_hints"]),
+                        skip_backoff_retries=int(used["skip_backoff_retries"]))
 
 
 class AkresilWriter(DataSourceArrowWriter):

@@ -499,3 +499,31 @@ def test_stream_survives_leader_moves_a_stopped_node_and_throttles(spark: Any, s
     assert throttled, "the script's throttles never reached the source's clients"
     assert any(c.startswith("fault-etl-") and c.endswith("-executor") for c in client_ids), client_ids
     assert any(c.startswith("fault-etl-") and c.endswith("-driver") for c in client_ids), client_ids
+
+
+def test_write_through_throttles_and_leader_moves_reports_them_in_the_summary(spark: Any, spark_broker: Any) -> None:
+    """KIP-219 throttles and leader moves during a Spark write: every row lands once, and the summary says
+    what the producers went through (throttled responses, retries)."""
+    import akresil.spark
+    from akresil.testing import FaultProxy
+
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-wfault")
+    create_topic(bs, topic, 3)
+    n = 20_000
+    with FaultProxy(bs, nodes=3) as proxy:
+        for node in proxy.node_ids:
+            proxy.throttle(node, 300, count=8)                  # the next 8 answers of every node throttle
+        df = spark.range(0, n, numPartitions=2).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+        moved = threading.Timer(0.5, proxy.move_all_leaders)
+        moved.start()
+        try:
+            (df.write.format("akresil").option("kafka.bootstrap.servers", proxy.bootstrap_servers)
+             .option("topic", topic).option("kafka.linger.ms", "5").mode("append").save())
+        finally:
+            moved.cancel()
+    summary = akresil.spark.last_write_summary()
+    assert summary is not None and summary.status == "committed" and summary.records == n
+    assert summary.throttled >= 1 and summary.throttle_ms > 0, summary
+    rows = _reader(spark, bs, subscribe=topic).selectExpr("cast(key as string) k").collect()
+    assert sorted(int(r.k) for r in rows) == list(range(n))   # each row once (idempotent retries)

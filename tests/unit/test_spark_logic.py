@@ -279,8 +279,10 @@ def test_group_batch_splits_by_topic_and_partition_keeping_row_order() -> None:
 def test_write_summary_aggregates_task_messages() -> None:
     from akresil.spark.writer import TaskDelivery, WriteSummary
 
-    msgs = [TaskDelivery(0, 0, 3, 30, 1, 5.0, {"t-0": 2, "t-1": 1}, 0.1), None,
-            TaskDelivery(2, 1, 2, 20, 0, 0.0, {"t-1": 2}, 0.1)]
+    msgs = [TaskDelivery(0, 0, 3, 30, 1, 5.0, {"t-0": 2, "t-1": 1}, 0.1, throttled=2, leader_hints=1,
+                         skip_backoff_retries=1), None,
+            TaskDelivery(2, 1, 2, 20, 0, 0.0, {"t-1": 2}, 0.1, throttled=1)]
     s = WriteSummary.from_messages("w", "aborted", msgs)
     assert (s.tasks_delivered, s.tasks_failed, s.records, s.bytes, s.retries, s.throttle_ms) == (2, 1, 5, 50, 1, 5.0)
     assert s.partitions == {"t-0": 2, "t-1": 3}
+    assert (s.throttled, s.leader_hints, s.skip_backoff_retries) == (3, 1, 1)   # KIP-219 / KIP-951 activity
