@@ -8,6 +8,7 @@ converter rather than written out twice.
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import itemgetter
 from typing import Sequence
 
 import pyarrow as pa
@@ -47,13 +48,16 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 def records_to_batch(records: Sequence[ConsumerRecord], include_headers: bool) -> pa.RecordBatch:
     """One Arrow batch of consumed records, column by column.
 
-    ``zip(*records)`` transposes the record tuples into one tuple per field in a single C-level pass (~1 ms
-    per 10 000 records here, 3x faster than one comprehension per column), and each column is then one
-    ``pa.array`` call over its tuple: no per-record Python code runs here. A one-topic batch (every read
-    task's) gets its topic column from two buffers instead of converting 10 000 ``str`` objects.
+    Each field is pulled out with ``map(itemgetter(i), records)`` (C-level, no per-record Python code and
+    no new tracked objects) and becomes one ``pa.array`` call. ``zip(*records)`` looks faster alone (1 ms vs
+    2 ms a field set per 10 000 records) but allocates one tracked iterator per record, which in a worker
+    holding a million live objects triggers full garbage collections: measured mean 8.2 ms, worst 203 ms,
+    against 4.2 ms and 6.9 ms this way. A one-topic batch (every read task's) gets its topic column from two
+    buffers instead of converting 10 000 ``str`` objects.
     """
     schema = arrow_schema(include_headers)
-    topics, partitions, offsets, keys, values, headers, timestamps, ts_types = list(zip(*records))[:8]
+    topics, partitions, offsets, keys, values, headers, timestamps, ts_types = (
+        list(map(itemgetter(i), records)) for i in range(8))
     ts_ms = pa.array(timestamps, pa.int64())
     first = topics[0]
     columns = [
