@@ -1,8 +1,9 @@
 """Spark data source throughput: rows/s written and read through Spark local[2] vs the plain akresil clients.
 
 One embedded noida-db broker (its ListOffsets LATEST is exact; Tansu's is not, see docs/brokers.md) and one
-local[2] SparkSession. The same N records (key = the row number as text, value = that number zero-padded to
-``--size`` bytes) go through four paths, each into its own fresh topic of ``--partitions`` partitions:
+local[2] SparkSession. For each value size (``--sizes``, default 100 B and 1 KiB) the same N records (key =
+the row number as text, value = that number zero-padded to the size) go through four paths, each into its
+own fresh topic of ``--partitions`` partitions:
 
 * plain write: ``Producer.send_many`` in chunks of 10 000 (one client, one event loop);
 * Spark write: ``df.write.format("akresil")`` from ``spark.range(N, numPartitions=2)`` (two tasks);
@@ -11,9 +12,13 @@ local[2] SparkSession. The same N records (key = the row number as text, value =
   so every row crosses from the Python worker into the JVM.
 
 Session start-up and the Python workers' first start are excluded (a small warm-up write and read run
-first). Each path runs ``--rounds`` times; the best round counts. Prints one JSON document (orjson).
+first). Each path runs ``--rounds`` times (>= 3); the report gives the median and the worst round in rows/s
+and the ratios of the medians. Spark's fixed cost per query (job scheduling, the Python planner and commit
+processes it starts per query, ListOffsets) is measured with 100-row writes and reads and reported with the
+Spark rates net of it. Prints one JSON document (orjson).
 
-    python benchmarks/bench_spark.py [--records 200000] [--size 100] [--partitions 4] [--rounds 2] [--out F]
+    python benchmarks/bench_spark.py [--records 100000] [--sizes 100,1024] [--partitions 4] [--rounds 3]
+                                     [--out F]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 import uuid
@@ -100,44 +106,63 @@ def spark_read(spark: Any, bs: str, topic: str, n: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma-separated")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit("--rounds: need at least 1")
     n = args.records
-    recs = records(n, args.size)
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     spark = spark_session()
-    best: dict[str, float] = {}
-
-    def keep(name: str, seconds: float) -> None:
-        best[name] = min(best.get(name, float("inf")), seconds)
-
+    results: dict[str, Any] = {}
     try:
         with EmbeddedBroker(kind="noida") as broker:
             bs = broker.bootstrap_servers
             warm = anyio.run(create, bs, args.partitions)
-            spark_write(spark, bs, warm, 1000, args.size)
+            spark_write(spark, bs, warm, 1000, sizes[0])
             spark_read(spark, bs, warm, 1000)
+            # Spark's cost per query, independent of the rows: the same paths with 100 rows
+            fixed: dict[str, list[float]] = {"spark_write": [], "spark_read": []}
             for _ in range(args.rounds):
-                topic = anyio.run(create, bs, args.partitions)
-                keep("plain_write", anyio.run(plain_write, bs, topic, recs))
-                keep("plain_read", anyio.run(plain_read, bs, topic, args.partitions, n))
-                keep("spark_read", spark_read(spark, bs, topic, n))
-                topic = anyio.run(create, bs, args.partitions)
-                keep("spark_write", spark_write(spark, bs, topic, n, args.size))
+                tiny = anyio.run(create, bs, args.partitions)
+                fixed["spark_write"].append(spark_write(spark, bs, tiny, 100, sizes[0]))
+                fixed["spark_read"].append(spark_read(spark, bs, tiny, 100))
+            results["per_query_s_median_100_rows"] = {k: round(statistics.median(v), 3) for k, v in fixed.items()}
+            for size in sizes:
+                recs = records(n, size)
+                times: dict[str, list[float]] = {k: [] for k in ("plain_write", "spark_write", "plain_read",
+                                                                  "spark_read")}
+                for _ in range(args.rounds):
+                    topic = anyio.run(create, bs, args.partitions)
+                    times["plain_write"].append(anyio.run(plain_write, bs, topic, recs))
+                    times["plain_read"].append(anyio.run(plain_read, bs, topic, args.partitions, n))
+                    times["spark_read"].append(spark_read(spark, bs, topic, n))
+                    topic = anyio.run(create, bs, args.partitions)
+                    times["spark_write"].append(spark_write(spark, bs, topic, n, size))
+                median = {k: round(n / statistics.median(v)) for k, v in times.items()}
+                # rows/s once Spark's per-query cost (measured above with 100 rows) is taken out
+                net = {k: round(n / max(1e-9, statistics.median(times[k]) - statistics.median(fixed[k])))
+                       for k in fixed}
+                worst = {k: round(n / max(v)) for k, v in times.items()}
+                results[f"{size}B"] = {
+                    "rows_per_s_median": median, "rows_per_s_worst": worst,
+                    "spark_rows_per_s_without_per_query_cost": net,
+                    "ratios_of_medians": {
+                        "spark_write_vs_plain_send_many": round(median["spark_write"] / median["plain_write"], 2),
+                        "spark_read_vs_plain_getmany": round(median["spark_read"] / median["plain_read"], 2)},
+                }
     finally:
         spark.stop()
-    rate = {k: round(n / v) for k, v in best.items()}
     result = {
         "benchmark": "spark_local2_vs_plain_clients",
-        "records": n, "value_bytes": args.size, "partitions": args.partitions, "rounds": args.rounds,
+        "records": n, "value_bytes": sizes, "partitions": args.partitions, "rounds": args.rounds,
         "broker": "noida-db (EmbeddedBroker kind='noida')",
         "python": platform.python_version(), "cpus": os.cpu_count(),
-        "rows_per_s": rate,
-        "ratios": {"spark_write_vs_plain": round(rate["spark_write"] / rate["plain_write"], 2),
-                   "spark_read_vs_plain": round(rate["spark_read"] / rate["plain_read"], 2)},
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "results": results,
         "note": "indicative on a shared machine; compare ratios within one run",
     }
     text = orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()

@@ -1,41 +1,218 @@
 """The I/O shell of the Spark source: akresil clients driven from Spark's synchronous Python callbacks.
 
-Spark calls a data source from plain (blocking) Python in driver-side planner processes and in executor
-workers that are reused across tasks. Every call here therefore owns its event loop: driver-side look-ups
-use ``anyio.run``; a read task runs its Consumer inside an anyio blocking portal (an event loop thread
-the task's generator talks to), so records stream out batch by batch with bounded memory, and leaving the
-generator — end of range, Spark's ``limit``, task kill — closes the consumer and joins the loop thread.
-Nothing survives a call, so nothing leaks from one task into the next one on the same worker.
+Spark calls a data source from plain (blocking) Python: driver-side planning in short-lived planner
+processes, tasks in executor worker processes that Spark reuses for task after task. Driver-side look-ups
+use ``anyio.run`` and keep nothing. Tasks use the worker's ``WorkerClients``: one event-loop thread per
+worker process and one Producer / Consumer per distinct configuration, kept from one task to the next, so
+a job's second task on a worker pays neither a connection set-up nor a metadata round trip.
+
+A read task asks the loop thread for Arrow batches one ahead: while Spark ships batch *k* to the JVM, the
+loop thread fetches and builds batch *k + 1* (``RangeReader``), so the task thread only hands batches over.
+At the end of a task the consumer is unassigned (its buffers dropped) and kept; a task that fails drops
+its client (closed at once), so a client in an unknown state never serves the next task. Clients idle for
+``IDLE_CLOSE_S`` are closed by the loop thread, and whatever is left closes at interpreter exit. Spark's
+forking worker daemon ends workers with ``os._exit`` (no ``atexit``); then the operating system closes the
+sockets, and nothing is lost, since every write task returned only after all its records were acknowledged.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import threading
 import time
 from typing import Any, Iterator, Mapping
 
 import anyio
 import pyarrow as pa
-from anyio.from_thread import start_blocking_portal
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .. import errors
 from ..admin import EARLIEST as LIST_EARLIEST, LATEST as LIST_LATEST, Admin
 from ..config import OPTIONS_BY_NAME
 from ..consumer import Consumer
+from ..producer import Producer
 from ..types import TopicPartition
 from .offsets import DataLossError, OffsetRange
 from .options import Subscription
 from .schema import records_to_batch
 
-__all__ = ["PartitionSnapshot", "snapshot", "read_range", "admin_config"]
+__all__ = ["PartitionSnapshot", "snapshot", "offsets_for_times", "read_range", "admin_config", "ClientStats",
+           "WorkerClients", "worker_clients", "close_worker_clients", "RangeReader"]
 
 #: rows per Arrow batch handed to Spark (Spark's own default for Arrow batches is 10 000)
 BATCH_ROWS = 10_000
+#: a cached client unused for this long is closed by the worker's loop thread
+IDLE_CLOSE_S = 120.0
 
 
 def admin_config(client: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of a producer/consumer configuration an Admin client accepts."""
     return {k: v for k, v in client.items() if "admin" in OPTIONS_BY_NAME[k].clients}
+
+
+class ClientStats:
+    """Hook on a cached client: what the resilience layer did, as counters a task reads before and after.
+
+    ``retries`` batch retries, ``skip_backoff_retries`` the retries that went at once after a KIP-951 leader
+    hint, ``leader_hints`` hints accepted, ``throttled`` / ``throttle_ms`` KIP-219 throttles."""
+
+    FIELDS = ("retries", "skip_backoff_retries", "leader_hints", "throttled", "throttle_ms")
+
+    def __init__(self) -> None:
+        self.retries = self.skip_backoff_retries = self.leader_hints = self.throttled = 0
+        self.throttle_ms = 0.0
+
+    def on_batch_retry(self, skip_backoff: bool = False, **_: Any) -> None:
+        self.retries += 1
+        self.skip_backoff_retries += bool(skip_backoff)
+
+    def on_leader_hint(self, accepted: bool = False, **_: Any) -> None:
+        self.leader_hints += bool(accepted)
+
+    def on_throttled(self, throttle_ms: float = 0, **_: Any) -> None:
+        self.throttled += 1
+        self.throttle_ms += throttle_ms
+
+    def snapshot(self) -> dict[str, float]:
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def since(self, before: Mapping[str, float]) -> dict[str, float]:
+        return {f: getattr(self, f) - before[f] for f in self.FIELDS}
+
+
+class _Cached:
+    __slots__ = ("client", "stats", "context", "last_used", "busy", "mark")
+
+    def __init__(self, client: Any, stats: ClientStats, context: Any) -> None:
+        self.client, self.stats, self.context = client, stats, context
+        self.last_used = time.monotonic()
+        self.busy = False
+        #: the stats when the current lease began (zeros for a new client: its start-up is the task's)
+        self.mark = ClientStats().snapshot()
+
+
+class WorkerClients:
+    """This process's event-loop thread and the clients tasks share, keyed by kind and configuration.
+
+    Spark runs one task at a time in a Python worker, so a client is leased to one task at a time
+    (``lease``/``release``); a second concurrent lease of the same configuration (tasks run directly in
+    threads, as tests do) gets a client of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._portal_cm: Any = None
+        self._portal: BlockingPortal | None = None
+        self._clients: dict[tuple[str, str], list[_Cached]] = {}
+        self._stop = threading.Event()
+
+    @property
+    def portal(self) -> BlockingPortal:
+        with self._lock:
+            if self._portal is None:
+                self._portal_cm = start_blocking_portal()
+                self._portal = self._portal_cm.__enter__()
+                threading.Thread(target=self._close_idle, name="akresil-spark-idle", daemon=True).start()
+            return self._portal
+
+    def lease(self, kind: str, config: Mapping[str, Any]) -> _Cached:
+        """A started client of ``kind`` ("producer"/"consumer") for ``config``, reused when one is free."""
+        key = (kind, repr(sorted(config.items())))
+        portal = self.portal
+        with self._lock:
+            for entry in self._clients.get(key, ()):
+                if not entry.busy:
+                    entry.busy = True
+                    entry.mark = entry.stats.snapshot()
+                    return entry
+        stats = ClientStats()
+        cls = Producer if kind == "producer" else Consumer
+        client = cls(**config, hooks=[stats])
+        context = portal.wrap_async_context_manager(client)
+        context.__enter__()
+        entry = _Cached(client, stats, context)
+        entry.busy = True
+        with self._lock:
+            self._clients.setdefault(key, []).append(entry)
+        return entry
+
+    def release(self, entry: _Cached, *, healthy: bool) -> None:
+        """Hand ``entry`` back after a task; an unhealthy one (the task failed) is closed, not reused."""
+        entry.last_used = time.monotonic()
+        if healthy:
+            entry.busy = False
+            return
+        self._forget(entry)
+        _exit_quietly(entry)
+
+    def _forget(self, entry: _Cached) -> None:
+        with self._lock:
+            for entries in self._clients.values():
+                if entry in entries:
+                    entries.remove(entry)
+
+    def _close_idle(self) -> None:
+        """Close clients no task used for ``IDLE_CLOSE_S`` (a thread of its own: closing blocks on the loop)."""
+        while not self._stop.wait(IDLE_CLOSE_S / 4):
+            now = time.monotonic()
+            with self._lock:
+                idle = [e for es in self._clients.values() for e in es
+                        if not e.busy and now - e.last_used > IDLE_CLOSE_S]
+                for es in self._clients.values():
+                    es[:] = [e for e in es if e not in idle]
+            for entry in idle:
+                _exit_quietly(entry)
+
+    def client_count(self) -> int:
+        with self._lock:
+            return sum(len(es) for es in self._clients.values())
+
+    def close(self) -> None:
+        """Close every client, then stop the loop thread (at interpreter exit, or explicitly)."""
+        if os.getpid() != self._pid:
+            return          # a forked child never touches the parent's thread or sockets
+        with self._lock:
+            entries = [e for es in self._clients.values() for e in es]
+            self._clients.clear()
+            cm, self._portal_cm, self._portal = self._portal_cm, None, None
+        self._stop.set()
+        for entry in entries:
+            _exit_quietly(entry)
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
+
+def _exit_quietly(entry: _Cached) -> None:
+    try:
+        entry.context.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - closing a failed client may raise its failure again
+        pass
+
+
+_worker: WorkerClients | None = None
+_worker_lock = threading.Lock()
+
+
+def worker_clients() -> WorkerClients:
+    """This process's ``WorkerClients`` (a forked child gets its own, never its parent's)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker._pid != os.getpid():
+            _worker = WorkerClients()
+            atexit.register(_worker.close)
+        return _worker
+
+
+def close_worker_clients() -> None:
+    """Close this process's cached clients and their loop thread now (they reopen on next use)."""
+    global _worker
+    with _worker_lock:
+        worker, _worker = _worker, None
+    if worker is not None:
+        worker.close()
 
 
 class PartitionSnapshot:
@@ -70,6 +247,23 @@ async def _snapshot(config: dict[str, Any], subscription: Subscription, allow_mi
     return PartitionSnapshot(tps, {tp: early[tp][0] for tp in tps}, {tp: late[tp][0] for tp in tps})
 
 
+def offsets_for_times(config: Mapping[str, Any], timestamps: Mapping[TopicPartition, int]
+                      ) -> dict[TopicPartition, int | None]:
+    """Blocking: per partition, the first offset whose timestamp is at or after the given one (ListOffsets
+    by timestamp); None where no record is that recent."""
+    if not timestamps:
+        return {}
+    return anyio.run(_offsets_for_times, dict(config), dict(timestamps))
+
+
+async def _offsets_for_times(config: dict[str, Any], timestamps: dict[TopicPartition, int]
+                             ) -> dict[TopicPartition, int | None]:
+    async with Admin(**admin_config(config)) as admin:
+        found = await admin.list_offsets(timestamps, isolation_level=config.get("isolation_level",
+                                                                               "read_uncommitted"))
+    return {tp: (None if found[tp][0] < 0 else found[tp][0]) for tp in timestamps}
+
+
 async def _partitions(admin: Admin, subscription: Subscription, allow_missing: bool) -> list[TopicPartition]:
     if subscription.pattern is not None:
         regex = re.compile(subscription.pattern)
@@ -102,52 +296,100 @@ async def _partitions(admin: Admin, subscription: Subscription, allow_missing: b
     return sorted(found)
 
 
-def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool,
-               poll_timeout_ms: int, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """Blocking generator: the records of ``[rng.start, rng.end)`` as Arrow batches of Spark's Kafka schema.
+class RangeReader:
+    """Loop-thread side of a read task: ``next_batch()`` polls until it has ``batch_rows`` records of
+    ``[rng.start, rng.end)`` (or the range is done) and returns them as one Arrow batch, or None at the end.
 
     Stops when the position reaches ``end`` — not when ``end - start`` records arrived — so transaction
     markers, aborted records and compacted gaps end the range correctly. Raises when the position makes
     no progress for ``poll_timeout_ms`` (kafkaConsumer.pollTimeoutMs) and, with failOnDataLoss, when the
     first offsets of the range were deleted meanwhile.
     """
-    tp = rng.tp
-    cfg = dict(config)
-    cfg["auto_offset_reset"] = "none" if fail_on_data_loss else "earliest"
-    cfg.setdefault("client_id", f"akresil-spark-{rng.topic}-{rng.partition}")
-    consumer = Consumer(**cfg)
-    consumer.assign([tp])
-    consumer.seek(tp, rng.start)
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(consumer):
-        position = rng.start
-        last_progress = time.monotonic()
-        pending: list[Any] = []
-        while position < rng.end:
+
+    def __init__(self, consumer: Consumer, rng: OffsetRange, *, include_headers: bool, poll_timeout_ms: int,
+                 batch_rows: int) -> None:
+        self.consumer, self.rng = consumer, rng
+        self.include_headers = include_headers
+        self.poll_timeout_ms = poll_timeout_ms
+        self.batch_rows = batch_rows
+        self.position = rng.start
+        self.last_progress = time.monotonic()
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        rng, consumer, tp = self.rng, self.consumer, self.rng.tp
+        got: list[Any] = []
+        while self.position < rng.end and len(got) < self.batch_rows:
             try:
-                got = portal.call(_poll, consumer, tp, min(1000, poll_timeout_ms), batch_rows)
+                polled = await consumer.getmany(tp, timeout_ms=min(1000, self.poll_timeout_ms),
+                                                max_records=self.batch_rows - len(got))
             except errors.OffsetOutOfRangeError as exc:
                 raise DataLossError(
-                    f"offsets [{position}, {rng.end}) of {rng.topic}-{rng.partition} are no longer in the log "
-                    f"({exc}). Set failOnDataLoss=false to continue past lost data.") from None
-            records, new_position = got
-            if records and records[-1].offset < rng.end:
-                pending.extend(records)
-            else:
-                pending.extend(r for r in records if r.offset < rng.end)
-            if len(pending) >= batch_rows:
-                yield records_to_batch(pending, include_headers)
-                pending = []
-            if new_position > position:
-                position = new_position
-                last_progress = time.monotonic()
-            elif (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
+                    f"offsets [{self.position}, {rng.end}) of {rng.topic}-{rng.partition} are no longer in the "
+                    f"log ({exc}). Set failOnDataLoss=false to continue past lost data.") from None
+            records = polled.get(tp)
+            if records:
+                if records[-1][2] >= rng.end:       # offset: ConsumerRecord is a tuple, index is cheapest
+                    records = [r for r in records if r[2] < rng.end]
+                if got:
+                    got.extend(records)
+                else:
+                    got = records
+            new_position = await consumer.position(tp)
+            if new_position > self.position:
+                self.position = new_position
+                self.last_progress = time.monotonic()
+            elif (time.monotonic() - self.last_progress) * 1000 > self.poll_timeout_ms:
                 raise errors.KafkaTimeoutError(
                     f"reading {rng.topic}-{rng.partition} [{rng.start}, {rng.end}): no progress past offset "
-                    f"{position} within kafkaConsumer.pollTimeoutMs={poll_timeout_ms}")
-        if pending:
-            yield records_to_batch(pending, include_headers)
+                    f"{self.position} within kafkaConsumer.pollTimeoutMs={self.poll_timeout_ms}")
+        return records_to_batch(got, self.include_headers) if got else None
 
 
-async def _poll(consumer: Consumer, tp: TopicPartition, timeout_ms: int, max_records: int) -> tuple[list[Any], int]:
-    got = await consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
-    return got.get(tp, []), await consumer.position(tp)
+def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool,
+               poll_timeout_ms: int, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Blocking generator: the records of ``[rng.start, rng.end)`` as Arrow batches of Spark's Kafka schema,
+    read with this worker's cached consumer for ``config``; the next batch is built while the caller
+    handles the current one. Leaving early (Spark's ``limit``, ``close()``) cancels that work and keeps
+    the consumer; an error closes it."""
+    cfg = dict(config)
+    cfg["auto_offset_reset"] = "none" if fail_on_data_loss else "earliest"
+    worker = worker_clients()
+    entry = worker.lease("consumer", cfg)
+    portal = worker.portal
+    consumer: Consumer = entry.client
+    healthy = False
+    pending: Any = None
+    try:
+        portal.call(_assign, consumer, rng.tp, rng.start)
+        reader = RangeReader(consumer, rng, include_headers=include_headers, poll_timeout_ms=poll_timeout_ms,
+                             batch_rows=batch_rows)
+        pending = portal.start_task_soon(reader.next_batch)
+        while True:
+            batch = pending.result()
+            if batch is None:
+                break
+            pending = portal.start_task_soon(reader.next_batch)
+            try:
+                yield batch
+            except GeneratorExit:
+                healthy = True          # the caller stopped early: the consumer is fine
+                raise
+        healthy = True
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            try:
+                pending.result()
+            except BaseException:  # noqa: BLE001 - cancelled (or failed while being cancelled)
+                pass
+        if healthy:
+            try:
+                portal.call(consumer.assign, [])
+            except BaseException:  # noqa: BLE001 - unassigning a broken consumer: drop it instead
+                healthy = False
+        worker.release(entry, healthy=healthy)
+
+
+def _assign(consumer: Consumer, tp: TopicPartition, offset: int) -> None:
+    consumer.assign([tp])
+    consumer.seek(tp, offset)

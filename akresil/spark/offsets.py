@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "OffsetRange", "DataLossError", "resolve_spec", "plan_ranges", "split_ranges", "rate_limit",
-    "check_starts", "to_json", "from_json",
+    "check_starts", "to_json", "from_json", "timestamp_queries", "resolve_times", "delay_trigger",
 ]
 
 Offsets = Mapping[TopicPartition, int]
@@ -74,6 +74,58 @@ def resolve_spec(spec: OffsetSpec, partitions: Iterable[TopicPartition], earlies
         raise ConfigError(f"{name}: names partitions that do not exist: "
                                + ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
     return out
+
+
+def timestamp_queries(spec: OffsetSpec, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """The ListOffsets-by-timestamp lookups a timestamp spec needs, one per partition.
+
+    ``<x>Timestamp`` applies to every partition; ``<x>OffsetsByTimestamp`` JSON must name every partition
+    and only existing ones, as explicit offsets must.
+    """
+    parts = list(partitions)
+    if spec.timestamp is not None:
+        return {tp: spec.timestamp for tp in parts}
+    missing = [tp for tp in parts if tp not in spec.timestamps]
+    if missing:
+        raise ConfigError(f"{spec.name}: must name every partition; missing "
+                          + ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(missing)))
+    unknown = sorted(set(spec.timestamps) - set(parts))
+    if unknown:
+        raise ConfigError(f"{spec.name}: names partitions that do not exist: "
+                          + ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+    return {tp: spec.timestamps[tp] for tp in parts}
+
+
+def resolve_times(spec: OffsetSpec, queries: Offsets, found: Mapping[TopicPartition, int | None], latest: Offsets,
+                  *, starting: bool, strategy: str = "error") -> dict[TopicPartition, int]:
+    """Offsets for the answers of ``timestamp_queries``: the first offset at or after each timestamp.
+
+    Where no record is that recent, an end offset is the latest offset (Spark's rule); a start offset is an
+    error naming the partition (startingOffsetsByTimestampStrategy=error, the default) or the latest offset
+    (strategy ``latest``).
+    """
+    out: dict[TopicPartition, int] = {}
+    for tp, ts in queries.items():
+        off = found.get(tp)
+        if off is None:
+            if starting and strategy == "error":
+                raise ConfigError(
+                    f"{spec.name}: no record of {tp.topic}-{tp.partition} has a timestamp at or after {ts}; set "
+                    "startingOffsetsByTimestampStrategy=latest to start at the end of such partitions")
+            off = latest[tp]
+        out[tp] = off
+    return out
+
+
+def delay_trigger(starts: Offsets, ends: Offsets, *, min_offsets: int | None, max_delay_ms: int,
+                  last_trigger_ms: float, now_ms: float) -> bool:
+    """minOffsetsPerTrigger / maxTriggerDelay: True when this trigger should be skipped, because fewer than
+    ``min_offsets`` new offsets are available and the last micro-batch started less than ``max_delay_ms``
+    ago."""
+    if min_offsets is None:
+        return False
+    available = sum(max(0, end - starts.get(tp, end)) for tp, end in ends.items())
+    return available < min_offsets and now_ms - last_trigger_ms < max_delay_ms
 
 
 def check_starts(starts: Offsets, earliest: Offsets, latest: Offsets, *, fail_on_data_loss: bool,

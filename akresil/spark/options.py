@@ -38,15 +38,22 @@ _FORBIDDEN_KAFKA = {
     "value.deserializer": "values are read as binary; cast in Spark SQL",
     "interceptor.classes": "Java interceptors do not apply; attach akresil hooks instead",
 }
+#: Java client settings with no akresil equivalent, and what to set instead (named in the error)
+_JAVA_ONLY = {
+    "retries": "akresil bounds retries by time, as Java does by default: set kafka.delivery.timeout.ms",
+    "partitioner.class": "Java classes do not apply; give a 'partition' column or rely on the key hash",
+    "send.buffer.bytes": "akresil leaves socket buffers to the operating system",
+    "receive.buffer.bytes": "akresil leaves socket buffers to the operating system",
+    "sasl.jaas.config": "use kafka.sasl.mechanism with kafka.sasl.plain.username / kafka.sasl.plain.password",
+    "ssl.truststore.location": "JKS stores do not apply; TLS uses the system trust store (kafka.security.protocol)",
+    "ssl.keystore.location": "JKS stores do not apply",
+    "transactional.id": "the akresil sink is idempotent, not transactional (at-least-once, as Spark's sink)",
+}
 #: akresil configs a string option cannot express (Python objects)
 _OBJECT_CONFIGS = {"ssl_context", "metrics_registry", "partitioner"}
 
 #: Spark Kafka source options akresil knows but does not implement (named in the error)
-_NOT_SUPPORTED = {
-    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp", "endingtimestamp",
-    "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix",
-    "fetchoffset.numretries", "fetchoffset.retryintervalms", "kafkaconsumer.cachecapacity",
-}
+_NOT_SUPPORTED = {"fetchoffset.numretries", "fetchoffset.retryintervalms", "kafkaconsumer.cachecapacity"}
 
 #: Spark's spelling of every option (keys arrive lower-cased), used in error messages
 _CANONICAL = {name.lower(): name for name in (
@@ -60,17 +67,31 @@ _COMMON = {"kafka.bootstrap.servers"}
 _READ_KEYS = {
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "failondataloss",
     "kafkaconsumer.polltimeoutms", "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
-    "includeheaders",
+    "includeheaders", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp",
+    "endingtimestamp", "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay",
+    "groupidprefix",
 }
+#: Spark's default maxTriggerDelay (15 minutes)
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 _WRITE_KEYS = {"topic"}
 
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """``earliest`` / ``latest`` for every partition, or explicit per-partition offsets (-2/-1 allowed)."""
+    """``earliest`` / ``latest`` for every partition, explicit per-partition offsets (-2/-1 allowed), or
+    timestamps: ``timestamp`` for every partition (``startingTimestamp``) or per partition
+    (``startingOffsetsByTimestamp``), resolved to offsets with ListOffsets by timestamp."""
 
-    default: int | None                       # EARLIEST / LATEST, or None when `offsets` is explicit
+    default: int | None                       # EARLIEST / LATEST, or None when offsets/timestamps are explicit
     offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    timestamp: int | None = None
+    timestamps: Mapping[TopicPartition, int] = field(default_factory=dict)
+    #: the option this spec came from, for error messages
+    name: str = ""
+
+    @property
+    def by_time(self) -> bool:
+        return self.timestamp is not None or bool(self.timestamps)
 
     def for_partition(self, tp: TopicPartition) -> int | None:
         """The offset (or EARLIEST/LATEST) asked for ``tp``; None when explicit JSON does not name it."""
@@ -108,6 +129,14 @@ class ReadOptions:
     include_headers: bool
     #: akresil consumer configuration (snake_case keys), already validated
     consumer: Mapping[str, Any]
+    #: startingOffsetsByTimestampStrategy: what a start timestamp past the last record means
+    #: ("error", or "latest": start at the end)
+    timestamp_strategy: str = "error"
+    #: streaming: skip triggers with fewer new offsets than this, until max_trigger_delay_ms passed
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    #: groupIdPrefix (Spark's default prefixes when not given); the source's client ids start with it
+    group_id_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,9 +153,28 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                  other=_WRITE_KEYS)
     subscription = _subscription(opts)
     starting = _offsets(opts, "startingoffsets", "latest" if streaming else "earliest", subscription)
-    if streaming and "endingoffsets" in opts:
-        raise ConfigError("endingOffsets: only for batch reads (spark.read); a stream reads until stopped")
+    for key in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"):
+        if streaming and key in opts:
+            raise ConfigError(f"{_CANONICAL[key]}: only for batch reads (spark.read); a stream reads until stopped")
     ending = _offsets(opts, "endingoffsets", "latest", subscription)
+    # Spark's precedence: <x>Timestamp over <x>OffsetsByTimestamp over <x>Offsets
+    starting = _timestamps(opts, "starting", subscription) or starting
+    ending = _timestamps(opts, "ending", subscription) or ending
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(f"startingOffsetsByTimestampStrategy: expected 'error' or 'latest', got "
+                          f"{opts['startingoffsetsbytimestampstrategy']!r}")
+    min_offsets = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    delay = _duration_ms(opts, "maxtriggerdelay", "maxTriggerDelay")
+    for key, given in (("minoffsetspertrigger", min_offsets), ("maxtriggerdelay", delay)):
+        if given is not None and not streaming:
+            raise ConfigError(f"{_CANONICAL[key]}: only for streaming reads (spark.readStream)")
+    if delay is not None and min_offsets is None:
+        raise ConfigError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger (it bounds how long a "
+                          "trigger may wait for that many offsets)")
+    prefix = opts.get("groupidprefix")
+    if prefix is not None and (not prefix.strip() or not re.fullmatch(r"[A-Za-z0-9._-]+", prefix.strip())):
+        raise ConfigError(f"groupIdPrefix: expected letters, digits, '.', '_' or '-', got {prefix!r}")
     if not streaming:
         if starting.default == LATEST or any(v == LATEST for v in starting.offsets.values()):
             raise ConfigError("startingOffsets: 'latest' is not allowed for a batch read (it would read nothing)")
@@ -135,6 +183,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     max_offsets = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     if max_offsets is not None and not streaming:
         raise ConfigError("maxOffsetsPerTrigger: only for streaming reads (spark.readStream)")
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise ConfigError(f"minOffsetsPerTrigger: {min_offsets} is more than maxOffsetsPerTrigger {max_offsets}")
     return ReadOptions(
         subscription=subscription, starting=starting, ending=ending,
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
@@ -144,6 +194,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         consumer=client_config(opts, "consumer"),
+        timestamp_strategy=strategy,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=delay if delay is not None else DEFAULT_MAX_TRIGGER_DELAY_MS,
+        group_id_prefix=prefix.strip() if prefix is not None else None,
     )
 
 
@@ -176,6 +230,8 @@ def client_config(opts: Mapping[str, str], kind: str) -> dict[str, Any]:
         dotted = key[len("kafka."):]
         if dotted in _FORBIDDEN_KAFKA:
             raise ConfigError(f"{key}: not supported: {_FORBIDDEN_KAFKA[dotted]}")
+        if dotted in _JAVA_ONLY:
+            raise ConfigError(f"{key}: Java client setting not supported by akresil: {_JAVA_ONLY[dotted]}")
         name = dotted.replace(".", "_").replace("-", "_")
         opt = OPTIONS_BY_NAME.get(name)
         if opt is None:
@@ -293,6 +349,72 @@ def _offsets(opts: Mapping[str, str], key: str, default: str, subscription: Subs
         if extra_topics:
             raise ConfigError(f"{name}: names topics that are not subscribed: {', '.join(extra_topics)}")
     return OffsetSpec(None, offsets)
+
+
+def _timestamps(opts: Mapping[str, str], which: str, subscription: Subscription) -> OffsetSpec | None:
+    """``<which>Timestamp`` (one timestamp, every partition) or ``<which>OffsetsByTimestamp`` (JSON
+    ``{"t": {"0": ms}}``), in Spark's order of precedence; None when neither is given."""
+    single_key, json_key = f"{which}timestamp", f"{which}offsetsbytimestamp"
+    if single_key in opts:
+        name = _CANONICAL[single_key]
+        raw = opts[single_key].strip()
+        try:
+            ts = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name}: expected a timestamp in milliseconds since the epoch, got {raw!r}") from None
+        if ts < 0:
+            raise ConfigError(f"{name}: must be >= 0 (milliseconds since the epoch), got {ts}")
+        return OffsetSpec(None, timestamp=ts, name=name)
+    if json_key not in opts:
+        return None
+    name = _CANONICAL[json_key]
+    raw = opts[json_key].strip()
+    parsed = _json(raw, name)
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f'{name}: expected JSON like {{"t":{{"0":1700000000000}}}}, got {raw!r}')
+    times: dict[TopicPartition, int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(f"{name}: timestamps of topic {topic!r} must be an object {{partition: ms}}")
+        for p, ts in parts.items():
+            try:
+                partition = int(p)
+            except ValueError:
+                raise ConfigError(f"{name}: partition {p!r} of {topic!r} is not an int") from None
+            if partition < 0:
+                raise ConfigError(f"{name}: partition {partition} of {topic!r} is negative")
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                raise ConfigError(f"{name}: timestamp {ts!r} of {topic}-{partition} must be an int >= 0 (ms)")
+            times[TopicPartition(topic, partition)] = ts
+    _check_named(times, subscription, name)
+    return OffsetSpec(None, timestamps=times, name=name)
+
+
+def _check_named(named: Mapping[TopicPartition, int], subscription: Subscription, name: str) -> None:
+    if subscription.partitions:
+        extra = sorted(set(named) - set(subscription.partitions))
+        if extra:
+            raise ConfigError(f"{name}: names partitions that assign does not: "
+                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in extra))
+    elif subscription.topics:
+        extra_topics = sorted({tp.topic for tp in named} - set(subscription.topics))
+        if extra_topics:
+            raise ConfigError(f"{name}: names topics that are not subscribed: {', '.join(extra_topics)}")
+
+
+_DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    """A Spark duration (``"15m"``, ``"30s"``, ``"500ms"``, plain digits = ms) in milliseconds."""
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    m = _DURATION.fullmatch(raw.strip().lower())
+    if m is None:
+        raise ConfigError(f"{name}: expected a duration like '15m', '30s' or '500ms', got {raw!r}")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
 
 
 def _json(raw: str, name: str) -> Any:

@@ -6,7 +6,10 @@ resumes at the checkpointed end without loss or duplication. Spark's checkpoint 
 ``commit(end)`` is not guaranteed for the last batch of a run and stores nothing.
 
 Admission control: ``maxOffsetsPerTrigger`` becomes the default ``ReadMaxRows`` limit, shared across
-partitions in proportion to their backlog. ``Trigger.AvailableNow`` pins the latest offsets when the
+partitions in proportion to their backlog. ``minOffsetsPerTrigger`` skips a trigger (``latestOffset``
+returns the start, so Spark plans no micro-batch) while fewer new offsets are available, until
+``maxTriggerDelay`` has passed since the last micro-batch; Spark's Python API has no composite read
+limit, so the reader keeps that clock itself. ``Trigger.AvailableNow`` pins the latest offsets when the
 query starts (``prepareForTriggerAvailableNow``) and never reads past them, honouring the limit per batch.
 Partitions that appear later start at their earliest offset; a partition that disappears, or offsets
 deleted before they were read, are data loss (an error unless failOnDataLoss=false).
@@ -15,6 +18,7 @@ deleted before they were read, are data loss (an error unless failOnDataLoss=fal
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -23,9 +27,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from ..types import TopicPartition
 from . import kafka_io
-from .offsets import DataLossError, check_starts, from_json, plan_ranges, rate_limit, resolve_spec, to_json
+from .offsets import DataLossError, check_starts, delay_trigger, from_json, plan_ranges, rate_limit, to_json
 from .options import ReadOptions
-from .reader import RangePartition, read_partition
+from .reader import RangePartition, driver_config, read_partition, resolve_offsets, with_group_id
 
 __all__ = ["AkresilStreamReader"]
 
@@ -34,15 +38,22 @@ log = logging.getLogger(__name__)
 
 class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
-        self.options = options
+        self.options = with_group_id(options)
+        self._driver = driver_config(self.options)
         #: latest offsets pinned by Trigger.AvailableNow (None: follow the log)
         self._target: dict[TopicPartition, int] | None = None
+        #: wall-clock ms of the last trigger let through (0: never, so the first one is, as in Spark's Kafka
+        #: source); minOffsetsPerTrigger holds triggers back for at most maxTriggerDelay after it
+        self._last_trigger_ms = 0.0
+
+    def _now_ms(self) -> float:
+        return time.time() * 1000
 
     # ------------------------------------------------------------------ offsets (driver)
     def initialOffset(self) -> dict:
         o = self.options
-        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
-        starts = resolve_spec(o.starting, snap.partitions, snap.earliest, snap.latest, name="startingOffsets")
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
+        starts = resolve_offsets(o.starting, snap, self._driver, starting=True, strategy=o.timestamp_strategy)
         return to_json(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -51,13 +62,13 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         o = self.options
-        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
         self._target = dict(snap.latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
         starts = from_json(start)
-        snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
         latest = dict(snap.latest) if self._target is None else dict(self._target)
         for tp in starts:
             if tp not in snap.latest:
@@ -68,6 +79,12 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   fail_on_data_loss=o.fail_on_data_loss, context="streaming offsets")
         # never move backwards (a lower latest means truncation; the range check reports it)
         latest = {tp: max(latest[tp], full_start[tp]) for tp in latest}
+        now = self._now_ms()
+        if self._target is None and delay_trigger(full_start, latest, min_offsets=o.min_offsets_per_trigger,
+                                                  max_delay_ms=o.max_trigger_delay_ms,
+                                                  last_trigger_ms=self._last_trigger_ms, now_ms=now):
+            return start          # too few new offsets, and maxTriggerDelay not over: no micro-batch yet
+        self._last_trigger_ms = now   # as Spark's Kafka source: the delay counts from the last trigger let through
         if isinstance(limit, ReadMaxRows):
             ends = rate_limit(full_start, latest, limit.max_rows)
         elif isinstance(limit, ReadAllAvailable):
@@ -88,7 +105,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a partition new in `end` was planned from its earliest offset in latestOffset; find that offset
         new = [tp for tp in ends if tp not in starts]
         if new:
-            snap = kafka_io.snapshot(o.consumer, o.subscription, allow_missing=True)
+            snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
             for tp in new:
                 starts[tp] = snap.earliest.get(tp, 0)
         ranges = plan_ranges({tp: starts[tp] for tp in ends}, ends, min_partitions=o.min_partitions,

@@ -1,9 +1,11 @@
-"""Batch write: ``df.write.format("akresil")`` — one idempotent akresil Producer per Spark task.
+"""Batch write: ``df.write.format("akresil")`` — Arrow batches into the idempotent producer's bulk path.
 
-Each task owns a Producer on its own event loop (an anyio blocking portal thread) and sends its rows in
-the order Spark hands them over: one Arrow batch is appended and acknowledged before the next one is
-appended, while the task thread already converts the next batch, so a partition's records stay in row
-order and the producer never waits for Spark. A task returns a ``TaskDelivery`` only when every one of its
+A task takes Spark's Arrow batches (``DataSourceArrowWriter``), splits each by topic/partition with Arrow
+compute and hands every group to ``Producer.send_many`` as one list of ``(key, value)`` pairs; nothing
+runs in Python per row except the pairs themselves. The producer is the worker process's cached one
+(``kafka_io.WorkerClients``), reused by the worker's next task. Rows go out in the order Spark hands them
+over: one Arrow batch is appended and acknowledged before the next one is appended, while the task thread
+already converts the next batch, so a partition's records stay in row order. A task returns a ``TaskDelivery`` only when every one of its
 records was acknowledged; otherwise it raises ``DeliveryFailedError`` naming the partitions, record counts
 and first rows that failed, and Spark fails (or retries) the task. A retried task sends all its rows
 again: delivery is at-least-once, never silently lossy. The job commits only when every task delivered;
@@ -13,16 +15,19 @@ reads back in the driver program.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from collections import Counter
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, ShortType, ByteType, StringType, StructType,
@@ -32,7 +37,8 @@ from .. import errors
 from ..types import Header, RecordMetadata
 from .options import WriteOptions
 
-__all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "group_rows", "needs_row_order",
+__all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "group_batch", "deliver_batches",
+           "needs_row_order",
            "check_input_schema", "read_summary"]
 
 #: first failed rows quoted per partition in an error
@@ -48,22 +54,25 @@ class DeliveryFailedError(errors.KafkaError):
 
 @dataclass
 class RowGroup:
-    """Consecutive-in-order rows of one Arrow batch going to one topic (and partition, if the row says)."""
+    """The rows of one Arrow batch going to one topic (and partition, if the row says), in row order."""
 
     topic: str
     partition: int | None
     pairs: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
     #: per-row headers; None when the input has no headers column (then the bulk path is used)
     headers: list[list[Header]] | None = None
-    #: row numbers within the task, for error reports
-    rows: list[int] = field(default_factory=list)
+    #: row numbers within the task, for error reports (a range for a whole batch)
+    rows: Sequence[int] = field(default_factory=list)
+    #: bytes of keys and values of these rows
+    nbytes: int = 0
 
 
 class TaskDelivery(WriterCommitMessage):
     """What one successful task delivered: sent back to the driver as its commit message (picklable)."""
 
     def __init__(self, task: int, attempt: int, records: int, bytes_: int, retries: int, throttle_ms: float,
-                 partitions: dict[str, int], elapsed_s: float) -> None:
+                 partitions: dict[str, int], elapsed_s: float, *, throttled: int = 0, leader_hints: int = 0,
+                 skip_backoff_retries: int = 0) -> None:
         self.task = task
         self.attempt = attempt
         self.records = records
@@ -72,6 +81,10 @@ class TaskDelivery(WriterCommitMessage):
         self.throttle_ms = throttle_ms
         self.partitions = partitions
         self.elapsed_s = elapsed_s
+        #: KIP-219 throttled responses, KIP-951 leader hints accepted, retries sent at once after a hint
+        self.throttled = throttled
+        self.leader_hints = leader_hints
+        self.skip_backoff_retries = skip_backoff_retries
 
     def __repr__(self) -> str:
         return f"TaskDelivery(task={self.task}, records={self.records}, partitions={self.partitions})"
@@ -93,6 +106,11 @@ class WriteSummary:
     #: "topic-partition" -> records acknowledged there
     partitions: Mapping[str, int]
     finished_at: float
+    #: KIP-219: responses that asked the producers to back off (their time is `throttle_ms`)
+    throttled: int = 0
+    #: KIP-951: leader hints the producers accepted, and batch retries sent at once because of one
+    leader_hints: int = 0
+    skip_backoff_retries: int = 0
 
     @classmethod
     def from_messages(cls, write_id: str, status: str, messages: Sequence[Any]) -> "WriteSummary":
@@ -105,25 +123,13 @@ class WriteSummary:
                    tasks_failed=len(messages) - len(done), records=sum(m.records for m in done),
                    bytes=sum(m.bytes for m in done), retries=sum(m.retries for m in done),
                    throttle_ms=sum(m.throttle_ms for m in done), partitions=dict(sorted(parts.items())),
-                   finished_at=time.time())
+                   finished_at=time.time(), throttled=sum(getattr(m, "throttled", 0) for m in done),
+                   leader_hints=sum(getattr(m, "leader_hints", 0) for m in done),
+                   skip_backoff_retries=sum(getattr(m, "skip_backoff_retries", 0) for m in done))
 
 
 def read_summary(path: Path) -> WriteSummary:
     return WriteSummary(**orjson.loads(path.read_bytes()))
-
-
-class _DeliveryStats:
-    """Producer hook counting what the summary reports beyond records: batch retries and throttle time."""
-
-    def __init__(self) -> None:
-        self.retries = 0
-        self.throttle_ms = 0.0
-
-    def on_batch_retry(self, **_: Any) -> None:
-        self.retries += 1
-
-    def on_throttled(self, throttle_ms: float = 0, **_: Any) -> None:
-        self.throttle_ms += throttle_ms
 
 
 _INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
@@ -161,34 +167,101 @@ def check_input_schema(schema: StructType, default_topic: str | None) -> tuple[s
     return tuple(c for c in _COLUMNS if c in fields)
 
 
-def group_rows(columns: Mapping[str, list[Any]], n: int, *, default_topic: str | None, row_base: int
-               ) -> list[RowGroup]:
-    """Split one batch's rows by (topic, partition column); each group keeps its rows in row order.
+def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: str | None, row_base: int
+                ) -> list[RowGroup]:
+    """Split one Arrow batch by (topic, partition column) into groups that keep their rows in row order.
 
-    ``default_topic`` (the ``topic`` option) overrides the topic column, as in Spark's Kafka sink.
+    Columnar: the checks are Arrow compute calls, the grouping a stable sort of one integer code per row,
+    and each group's keys and values come out of Arrow with one ``take`` + ``to_pylist`` per column, so
+    no Python code runs per row. ``default_topic`` (the ``topic`` option) overrides the topic column, as
+    in Spark's Kafka sink. Groups come in the order of their first row.
     """
-    keys = columns.get("key") or [None] * n
-    values = columns["value"]
-    topics = columns.get("topic")
-    partitions = columns.get("partition")
-    headers = columns.get("headers")
-    groups: dict[tuple[str, int | None], RowGroup] = {}
-    for i in range(n):
-        topic = default_topic if default_topic is not None else topics[i] if topics is not None else None
-        if topic is None:
-            raise errors.ConfigError(f"row {row_base + i}: topic is null; set the 'topic' option for a default")
-        part = partitions[i] if partitions is not None else None
-        if part is not None and part < 0:
-            raise errors.ConfigError(f"row {row_base + i}: partition {part} is negative")
-        group = groups.get((topic, part))
-        if group is None:
-            group = groups[(topic, part)] = RowGroup(topic, part, headers=[] if headers is not None else None)
-        group.pairs.append((keys[i], values[i]))
-        group.rows.append(row_base + i)
-        if group.headers is not None:
-            hs = headers[i]  # type: ignore[index]
-            group.headers.append([(h["key"], h["value"]) for h in hs] if hs else [])
-    return list(groups.values())
+    names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+    n = batch.num_rows
+
+    def column(name: str) -> pa.Array | None:
+        return batch.column(names[name]) if name in used and name in names else None
+
+    keys, values = _as_binary(column("key")), _as_binary(column("value"))
+    topics = column("topic") if default_topic is None else None
+    parts = column("partition")
+    headers = column("headers")
+    if default_topic is None and topics is None:
+        raise errors.ConfigError("no topic: give the 'topic' option or a 'topic' column")
+    if topics is not None and topics.null_count:
+        first = pc.index(pc.is_null(topics), True).as_py()
+        raise errors.ConfigError(f"row {row_base + first}: topic is null; set the 'topic' option for a default")
+    if parts is not None:
+        parts = parts.cast(pa.int64())
+        negative = pc.fill_null(pc.less(parts, 0), False)
+        if pc.any(negative).as_py():
+            first = pc.index(negative, True).as_py()
+            raise errors.ConfigError(f"row {row_base + first}: partition {parts[first].as_py()} is negative")
+
+    if topics is None and parts is None:
+        spans: list[tuple[str, int | None, Any]] = [(default_topic, None, None)]  # type: ignore[list-item]
+    else:
+        spans = _spans(topics, parts, default_topic, n)
+    groups = []
+    for topic, partition, index in spans:
+        take = (lambda arr: arr) if index is None else (lambda arr: arr.take(index))
+        k = take(keys).to_pylist() if keys is not None else None
+        v = take(values).to_pylist() if values is not None else [None] * (n if index is None else len(index))
+        m = len(v)
+        pairs = list(zip(k, v)) if k is not None else list(zip(itertools.repeat(None, m), v))
+        nbytes = _binary_bytes(take(keys) if keys is not None else None) + _binary_bytes(
+            take(values) if values is not None else None)
+        rows: Sequence[int] = range(row_base, row_base + n) if index is None else (index + row_base).tolist()
+        hs = None
+        if headers is not None:
+            hs = [[(h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"]) for h in row]
+                  if row else [] for row in take(headers).to_pylist()]
+        groups.append(RowGroup(topic, partition, pairs, hs, rows, nbytes))
+    return groups
+
+
+def _spans(topics: pa.Array | None, parts: pa.Array | None, default_topic: str | None, n: int
+           ) -> list[tuple[str, int | None, Any]]:
+    """(topic, partition, row indices) per group: rows grouped by one int64 code with a stable sort."""
+    import numpy as np
+
+    if topics is not None:
+        encoded = pc.dictionary_encode(topics).combine_chunks() if isinstance(topics, pa.ChunkedArray) \
+            else pc.dictionary_encode(topics)
+        names = encoded.dictionary.to_pylist()
+        tcode = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        names = [default_topic]
+        tcode = np.zeros(n, dtype=np.int64)
+    if parts is not None:
+        pcode = pc.fill_null(parts, -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1   # null -> 0
+        code = tcode * (int(pcode.max()) + 1) + pcode
+    else:
+        pcode, code = None, tcode
+    order = np.argsort(code, kind="stable")
+    ordered = code[order]
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    bounds = [0, *cuts.tolist(), n]
+    spans = []
+    for a, b in zip(bounds, bounds[1:]):
+        index = order[a:b]
+        first = int(index[0])
+        partition = None if pcode is None or pcode[first] == 0 else int(pcode[first]) - 1
+        spans.append((first, names[int(tcode[first])], partition, index))
+    spans.sort(key=lambda s: s[0])
+    return [(t, p, idx) for _, t, p, idx in spans]
+
+
+def _as_binary(arr: pa.Array | None) -> pa.Array | None:
+    if arr is not None and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return arr.cast(pa.binary())
+    return arr
+
+
+def _binary_bytes(arr: pa.Array | None) -> int:
+    if arr is None or len(arr) == 0:
+        return 0
+    return int(pc.sum(pc.binary_length(arr)).as_py() or 0)
 
 
 def needs_row_order(groups: Sequence[RowGroup]) -> bool:
@@ -198,20 +271,48 @@ def needs_row_order(groups: Sequence[RowGroup]) -> bool:
     return any(g.partition is None and g.topic in explicit for g in groups)
 
 
-def batch_columns(batch: pa.RecordBatch, used: Sequence[str]) -> dict[str, list[Any]]:
-    """Python lists of the used columns; string keys/values/header values become UTF-8 bytes."""
-    names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-    out: dict[str, list[Any]] = {}
-    for col in used:
-        arr = batch.column(names[col])
-        if col in ("key", "value") and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-            arr = arr.cast(pa.binary())
-        values = arr.to_pylist()
-        if col == "headers" and values:
-            values = [[{"key": h["key"], "value": h["value"].encode() if isinstance(h["value"], str) else h["value"]}
-                       for h in row] if row else row for row in values]
-        out[col] = values
-    return out
+def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], task: int,
+                    attempt: int) -> TaskDelivery:
+    """Executor side of a write: send every batch with this worker's cached producer (see ``kafka_io``).
+
+    Batch *k* is sent by the loop thread while this thread reads batch *k + 1* from Spark and groups it;
+    batch *k + 1* is appended only once *k* is acknowledged, so a task's rows keep their order within a
+    partition. Raises ``DeliveryFailedError`` naming what failed; the producer is then closed, not reused.
+    """
+    from .kafka_io import worker_clients
+
+    started = time.monotonic()
+    worker = worker_clients()
+    entry = worker.lease("producer", dict(options.producer))
+    portal, producer, stats = worker.portal, entry.client, entry.stats
+    before = entry.mark
+    tally = _Tally(task, attempt)
+    healthy = False
+    in_flight: Any = None
+    try:
+        row_base = 0
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            groups = group_batch(batch, columns, default_topic=options.topic, row_base=row_base)
+            row_base += batch.num_rows
+            if in_flight is not None:
+                tally.add(*in_flight[0].result(), in_flight[1])
+                tally.raise_if_failed(stats.since(before))
+            in_flight = (portal.start_task_soon(_deliver, producer, groups), groups)
+        if in_flight is not None:
+            tally.add(*in_flight[0].result(), in_flight[1])
+            tally.raise_if_failed(stats.since(before))
+        healthy = True
+    finally:
+        if not healthy and in_flight is not None and not in_flight[0].done():
+            in_flight[0].cancel()
+        worker.release(entry, healthy=healthy)
+    used = stats.since(before)
+    return TaskDelivery(task, attempt, tally.records, tally.bytes, int(used["retries"]), used["throttle_ms"],
+                        tally.partitions, time.monotonic() - started, throttled=int(used["throttled"]),
+                        leader_hints=int(used["leader_hints"]),
+                        skip_backoff_retries=int(used["skip_backoff_retries"]))
 
 
 class AkresilWriter(DataSourceArrowWriter):
@@ -225,42 +326,11 @@ class AkresilWriter(DataSourceArrowWriter):
 
     # ------------------------------------------------------------------ executor side
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskDelivery:
-        from anyio.from_thread import start_blocking_portal
         from pyspark import TaskContext
-
-        from ..producer import Producer
 
         ctx = TaskContext.get()
         task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
-        started = time.monotonic()
-        stats = _DeliveryStats()
-        tally = _Tally(task, attempt)
-        config = dict(self.options.producer)
-        config.setdefault("client_id", f"akresil-spark-writer-{task}")
-        producer = Producer(**config, hooks=[stats])
-        with start_blocking_portal() as portal, portal.wrap_async_context_manager(producer):
-            in_flight: Any = None
-            row_base = 0
-            try:
-                for batch in iterator:
-                    if batch.num_rows == 0:
-                        continue
-                    groups = group_rows(batch_columns(batch, self.columns), batch.num_rows,
-                                        default_topic=self.options.topic, row_base=row_base)
-                    row_base += batch.num_rows
-                    if in_flight is not None:
-                        tally.add(*in_flight[0].result(), in_flight[1])
-                        tally.raise_if_failed(stats)
-                    in_flight = (portal.start_task_soon(_deliver, producer, groups), groups)
-                if in_flight is not None:
-                    tally.add(*in_flight[0].result(), in_flight[1])
-                    tally.raise_if_failed(stats)
-            except BaseException:
-                if in_flight is not None and not in_flight[0].done():
-                    in_flight[0].cancel()
-                raise
-        return TaskDelivery(task, attempt, tally.records, tally.bytes, stats.retries, stats.throttle_ms,
-                            tally.partitions, time.monotonic() - started)
+        return deliver_batches(iterator, self.options, self.columns, task, attempt)
 
     # ------------------------------------------------------------------ driver side
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -350,28 +420,37 @@ class _Tally:
 
     def add(self, results: list[list[Any]], fatal: BaseException | None, groups: list[RowGroup]) -> None:
         for g, outcome in zip(groups, results):
-            for (k, v), row, res in zip(g.pairs, g.rows, outcome):
-                if isinstance(res, RecordMetadata):  # else: its exception (None: never appended)
-                    key = f"{res.topic}-{res.partition}"
-                    self.partitions[key] = self.partitions.get(key, 0) + 1
-                    self.records += 1
-                    self.bytes += (len(k) if k else 0) + (len(v) if v else 0)
-                else:
-                    key = f"{g.topic}-{g.partition if g.partition is not None else '?'}"
-                    self.failed_count[key] = self.failed_count.get(key, 0) + 1
-                    rows = self.failed.setdefault(key, [])
-                    if len(rows) < _QUOTED_ROWS:
-                        rows.append(row)
-                    self.first_error.setdefault(key, "not sent" if res is None else f"{type(res).__name__}: {res}")
+            bad = [j for j, res in enumerate(outcome) if res.__class__ is not RecordMetadata]
+            ok = len(outcome) - len(bad)
+            self.records += ok
+            if g.partition is not None:
+                if ok:
+                    key = f"{g.topic}-{g.partition}"
+                    self.partitions[key] = self.partitions.get(key, 0) + ok
+            else:
+                for p, count in Counter(r.partition for r in outcome if r.__class__ is RecordMetadata).items():
+                    key = f"{g.topic}-{p}"
+                    self.partitions[key] = self.partitions.get(key, 0) + count
+            self.bytes += g.nbytes
+            for j in bad:        # only failures cost per-record work
+                k, v = g.pairs[j]
+                res = outcome[j]
+                self.bytes -= (len(k) if k else 0) + (len(v) if v else 0)
+                key = f"{g.topic}-{g.partition if g.partition is not None else '?'}"
+                self.failed_count[key] = self.failed_count.get(key, 0) + 1
+                rows = self.failed.setdefault(key, [])
+                if len(rows) < _QUOTED_ROWS:
+                    rows.append(g.rows[j])
+                self.first_error.setdefault(key, "not sent" if res is None else f"{type(res).__name__}: {res}")
         if fatal is not None:
             self.fatal = fatal
 
-    def raise_if_failed(self, stats: _DeliveryStats) -> None:
+    def raise_if_failed(self, stats: Mapping[str, float]) -> None:
         if not self.failed_count:
             return
         lines = [f"akresil write task {self.task} (attempt {self.attempt}): "
                  f"{sum(self.failed_count.values())} records not acknowledged, {self.records} acknowledged "
-                 f"(retries {stats.retries}). Spark's retry resends this task's rows (at-least-once)."]
+                 f"(retries {int(stats['retries'])}). Spark's retry resends this task's rows (at-least-once)."]
         for key in sorted(self.failed_count):
             rows = self.failed.get(key, [])
             lines.append(f"  {key}: {self.failed_count[key]} failed"

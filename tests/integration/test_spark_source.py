@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -251,12 +252,13 @@ def test_example_pipeline_aggregates_into_another_topic(spark: Any, spark_broker
         assert got[customer.encode()]["total"] == pytest.approx(round(total, 2), abs=0.011)
 
 
-def test_task_side_clients_leave_nothing_behind(spark_broker: Any, tmp_path: Any) -> None:
-    """What a Spark task runs, called directly: every thread and client is gone when the call returns,
-    including when Spark stops reading a range early (a ``limit``)."""
+def test_task_side_clients_are_reused_by_the_next_task_and_closed_cleanly(spark_broker: Any, tmp_path: Any) -> None:
+    """What Spark tasks run, called directly: a worker keeps one producer and one consumer across tasks
+    (also when Spark stops reading a range early: a ``limit``), and closing the worker's clients leaves no
+    thread behind."""
     import pyarrow as pa
 
-    from akresil.spark.kafka_io import read_range
+    from akresil.spark.kafka_io import close_worker_clients, read_range, worker_clients
     from akresil.spark.offsets import OffsetRange
     from akresil.spark.options import parse_write_options
     from akresil.spark.writer import AkresilWriter
@@ -264,24 +266,264 @@ def test_task_side_clients_leave_nothing_behind(spark_broker: Any, tmp_path: Any
     bs = spark_broker.bootstrap_servers
     topic = unique_topic("spark-leak")
     create_topic(bs, topic, 1)
+    close_worker_clients()
     baseline = {t.ident for t in threading.enumerate()}
     writer = AkresilWriter(parse_write_options({"kafka.bootstrap.servers": bs, "topic": topic}), ("value",),
                            str(tmp_path))
     batches = [pa.record_batch([pa.array([f"v{i}" for i in range(s, s + 5000)])], names=["value"])
                for s in range(0, 25_000, 5000)]
-    delivery = writer.write(iter(batches))
-    assert (delivery.records, delivery.partitions) == (25_000, {f"{topic}-0": 25_000})
-    assert {t.ident for t in threading.enumerate()} == baseline
+    delivery = writer.write(iter(batches[:2]))
+    assert (delivery.records, delivery.partitions) == (10_000, {f"{topic}-0": 10_000})
+    producer = worker_clients().lease("producer", dict(writer.options.producer))
+    worker_clients().release(producer, healthy=True)
+    delivery = writer.write(iter(batches[2:]))          # the next task: same producer, no new client
+    assert (delivery.records, delivery.bytes) == (15_000, sum(len(f"v{i}") for i in range(10_000, 25_000)))
+    assert worker_clients().client_count() == 1
 
     rng = OffsetRange(topic, 0, 100, 24_000)
     read = list(read_range({"bootstrap_servers": bs}, rng, include_headers=False, fail_on_data_loss=True,
                            poll_timeout_ms=30_000, batch_rows=5000))
     offsets = [o for b in read for o in b.column("offset").to_pylist()]
     assert offsets == list(range(100, 24_000))
-    assert {t.ident for t in threading.enumerate()} == baseline
-
+    assert [v.decode() for v in read[0].column("value").to_pylist()[:2]] == ["v100", "v101"]
     early = read_range({"bootstrap_servers": bs}, rng, include_headers=False, fail_on_data_loss=True,
                        poll_timeout_ms=30_000, batch_rows=1000)
     assert next(early).num_rows >= 1
     early.close()
-    assert {t.ident for t in threading.enumerate()} == baseline
+    again = list(read_range({"bootstrap_servers": bs}, OffsetRange(topic, 0, 0, 10), include_headers=False,
+                            fail_on_data_loss=True, poll_timeout_ms=30_000))
+    assert [o for b in again for o in b.column("offset").to_pylist()] == list(range(10))
+    assert worker_clients().client_count() == 2           # one producer, one consumer, reused throughout
+
+    close_worker_clients()
+    assert worker_clients().client_count() == 0
+    for _ in range(50):                                   # the loop thread ends right after close returns
+        if {t.ident for t in threading.enumerate() if t.is_alive()} <= baseline | {None}:
+            break
+        threading.Event().wait(0.1)
+    assert {t.ident for t in threading.enumerate()} <= baseline
+
+
+def _produce_at(bs: str, topic: str, partition: int, values: list[bytes], timestamp_ms: int) -> list[int]:
+    import anyio
+
+    from akresil import Producer
+
+    async def main() -> list[int]:
+        async with Producer(bootstrap_servers=bs) as producer:
+            mds = await producer.send_many(topic, [(None, v) for v in values], partition=partition,
+                                           timestamp_ms=timestamp_ms)
+        return [md.offset for md in mds]
+    return anyio.run(main)
+
+
+#: an hour ago: noida-db answers ListOffsets by timestamp with -1 for 1970 timestamps once it flushed the log
+T0 = (int(time.time()) - 3600) * 1000
+
+
+@pytest.fixture(scope="module")
+def timed(spark_broker: Any) -> str:
+    """Two partitions; records at T0 + 1000, 2000, 3000 (5 each, values 'p<part>-t<ts>-<i>')."""
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-times")
+    create_topic(bs, topic, 2)
+    for ts in (1000, 2000, 3000):
+        for p in (0, 1):
+            _produce_at(bs, topic, p, [f"p{p}-t{ts}-{i}".encode() for i in range(5)], T0 + ts)
+    return topic
+
+
+def test_batch_read_by_timestamps(spark: Any, spark_broker: Any, timed: str) -> None:
+    bs, topic = spark_broker.bootstrap_servers, timed
+
+    def read(**options: str) -> list[tuple[int, int, int]]:
+        rows = _reader(spark, bs, subscribe=topic, **options).select("partition", "offset", "timestamp").collect()
+        return sorted((r.partition, r.offset, round(r.timestamp.timestamp() * 1000) - T0) for r in rows)
+
+    # [first ts >= T0+1500, first ts >= T0+3000)
+    got = read(startingTimestamp=str(T0 + 1500), endingTimestamp=str(T0 + 3000))
+    assert got == [(p, o, 2000) for p in (0, 1) for o in range(5, 10)]
+    got = read(startingOffsetsByTimestamp='{"%s": {"0": %d, "1": 0}}' % (topic, T0 + 2500),
+               endingOffsetsByTimestamp='{"%s": {"0": %d, "1": %d}}' % (topic, T0 + 9999, T0 + 1001))
+    # partition 0 from T0+3000 to the end (no record at T0+9999: latest); partition 1 [0, first ts > T0+1000)
+    assert got == [(0, o, 3000) for o in range(10, 15)] + [(1, o, 1000) for o in range(0, 5)]
+    with pytest.raises(Exception, match=f"startingTimestamp: no record of .* has a timestamp at or after {T0 + 4000}"):
+        read(startingTimestamp=str(T0 + 4000))
+    assert read(startingTimestamp=str(T0 + 4000), startingOffsetsByTimestampStrategy="latest") == []
+
+
+def test_stream_from_a_timestamp(spark: Any, spark_broker: Any, timed: str, tmp_path: Any) -> None:
+    bs, topic = spark_broker.bootstrap_servers, timed
+    stream = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
+              .option("startingTimestamp", str(T0 + 2000)).load())
+    query = (stream.selectExpr("partition", "offset").writeStream.format("memory").queryName("from_ts")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    got = sorted((r.partition, r.offset) for r in spark.sql("select * from from_ts").collect())
+    assert got == [(p, o) for p in (0, 1) for o in range(5, 15)]
+
+
+def test_stream_min_offsets_per_trigger_waits_then_max_trigger_delay_fires(spark: Any, spark_broker: Any,
+                                                                          tmp_path: Any) -> None:
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-min")
+    create_topic(bs, topic, 1)
+    batches: list[list[int]] = []
+    lock = threading.Lock()
+
+    def collect(batch_df: Any, batch_id: int) -> None:
+        offsets = sorted(r.offset for r in batch_df.select("offset").collect())
+        if offsets:
+            with lock:
+                batches.append(offsets)
+
+    def start(delay: str) -> Any:
+        stream = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", bs)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("minOffsetsPerTrigger", "20").option("maxTriggerDelay", delay).load())
+        return (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(processingTime="100 milliseconds").start())
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with lock:
+                if sum(len(b) for b in batches) >= n:
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {n} rows; batches {batches}")
+
+    query = start("60s")
+    try:
+        query.processAllAvailable()                       # the first trigger ran (it starts the delay clock)
+        produce(bs, topic, [(None, b"x")] * 5)
+        time.sleep(1.5)                                   # ~15 triggers, each with 5 < 20 new offsets
+        with lock:
+            assert batches == []
+        produce(bs, topic, [(None, b"y")] * 20)
+        wait_for(25)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert batches == [list(range(25))]                   # the 5 waited and went with the next 20
+
+    query = start("1s")                                   # resumes from the checkpoint with a short delay
+    try:
+        produce(bs, topic, [(None, b"z")] * 3)
+        wait_for(28)                                      # fewer than 20, sent once maxTriggerDelay passed
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert batches == [list(range(25)), [25, 26, 27]]
+
+
+def test_stream_survives_leader_moves_a_stopped_node_and_throttles(spark: Any, spark_broker: Any,
+                                                                   tmp_path: Any) -> None:
+    """A micro-batch query reads through a three-node FaultProxy while the script moves every leader,
+    throttles every node (KIP-219), stops the node leading partitions (after moving them away) and the
+    query itself restarts from its checkpoint: the output holds every produced record exactly once."""
+    from akresil.testing import FaultProxy
+
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-fault")
+    create_topic(bs, topic, 3)
+    seen: list[tuple[int, int, bytes]] = []
+    lock = threading.Lock()
+    produced: dict[tuple[int, int], bytes] = {}
+
+    def collect(batch_df: Any, batch_id: int) -> None:
+        rows = [(r.partition, r.offset, r.value) for r in batch_df.select("partition", "offset", "value").collect()]
+        with lock:
+            seen.extend(rows)
+
+    def send(wave: str, n: int = 300) -> None:
+        recs = [(f"k{i}".encode(), f"{wave}-{i}".encode()) for i in range(n)]
+        for (p, o), (_, v) in zip(produce(bs, topic, recs), recs):    # straight to the broker, not the proxy
+            produced[(p, o)] = v
+
+    def wait_all(what: str) -> None:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            with lock:
+                if len(seen) >= len(produced):
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"{what}: {len(seen)} of {len(produced)} records after 45 s")
+
+    with FaultProxy(bs, nodes=3) as proxy:
+        def start(**trigger: Any) -> Any:
+            stream = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", proxy.bootstrap_servers)
+                      .option("subscribe", topic).option("startingOffsets", "earliest")
+                      .option("maxOffsetsPerTrigger", "250").option("groupIdPrefix", "fault-etl")
+                      .option("kafka.retry.backoff.ms", "50").option("kafka.retry.backoff.max.ms", "500")
+                      .option("kafka.reconnect.backoff.max.ms", "500").option("kafka.metadata.max.age.ms", "2000")
+                      .load())
+            return (stream.writeStream.foreachBatch(collect)
+                    .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger).start())
+
+        query = start(processingTime="200 milliseconds")
+        try:
+            send("a")
+            wait_all("before any fault")
+            proxy.move_all_leaders()                                   # every leader rotates to the next node
+            send("b")
+            wait_all("after the leader moves")
+            for node in proxy.node_ids:
+                proxy.throttle_window(node, 1500)                      # KIP-219: every node throttles 1.5 s
+            send("c")
+            wait_all("under throttles")
+            victim = proxy.leader(topic, 0)[0]
+            proxy.move_all_leaders(from_node=victim)                   # fail over, then take the node down
+            proxy.stop_node(victim)
+            send("d")
+            wait_all(f"with node {victim} stopped")
+            proxy.start_node(victim)
+        finally:
+            query.stop()
+        assert query.exception() is None
+        send("e")                                                      # while the query is down
+        query = start(availableNow=True)
+        try:
+            query.awaitTermination(60)
+        finally:
+            query.stop()
+        assert query.exception() is None
+        throttled = [r for r in proxy.responses() if getattr(r, "throttle_time_ms", 0)]
+        client_ids = {r.client_id for r in proxy.requests() if r.client_id}
+
+    assert len(seen) == len(set((p, o) for p, o, _ in seen)) == len(produced) == 1500   # no duplicates, no loss
+    assert {(p, o): v for p, o, v in seen} == produced
+    assert throttled, "the script's throttles never reached the source's clients"
+    assert any(c.startswith("fault-etl-") and c.endswith("-executor") for c in client_ids), client_ids
+    assert any(c.startswith("fault-etl-") and c.endswith("-driver") for c in client_ids), client_ids
+
+
+def test_write_through_throttles_and_leader_moves_reports_them_in_the_summary(spark: Any, spark_broker: Any) -> None:
+    """KIP-219 throttles and leader moves during a Spark write: every row lands once, and the summary says
+    what the producers went through (throttled responses, retries)."""
+    import akresil.spark
+    from akresil.testing import FaultProxy
+
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-wfault")
+    create_topic(bs, topic, 3)
+    n = 20_000
+    with FaultProxy(bs, nodes=3) as proxy:
+        for node in proxy.node_ids:
+            proxy.throttle(node, 300, count=8)                  # the next 8 answers of every node throttle
+        df = spark.range(0, n, numPartitions=2).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+        moved = threading.Timer(0.5, proxy.move_all_leaders)
+        moved.start()
+        try:
+            (df.write.format("akresil").option("kafka.bootstrap.servers", proxy.bootstrap_servers)
+             .option("topic", topic).option("kafka.linger.ms", "5").mode("append").save())
+        finally:
+            moved.cancel()
+    summary = akresil.spark.last_write_summary()
+    assert summary is not None and summary.status == "committed" and summary.records == n
+    assert summary.throttled >= 1 and summary.throttle_ms > 0, summary
+    rows = _reader(spark, bs, subscribe=topic).selectExpr("cast(key as string) k").collect()
+    assert sorted(int(r.k) for r in rows) == list(range(n))   # each row once (idempotent retries)

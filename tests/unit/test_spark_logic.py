@@ -40,6 +40,65 @@ def test_option_names_are_case_insensitive_and_kafka_options_become_client_confi
     assert w.topic == "out" and w.producer == {"bootstrap_servers": "127.0.0.1:9092", "linger_ms": 3, "acks": "all"}
 
 
+def test_timestamp_and_trigger_options_parse_with_sparks_precedence() -> None:
+    o = parse_read_options({**BS, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"0": 1000, "1": 2000}}',
+                            "startingOffsets": "earliest", "endingTimestamp": "5000",
+                            "endingOffsetsByTimestamp": '{"t": {"0": 1}}',
+                            "startingOffsetsByTimestampStrategy": "LATEST"}, streaming=False)
+    assert o.starting.by_time and o.starting.timestamps == {TP("t", 0): 1000, TP("t", 1): 2000}
+    assert o.starting.name == "startingOffsetsByTimestamp"
+    assert o.ending.timestamp == 5000 and o.ending.name == "endingTimestamp"   # endingTimestamp wins
+    assert o.timestamp_strategy == "latest"
+    s = parse_read_options({**BS, "subscribe": "t", "startingTimestamp": "7", "minOffsetsPerTrigger": "10",
+                            "maxTriggerDelay": "30s", "groupIdPrefix": "orders-etl"}, streaming=True)
+    assert s.starting.timestamp == 7 and s.min_offsets_per_trigger == 10 and s.max_trigger_delay_ms == 30_000
+    assert s.group_id_prefix == "orders-etl"
+    assert parse_read_options({**BS, "subscribe": "t", "minOffsetsPerTrigger": "1"},
+                              streaming=True).max_trigger_delay_ms == 15 * 60 * 1000
+    w = parse_write_options({**BS, "topic": "o", "kafka.compression.type": "gzip", "kafka.batch.size": "65536",
+                             "kafka.max.in.flight.requests.per.connection": "5", "kafka.enable.idempotence": "true"})
+    assert w.producer == {"bootstrap_servers": "127.0.0.1:9092", "compression_type": "gzip", "batch_size": 65536,
+                          "max_in_flight_requests_per_connection": 5, "enable_idempotence": True}
+    with pytest.raises(ConfigError, match="kafka.transactional.id: Java client setting not supported"):
+        parse_write_options({**BS, "topic": "o", "kafka.transactional.id": "x"})
+
+
+def test_timestamp_specs_resolve_through_listoffsets_answers() -> None:
+    from akresil.spark.offsets import resolve_times, timestamp_queries
+
+    spec = parse_read_options({**BS, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"0": 10, "1": 20}}'},
+                              streaming=False).starting
+    parts = [TP("t", 0), TP("t", 1)]
+    q = timestamp_queries(spec, parts)
+    assert q == {TP("t", 0): 10, TP("t", 1): 20}
+    with pytest.raises(ConfigError, match="startingOffsetsByTimestamp: must name every partition; missing t-2"):
+        timestamp_queries(spec, parts + [TP("t", 2)])
+    with pytest.raises(ConfigError, match="names partitions that do not exist: t-1"):
+        timestamp_queries(spec, parts[:1])
+    latest = {TP("t", 0): 50, TP("t", 1): 60}
+    assert resolve_times(spec, q, {TP("t", 0): 3, TP("t", 1): 7}, latest, starting=True) == {TP("t", 0): 3,
+                                                                                             TP("t", 1): 7}
+    with pytest.raises(ConfigError, match="no record of t-1 has a timestamp at or after 20"):
+        resolve_times(spec, q, {TP("t", 0): 3, TP("t", 1): None}, latest, starting=True)
+    assert resolve_times(spec, q, {TP("t", 0): 3, TP("t", 1): None}, latest, starting=True,
+                         strategy="latest") == {TP("t", 0): 3, TP("t", 1): 60}
+    assert resolve_times(spec, q, {TP("t", 0): None, TP("t", 1): None}, latest, starting=False) == latest
+    one = parse_read_options({**BS, "subscribe": "t", "startingTimestamp": "99"}, streaming=True).starting
+    assert timestamp_queries(one, parts) == {TP("t", 0): 99, TP("t", 1): 99}
+
+
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay() -> None:
+    from akresil.spark.offsets import delay_trigger
+
+    starts, ends = {TP("t", 0): 10, TP("t", 1): 0}, {TP("t", 0): 13, TP("t", 1): 4, TP("t", 2): 5}
+    # 3 + 4 new offsets in known partitions; a partition new in `ends` counts from its end (unknown start)
+    args = dict(min_offsets=8, max_delay_ms=1000, last_trigger_ms=5000)
+    assert delay_trigger(starts, ends, now_ms=5999, **args)
+    assert not delay_trigger(starts, ends, now_ms=6000, **args)           # the delay is over
+    assert not delay_trigger(starts, ends, now_ms=5001, **{**args, "min_offsets": 7})
+    assert not delay_trigger(starts, ends, now_ms=5001, **{**args, "min_offsets": None})
+
+
 def test_assign_and_explicit_offsets_parse_into_topic_partitions() -> None:
     o = parse_read_options({**BS, "assign": '{"t": [0, 2]}', "startingOffsets": '{"t": {"0": 5, "2": -2}}',
                             "endingOffsets": '{"t": {"0": -1, "2": 9}}'}, streaming=False)
@@ -67,7 +126,26 @@ def test_assign_and_explicit_offsets_parse_into_topic_partitions() -> None:
     ({**BS, "subscribe": "t", "failOnDataLoss": "maybe"}, False, "failOnDataLoss: expected true or false"),
     ({**BS, "subscribe": "t", "maxOffsetsPerTrigger": "x"}, True, "maxOffsetsPerTrigger: expected a positive integer"),
     ({**BS, "subscribe": "t", "startingOffsetsByTimestamp": "{}"}, False,
-     "startingOffsetsByTimestamp: Spark's Kafka source option is not supported"),
+     "startingOffsetsByTimestamp: expected JSON like"),
+    ({**BS, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"0": -1}}'}, False,
+     "startingOffsetsByTimestamp: timestamp -1 of t-0 must be an int >= 0"),
+    ({**BS, "subscribe": "t", "endingOffsetsByTimestamp": '{"u": {"0": 5}}'}, False,
+     "endingOffsetsByTimestamp: names topics that are not subscribed: u"),
+    ({**BS, "subscribe": "t", "startingTimestamp": "yesterday"}, True, "startingTimestamp: expected a timestamp"),
+    ({**BS, "subscribe": "t", "endingTimestamp": "5"}, True, "endingTimestamp: only for batch reads"),
+    ({**BS, "subscribe": "t", "startingOffsetsByTimestampStrategy": "earliest"}, False,
+     "startingOffsetsByTimestampStrategy: expected 'error' or 'latest'"),
+    ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "5"}, False, "minOffsetsPerTrigger: only for streaming"),
+    ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "5"}, True,
+     "minOffsetsPerTrigger: 50 is more than maxOffsetsPerTrigger 5"),
+    ({**BS, "subscribe": "t", "maxTriggerDelay": "5m"}, True, "maxTriggerDelay: only meaningful with minOffsets"),
+    ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, True,
+     "maxTriggerDelay: expected a duration"),
+    ({**BS, "subscribe": "t", "groupIdPrefix": "bad prefix"}, True, "groupIdPrefix: expected letters"),
+    ({**BS, "subscribe": "t", "fetchOffset.numRetries": "3"}, False,
+     "fetchOffset.numRetries: Spark's Kafka source option is not supported"),
+    ({**BS, "subscribe": "t", "kafka.retries": "3"}, False,
+     "kafka.retries: Java client setting not supported by akresil: .*kafka.delivery.timeout.ms"),
     ({**BS, "subscribe": "t", "topic": "x"}, False, "topic: not an option of a read"),
     ({**BS, "subscribe": "t", "kafka.auto.offset.reset": "earliest"}, False,
      "kafka.auto.offset.reset: not supported: use startingOffsets"),
@@ -163,30 +241,48 @@ def test_offset_json_round_trips_in_spark_layout() -> None:
 
 
 # ---------------------------------------------------------------------- writer rows
-def test_group_rows_splits_by_topic_and_partition_keeping_row_order() -> None:
-    from akresil.spark.writer import group_rows, needs_row_order
+def test_group_batch_splits_by_topic_and_partition_keeping_row_order() -> None:
+    import pyarrow as pa
 
-    cols = {"key": [b"k0", None, b"k2", b"k3"], "value": [b"v0", b"v1", None, b"v3"],
-            "topic": ["x", "y", "x", None], "partition": [1, None, 1, 0]}
+    from akresil.spark.writer import group_batch, needs_row_order
+
+    def batch(**cols: list) -> pa.RecordBatch:
+        types = {"key": pa.binary(), "value": pa.string(), "topic": pa.string(), "partition": pa.int32()}
+        return pa.record_batch([pa.array(v, types[k]) for k, v in cols.items()], names=list(cols))
+
+    used = ("key", "value", "topic", "partition")
+    b = batch(key=[b"k0", None, b"k2", b"k3"], value=["v0", "v1", None, "v3"], topic=["x", "y", "x", None],
+              partition=[1, None, 1, 0])
     with pytest.raises(ConfigError, match="row 13: topic is null"):
-        group_rows(cols, 4, default_topic=None, row_base=10)
-    groups = group_rows(cols, 4, default_topic="forced", row_base=10)
-    assert [(g.topic, g.partition, g.pairs, g.rows) for g in groups] == [
-        ("forced", 1, [(b"k0", b"v0"), (b"k2", None)], [10, 12]),
-        ("forced", None, [(None, b"v1")], [11]),
-        ("forced", 0, [(b"k3", b"v3")], [13])]
+        group_batch(b, used, default_topic=None, row_base=10)
+    groups = group_batch(b, used, default_topic="forced", row_base=10)
+    assert [(g.topic, g.partition, g.pairs, list(g.rows), g.nbytes) for g in groups] == [
+        ("forced", 1, [(b"k0", b"v0"), (b"k2", None)], [10, 12], 6),
+        ("forced", None, [(None, b"v1")], [11], 2),
+        ("forced", 0, [(b"k3", b"v3")], [13], 4)]
     assert needs_row_order(groups)                 # partitioner rows may share a partition with explicit ones
-    cols["topic"][3] = "x"
-    assert not needs_row_order(group_rows(cols, 4, default_topic=None, row_base=0))
+    b = batch(key=[b"k0", None, b"k2", b"k3"], value=["v0", "v1", None, "v3"], topic=["x", "y", "x", "x"],
+              partition=[1, None, 1, 0])
+    groups = group_batch(b, used, default_topic=None, row_base=0)
+    assert [(g.topic, g.partition, list(g.rows)) for g in groups] == [("x", 1, [0, 2]), ("y", None, [1]),
+                                                                      ("x", 0, [3])]
+    assert not needs_row_order(groups)
+    # one topic, no partition column: one group over the whole batch, pairs straight from the columns
+    whole = group_batch(batch(value=["a", "bb"]), ("value",), default_topic="t", row_base=5)
+    assert [(g.topic, g.partition, g.pairs, list(g.rows), g.nbytes) for g in whole] == [
+        ("t", None, [(None, b"a"), (None, b"bb")], [5, 6], 3)]
     with pytest.raises(ConfigError, match="row 2: partition -1 is negative"):
-        group_rows({"value": [b"a", b"b", b"c"], "partition": [0, 0, -1]}, 3, default_topic="t", row_base=0)
+        group_batch(batch(value=["a", "b", "c"], partition=[0, 0, -1]), ("value", "partition"), default_topic="t",
+                    row_base=0)
 
 
 def test_write_summary_aggregates_task_messages() -> None:
     from akresil.spark.writer import TaskDelivery, WriteSummary
 
-    msgs = [TaskDelivery(0, 0, 3, 30, 1, 5.0, {"t-0": 2, "t-1": 1}, 0.1), None,
-            TaskDelivery(2, 1, 2, 20, 0, 0.0, {"t-1": 2}, 0.1)]
+    msgs = [TaskDelivery(0, 0, 3, 30, 1, 5.0, {"t-0": 2, "t-1": 1}, 0.1, throttled=2, leader_hints=1,
+                         skip_backoff_retries=1), None,
+            TaskDelivery(2, 1, 2, 20, 0, 0.0, {"t-1": 2}, 0.1, throttled=1)]
     s = WriteSummary.from_messages("w", "aborted", msgs)
     assert (s.tasks_delivered, s.tasks_failed, s.records, s.bytes, s.retries, s.throttle_ms) == (2, 1, 5, 50, 1, 5.0)
     assert s.partitions == {"t-0": 2, "t-1": 3}
+    assert (s.throttled, s.leader_hints, s.skip_backoff_retries) == (3, 1, 1)   # KIP-219 / KIP-951 activity
