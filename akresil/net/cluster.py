@@ -324,7 +324,8 @@ class Cluster:
                             "in %.1f s, bootstrap_timeout_ms=%d)", rounds, _listing(causes), next_at - now,
                             max(0.0, deadline - now) / 1000.0, timeout_ms)
                 await self._sleep_until(lambda: next_at)
-        if trying is not None:
+        if trying is not None and trying not in causes:
+            # cut off by the deadline: an earlier round's cause for this address says more, keep that one
             causes[trying] = f"no answer before bootstrap_timeout_ms ran out ({timeout_ms} ms)"
         for host, port in self._bootstrap:
             causes.setdefault(f"{host}:{port}", "not tried before bootstrap_timeout_ms ran out")

@@ -101,8 +101,9 @@ async def _consume_then_rotate(proxy: FaultProxy, consumer: Consumer) -> None:
         assert refused >= 1
         opened = len(proxy.connections(kind="open"))
         await anyio.sleep(0.5)    # 5+ reconnect backoffs: a client still retrying would show up now
-        assert len(proxy.connections(kind="open")) == opened
-        assert len(_refused(proxy)) == refused
+        assert len(proxy.connections(kind="open")) == opened     # nothing connects again
+        # a login already in its handshake when the error surfaced may still be refused (one per node at most)
+        assert refused <= len(_refused(proxy)) <= 2
         # sticky: every later call raises it too, async for included
         with pytest.raises(errors.AuthenticationError):
             await consumer.getmany(timeout_ms=0)
