@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from .. import errors
 from ..errors import ConfigError, KafkaError
@@ -436,7 +436,16 @@ class GroupMembership:
         return min(times) if times else None
 
 
-# ---------------------------------------------------------------------------- response shapes
+# ---------------------------------------------------------------------------- request / response shapes
+def find_coordinator_body(key: str, key_type: int = 0) -> Callable[[int], dict[str, Any]]:
+    """The FindCoordinator body for ``key`` at a negotiated version (v4+: batched ``coordinator_keys``)."""
+    def body(version: int) -> dict[str, Any]:
+        if version >= 4:
+            return {"key_type": key_type, "coordinator_keys": [key]}
+        return {"key": key, "key_type": key_type}
+    return body
+
+
 def find_coordinator_result(response: Mapping[str, object], version: int, group_id: str) -> tuple[int, int, str, int]:
     """``(error_code, node_id, host, port)`` of a FindCoordinator response in either form (v4+: batched)."""
     if version >= 4:

@@ -34,7 +34,7 @@ from ..core.group_rebalance import (ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION, as
 from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, GroupMembership, MemberState,
                                 classify_commit_error, classify_find_coordinator_error, classify_join_error,
                                 classify_offset_fetch_error, classify_sync_error, error_for,
-                                find_coordinator_result)
+                                find_coordinator_body, find_coordinator_result)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition, partitions_by_topic
 from .cluster import Cluster
@@ -260,11 +260,7 @@ class GroupCoordinator:
         core = self._core
         group = self.group_id
 
-        def body(version: int) -> dict[str, Any]:
-            if version >= 4:
-                return {"key_type": 0, "coordinator_keys": [group]}
-            return {"key": group, "key_type": 0}
-
+        body = find_coordinator_body(group)
         try:
             _, version, response = await self._cluster.request_any(ApiKey.FIND_COORDINATOR, body)
             code, node_id, host, port = find_coordinator_result(response, version, group)

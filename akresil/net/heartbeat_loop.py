@@ -16,7 +16,8 @@ import anyio
 
 from .. import errors
 from ..core.group_heartbeat import HeartbeatAction, HeartbeatMembership, MemberPhase
-from ..core.group_state import Action, classify_find_coordinator_error, find_coordinator_result
+from ..core.group_state import (Action, classify_find_coordinator_error, find_coordinator_body,
+                                find_coordinator_result)
 from ..protocol.api import ApiKey
 from .cluster import Cluster
 
@@ -86,11 +87,7 @@ class HeartbeatLoop:
         m = self.membership
         group = m.group_id
 
-        def body(version: int) -> dict[str, Any]:
-            if version >= 4:
-                return {"key_type": 0, "coordinator_keys": [group]}
-            return {"key": group, "key_type": 0}
-
+        body = find_coordinator_body(group)
         try:
             _, version, response = await self._cluster.request_any(ApiKey.FIND_COORDINATOR, body)
             code, node_id, _host, _port = find_coordinator_result(response, version, group)

@@ -16,7 +16,7 @@ import anyio
 from .. import errors
 from ..core import events
 from ..core.accumulator import RecordAccumulator
-from ..core.group_state import find_coordinator_result
+from ..core.group_state import find_coordinator_body, find_coordinator_result
 from ..core.transaction import Action, Operation, TransactionManager, TxnState, classify, error_from_code
 from ..protocol.api import ApiKey
 from ..types import ConsumerGroupMetadata, TopicPartition
@@ -106,11 +106,7 @@ class TransactionIO:
 
     async def _find(self, key: str, key_type: int, op: Operation | None) -> int | None:
         """FindCoordinator for ``key``; None on a retriable failure; raises a fatal one (authorization)."""
-        def body(version: int) -> dict[str, Any]:
-            if version >= 4:
-                return {"key_type": key_type, "coordinator_keys": [key]}
-            return {"key": key, "key_type": key_type}
-
+        body = find_coordinator_body(key, key_type)
         try:
             _, version, response = await self.cluster.request_any(ApiKey.FIND_COORDINATOR, body, min_version=1)
             code, node_id, _, _ = find_coordinator_result(response, version, key)
