@@ -7,6 +7,11 @@ that same epoch, or a retry without an epoch change, waits the exponential backo
 when the batch is drained and when a failure is handled, so a hint applied to the metadata cache between the
 two is honoured either way.
 
+A refusal about the producer's own identity rather than the broker's state (an epoch bump the broker does not
+take, a batch sent under an identity the producer has since replaced: ``error.identity_retry``) is retried at
+once the first time: the retry goes out re-sequenced under the new identity, and backing off would only stall
+the partition. A batch refused again backs off as usual, so a broker that refuses every identity is not spun on.
+
 Independently of the hint, every error that says the client's leader view is stale (NOT_LEADER_OR_FOLLOWER,
 FENCED_LEADER_EPOCH, ...: ``error.invalid_metadata``) asks for an asynchronous metadata refresh.
 """
@@ -23,7 +28,8 @@ class RetryDecision(NamedTuple):
     retry: bool
     #: the error means leaders moved: request a (backed-off, asynchronous) metadata refresh
     refresh_metadata: bool
-    #: the retry may go now, skipping backoff, because the leader epoch rose for this attempt (KIP-951)
+    #: the retry may go now, skipping backoff: the leader epoch rose for this attempt (KIP-951), or the error
+    #: was about the producer identity, which is replaced before the retry goes out
     skip_backoff: bool
     #: absolute time of the next attempt when retrying (== now when skipping backoff)
     retry_at: float
@@ -75,6 +81,6 @@ def plan_retry(batch: ProducerBatch, error: BaseException, now: float, *, retrie
         return RetryDecision(False, refresh, False, now, f"delivery timeout reached: {name}")
     batch.attempts += 1
     observe_leader_epoch(batch, leader_epoch)
-    skip = leader_changed_for_ongoing_retry(batch)
+    skip = leader_changed_for_ongoing_retry(batch) or (batch.attempts == 1 and getattr(error, "identity_retry", False))
     batch.retry_at = now if skip else now + backoff.backoff_ms(batch.attempts)
     return RetryDecision(True, refresh, skip, batch.retry_at, name)

@@ -67,6 +67,7 @@ class SequenceGapRetryError(errors.OutOfOrderSequenceNumberError):
     failing its records."""
 
     retriable = True
+    identity_retry = True
 
 
 class BumpRefusedRetryError(errors.InvalidProducerEpochError):
@@ -74,6 +75,7 @@ class BumpRefusedRetryError(errors.InvalidProducerEpochError):
     under a new producer id from InitProducerId."""
 
     retriable = True
+    identity_retry = True
 
 
 class StaleEpochRetryError(errors.InvalidProducerEpochError):
@@ -81,6 +83,7 @@ class StaleEpochRetryError(errors.InvalidProducerEpochError):
     under the current identity."""
 
     retriable = True
+    identity_retry = True
 
 
 class UnknownProducerIdRetryError(errors.UnknownProducerIdError):
@@ -88,6 +91,7 @@ class UnknownProducerIdRetryError(errors.UnknownProducerIdError):
     KIP-360: bump the epoch, restart sequences at 0 and retry, as Java's idempotent producer does."""
 
     retriable = True
+    identity_retry = True
 
 
 #: how a refusal of a batch sent under an identity already left behind is retried

@@ -217,6 +217,26 @@ def test_advancing_hint_retries_immediately_on_new_leader_then_backs_off() -> No
     assert [e["skip_backoff"] for e in rec.named(BATCH_RETRY)] == [True, False]
 
 
+def test_an_identity_refusal_retries_at_once_the_first_time_only() -> None:
+    """An error about the producer's identity (``identity_retry``) goes again at once on the batch's first retry;
+    a batch refused again backs off, so a broker refusing every identity is not spun on."""
+    md, a = kip951_setup()
+    a.append(T0, 1, None, b"v", now=0)
+    lead = lambda tp: md.snapshot.leader_of(tp)   # noqa: E731 - always the current snapshot
+
+    class IdentityRefused(Exception):
+        retriable = True
+        identity_retry = True
+
+    [batch] = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    decision = a.on_batch_error(batch, IdentityRefused(), now=10, leader_epoch=5)
+    assert decision.retry and decision.skip_backoff and decision.retry_at == 10
+    assert a.drain(10, sendable={1}, leader_of=lead).batches == {1: [batch]}
+    decision = a.on_batch_error(batch, IdentityRefused(), now=20, leader_epoch=5)
+    assert decision.retry and not decision.skip_backoff and decision.retry_at == 220
+    assert a.drain(200, sendable={1}, leader_of=lead).batches == {}
+
+
 def test_retry_without_epoch_change_backs_off() -> None:
     md, a = kip951_setup()
     a.append(T0, 1, None, b"v", now=0)

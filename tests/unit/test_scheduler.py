@@ -480,6 +480,42 @@ async def test_a_refused_bump_falls_back_to_a_new_producer_id(refusal: int) -> N
     assert sender.acc.producer_id == -1 and init_pid_started(tasks)
 
 
+async def test_a_live_partition_refused_for_the_identity_goes_again_at_once() -> None:
+    """A dead node's expired batch resets the identity; a live partition's next batch, sent under the bumped
+    epoch on a broker that refuses bumps (Tansu), is refused: it goes again as soon as the new producer id is
+    there, without a retry backoff (that stall hit every live partition at once)."""
+    tp1 = TopicPartition("t", 1)
+    sender, clock, tasks, results = await make(idempotent=True)
+    created = clock.now
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001 - node 1's batch goes out and is never answered
+    assert len(tasks.produces()) == 1
+    clock.now = created + 3_000
+    sender._turn()                                  # noqa: SLF001 - it expires in flight: reset (epoch 1)
+    assert isinstance(results[0], errors.DeliveryTimeoutError)
+    sender._turn()                                  # noqa: SLF001
+    assert (sender.acc.producer_id, sender.acc.producer_epoch) == (1000, 1)
+    sender.acc.append(tp1, 0, None, b"w", (), lambda md, err: results.append(err or md), now=clock())
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(node, live)] = tasks.produces()
+    assert node == 2 and (live[0].producer_epoch, live[0].base_sequence) == (1, 0)
+    refused = error_response(errors.ProducerFencedError.errno)
+    refused["responses"][0]["partition_responses"][0]["index"] = 1
+    finish(sender, 2, live, refused, clock)
+    sender._turn()                                  # noqa: SLF001 - the bump did not take: a new id
+    assert sender.acc.producer_id == -1 and init_pid_started(tasks)
+    sender.acc.set_producer_identity(2000, 0)       # InitProducerId answered (same instant)
+    sender._init_pid_running = False                # noqa: SLF001
+    sender._turn()                                  # noqa: SLF001
+    [(node, again)] = tasks.produces()              # no retry backoff
+    assert node == 2 and again[0] is live[0]
+    assert (again[0].producer_id, again[0].producer_epoch, again[0].base_sequence) == (2000, 0, 0)
+    finish(sender, 2, again, ok_response(7, partition=1), clock)
+    assert results[1].offset == 7
+
+
 async def test_an_exhausted_epoch_takes_a_new_producer_id() -> None:
     sender, clock, tasks, results = await make(idempotent=True)
     sender.acc.set_producer_identity(1000, 32767)
