@@ -142,8 +142,8 @@ OPTIONS: tuple[Option, ...] = (
            maximum=_MAX_INT, kip="KIP-580"),
     Option("reconnect_backoff_ms", _INT, 50, "first reconnect backoff (exponential, ±20% jitter)", minimum=0,
            maximum=_MAX_INT, kip="KIP-144"),
-    Option("reconnect_backoff_max_ms", _INT, 1_000, "cap of the reconnect backoff", minimum=0, maximum=_MAX_INT,
-           kip="KIP-144"),
+    Option("reconnect_backoff_max_ms", _INT, 250, "cap of the reconnect backoff (how soon a returning broker is "
+           "noticed; a refused connect is cheap)", minimum=0, maximum=_MAX_INT, kip="KIP-144"),
     Option("socket_connection_setup_timeout_ms", _INT, 10_000, "time allowed to connect (TCP+TLS+SASL)",
            minimum=1, maximum=_MAX_INT),
     Option("bootstrap_timeout_ms", _INT, 60_000,

@@ -297,7 +297,8 @@ class Cluster:
         """The first Metadata, from any bootstrap server, in rounds over all of them for at most
         ``bootstrap_timeout_ms`` (one deadline for the whole wait, a connect or request in progress included).
 
-        Each address's reconnect backoff paces the rounds; a failed round logs one WARNING naming every address
+        Rounds back off as retries do (KIP-580: ``retry_backoff_ms`` doubling to ``retry_backoff_max_ms``), and
+        no address is tried inside its reconnect backoff; a failed round logs one WARNING naming every address
         with its cause and the next attempt, and giving up raises one error naming each address and its last
         cause once."""
         timeout_ms = self.config.bootstrap_timeout_ms
@@ -305,6 +306,8 @@ class Cluster:
         causes: dict[str, str] = {}
         rounds = 0
         trying: str | None = None
+        round_backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms,
+                                           rng=self.rng)
         with anyio.move_on_after(timeout_ms / 1000.0):
             while True:
                 rounds += 1
@@ -319,7 +322,8 @@ class Cluster:
                         causes[trying] = _failure_reason(exc)
                     trying = None
                 now = self.clock()
-                next_at = min(self.node(-(i + 1)).next_connect_at(now) or now for i in range(len(self._bootstrap)))
+                next_at = max(now + round_backoff.backoff_ms(rounds),
+                              min(self.node(-(i + 1)).next_connect_at(now) or now for i in range(len(self._bootstrap))))
                 log.warning("no bootstrap server answered (round %d): %s; next attempt in %.0f ms (start() gives up "
                             "in %.1f s, bootstrap_timeout_ms=%d)", rounds, _listing(causes), next_at - now,
                             max(0.0, deadline - now) / 1000.0, timeout_ms)

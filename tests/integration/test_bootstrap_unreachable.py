@@ -91,3 +91,18 @@ async def test_the_option_bounds_the_wait() -> None:
     long = time.monotonic() - started
     assert TIMEOUT_MS / 1000 <= short < BOUND_S
     assert 1.2 <= long < 1.2 + BOUND_S
+
+
+async def test_rounds_back_off_like_retries_not_at_the_reconnect_pace(caplog: pytest.LogCaptureFixture) -> None:
+    """A refused port fails in microseconds and its reconnect backoff caps at 250 ms (a returning broker is
+    noticed soon), but a bootstrap round is a retried request: rounds back off as KIP-580 retries do, so the
+    WARNINGs slow down to one per ``retry_backoff_max_ms``."""
+    address = refused_address()
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    with pytest.raises(NoBrokersAvailableError):
+        async with Producer(bootstrap_servers=address, bootstrap_timeout_ms=2_500, retry_backoff_ms=100,
+                            retry_backoff_max_ms=1_000, reconnect_backoff_ms=50, reconnect_backoff_max_ms=250):
+            pass
+    rounds = [r for r in caplog.records if "no bootstrap server answered (round" in r.getMessage()]
+    # ~100 + 200 + 400 + 800 ms (±20%) fit in 2.5 s: 4-5 rounds; at the reconnect pace there would be ~11
+    assert 3 <= len(rounds) <= 6, [r.getMessage() for r in rounds]
