@@ -317,7 +317,7 @@ class RecordAccumulator:
         if not last.payload.append(timestamp_ms, key, value, headers):
             last.open = False
             return 0
-        last.singles.append((last.record_count, timestamp_ms, callback, key_size, value_size))
+        last.singles += (last.record_count, timestamp_ms, callback, key_size, value_size)
         last.record_count += 1
         last.reserved_bytes += size
         self._used += size

@@ -14,7 +14,7 @@ import gc
 import logging
 from itertools import repeat
 from operator import itemgetter
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..types import RecordMetadata, TopicPartition
 
@@ -203,8 +203,10 @@ class ProducerBatch:
         self.deadline = now + delivery_timeout_ms
         self.payload = payload
         self.record_count = 0
-        #: records appended one by one: (index in batch, timestamp, callback, key size, value size)
-        self.singles: list[tuple[int, int, RecordCallback | None, int, int]] = []
+        #: records appended one by one, flat, five slots each: index in batch, timestamp, callback, key size,
+        #: value size (no tuple per record: a pending record is one object fewer for the garbage collector to
+        #: scan, and a dead broker's backlog is what its full collections scan)
+        self.singles: list[Any] = []
         #: runs appended in bulk
         self.ranges: list[_Range] = []
         self.state = BatchState.QUEUED
@@ -246,8 +248,8 @@ class ProducerBatch:
         if not self.payload.append(timestamp_ms, key, value, headers):
             self.open = False
             return False
-        self.singles.append((self.record_count, timestamp_ms, callback, -1 if key is None else len(key),
-                             -1 if value is None else len(value)))
+        self.singles += (self.record_count, timestamp_ms, callback, -1 if key is None else len(key),
+                         -1 if value is None else len(value))
         self.record_count += 1
         return True
 
@@ -267,7 +269,8 @@ class ProducerBatch:
         topic, partition = self.tp
         known = base_offset >= 0
         append_time = log_append_time_ms >= 0
-        for i, ts, callback, key_size, value_size in self.singles:
+        it = iter(self.singles)
+        for i, ts, callback, key_size, value_size in zip(it, it, it, it, it):
             if callback is None:
                 continue
             _call(callback, RecordMetadata(topic, partition, base_offset + i if known else -1,
@@ -289,7 +292,7 @@ class ProducerBatch:
         self.state = BatchState.FAILED
         self.open = False
         self.error = error
-        for _, _, callback, _, _ in self.singles:
+        for callback in self.singles[2::5]:
             if callback is not None:
                 _call(callback, None, error)
         for run in self.ranges:
