@@ -139,9 +139,8 @@ class PhaseBase(ABC, Generic[H]):
                     await producer.enqueue(self.topic, value, partition, functools.partial(self._done, idx))
             if elapsed - last_report >= 0.25:
                 last_report = elapsed
-                counts = self.log.error_counts()
-                self.progress(sc.name, self.client, elapsed, sc.duration_s, len(self.log.acked()),
-                              counts["timeout"] + counts["other"])
+                self.progress(sc.name, self.client, elapsed, sc.duration_s, self.log.acked_count,
+                              self.log.failed_count)
             await asyncio.sleep(TICK_S)
         await asyncio.sleep(max(0.0, start + sc.duration_s - now_s()))     # the script runs its full length
 

@@ -27,7 +27,8 @@ class DeliveryLog:
     new ones: a list item store is atomic in CPython.
     """
 
-    __slots__ = ("scheduled_s", "sent_s", "done_s", "partition", "error", "_settled", "_sealed")
+    __slots__ = ("scheduled_s", "sent_s", "done_s", "partition", "error", "_settled", "_sealed", "acked_count",
+                 "failed_count")
 
     def __init__(self) -> None:
         self.scheduled_s: list[float] = []
@@ -39,6 +40,11 @@ class DeliveryLog:
         self._settled = 0
         #: outcomes after ``seal()`` are ignored: the run is over, the record counts as never completed
         self._sealed = False
+        #: running totals for the progress line, O(1) to read while the load runs (``acked()`` and
+        #: ``error_counts()`` scan every record: called every tick they stalled the loop they measure, more as
+        #: the run grew); a client's callback thread may race an increment, so they are for display only
+        self.acked_count = 0
+        self.failed_count = 0
 
     def __len__(self) -> int:
         return len(self.sent_s)
@@ -63,6 +69,7 @@ class DeliveryLog:
             return
         self.partition[index] = partition
         self.done_s[index] = now_s
+        self.acked_count += 1
 
     def all_done(self) -> bool:
         """Whether every record noted so far succeeded or failed (amortized: a settled prefix is not rescanned)."""
@@ -79,6 +86,7 @@ class DeliveryLog:
             return
         self.error[index] = kind
         self.done_s[index] = now_s
+        self.failed_count += 1
 
     def scheduled_latencies(self, since_s: float, until_s: float, partitions: Collection[int] | None = None
                             ) -> list[float]:

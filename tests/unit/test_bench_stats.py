@@ -30,8 +30,10 @@ def test_delivery_log_counts_outcomes() -> None:
     assert len(log) == 4 and log.pending() == 1
     assert log.acked() == [(0.0, 0.05, 2)]
     assert log.error_counts() == {stats.TIMEOUT: 1, stats.OTHER: 1, stats.UNFINISHED: 1}
+    assert (log.acked_count, log.failed_count) == (1, 2)      # the progress line's O(1) totals agree
     with pytest.raises(ValueError, match="error kind"):
         log.failed(d, 1.0, "boom")
+    assert (log.acked_count, log.failed_count) == (1, 2)
 
 
 def test_rate_series_buckets_and_ignores_outside() -> None:
