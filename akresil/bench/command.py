@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "by its delivery callback); callbacks, hand-over plus the client's delivery callback "
                    f"(akresil enqueue(on_delivery=), aiokafka send + add_done_callback, confluent-kafka "
                    f"produce(on_delivery=)); default {DEFAULT_LOAD}")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() after each client's warm-up, as a long-running service does after start-up: "
+                   "Python's full collections then scan only what the load keeps alive (failure scenarios)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
     p.add_argument("--update-docs", metavar="PAGE", type=Path,
                    help="also replace the table between this harness's bench markers of this markdown page "
@@ -103,7 +106,7 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
                     per = {c: {"summary": await run_steady(broker, cfg, c, args.seed, progress)} for c in clients}
                     scenario = cfg.as_dict()
                 else:
-                    sc = build(name, quick=args.quick, seed=args.seed, load=args.load)
+                    sc = build(name, quick=args.quick, seed=args.seed, load=args.load, gc_freeze=args.gc_freeze)
                     per = {}
                     for c in clients:
                         summary, series = await _run_failure(args, broker, sc, c, progress)

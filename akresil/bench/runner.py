@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import math
 import random
 import time
@@ -74,11 +75,16 @@ class PhaseBase(ABC, Generic[H]):
         value = random.Random(self.seed).randbytes(sc.value_size)
         await self._warm_up(producers, value)
         self._begin_recording(harness)
+        if sc.gc_freeze:
+            gc.collect()
+            gc.freeze()
         start = now_s()
         script_task = asyncio.create_task(self._script(harness, start))
         try:
             await self._offer(producers, value, start)
         finally:
+            if sc.gc_freeze:
+                gc.unfreeze()
             script_task.cancel()
             await asyncio.gather(script_task, return_exceptions=True)
             await self._undo_faults(harness)

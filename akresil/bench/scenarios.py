@@ -67,13 +67,16 @@ class Scenario:
     params: dict[str, Any] = field(default_factory=dict)
     #: the idiom the load uses (``clients.LOADS``)
     load: str = DEFAULT_LOAD
+    #: ``gc.freeze()`` after every client's warm-up (what a long-running service does after start-up): full
+    #: collections then skip the heap that existed before the load, and scan only what the load keeps alive
+    gc_freeze: bool = False
 
     @property
     def duration_s(self) -> float:
         return self.script.duration_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "load": self.load, "rate": self.rate, "value_size": self.value_size,
+        return {"name": self.name, "load": self.load, "gc_freeze": self.gc_freeze, "rate": self.rate, "value_size": self.value_size,
                 "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
                 "settings": {"linger_ms": self.settings.linger_ms,
                              "delivery_timeout_ms": self.settings.delivery_timeout_ms,
@@ -99,7 +102,7 @@ def steady_config(*, quick: bool) -> SteadyConfig:
     return SteadyConfig(records=100_000 if quick else 300_000)
 
 
-def build(name: str, *, quick: bool, seed: int, load: str = DEFAULT_LOAD) -> Scenario:
+def build(name: str, *, quick: bool, seed: int, load: str = DEFAULT_LOAD, gc_freeze: bool = False) -> Scenario:
     """The scenario ``name`` with its fault script fixed by ``seed``, its load offered in the idiom ``load``."""
     rng = random.Random(f"{name}:{seed}")
     if name == "leader-move":
@@ -112,7 +115,7 @@ def build(name: str, *, quick: bool, seed: int, load: str = DEFAULT_LOAD) -> Sce
         sc = _retry_storm(quick, rng)
     else:
         raise ValueError(f"scenario: unknown {name!r} (known: {', '.join(SCENARIOS)})")
-    return replace(sc, load=check_load(load))
+    return replace(sc, load=check_load(load), gc_freeze=gc_freeze)
 
 
 def _leader_move(quick: bool, rng: random.Random) -> Scenario:

@@ -26,13 +26,20 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
                                                                           label="leader move"),)),
                               rate=500, drain_s=5.0)
     monkeypatch.setattr("akresil.bench.command.build",
-                        lambda name, quick, seed, load: dataclasses.replace(tiny, load=load))
+                        lambda name, quick, seed, load, gc_freeze: dataclasses.replace(tiny, load=load,
+                                                                                       gc_freeze=gc_freeze))
+    import gc
+    calls: list[str] = []
+    real_freeze, real_unfreeze = gc.freeze, gc.unfreeze
+    monkeypatch.setattr("akresil.bench.runner.gc.freeze", lambda: (calls.append("freeze"), real_freeze())[1])
+    monkeypatch.setattr("akresil.bench.runner.gc.unfreeze", lambda: (calls.append("unfreeze"), real_unfreeze())[1])
     page = tmp_path / "page.md"
     page.write_text("# Bench\n<!-- bench:begin -->\n<!-- bench:end -->\n")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["leader-move", "--quick", "--clients", "akresil", "--out", str(tmp_path / "out"),
-                              "--bootstrap-servers", broker.bootstrap_servers, "--update-docs", str(page)])
+                              "--bootstrap-servers", broker.bootstrap_servers, "--update-docs", str(page),
+                              "--gc-freeze"])
     sink = TextSink()
     lines = sink.lines
     await run(args, Progress(sink))  # type: ignore[arg-type]
@@ -46,6 +53,8 @@ async def test_tiny_leader_move_writes_json_table_and_plot(broker: EmbeddedBroke
     assert summary["moves"] == 1 and summary["move_to_first_success"]["count"] >= 1
     assert len(result["clients"]["akresil"]["series"]["acked_per_s"]) == 3
     assert result["scenario"]["load"] == "tasks"                # the default idiom
+    assert result["scenario"]["gc_freeze"] is True and calls == ["freeze", "unfreeze"]   # around the load only
+    assert gc.get_freeze_count() == 0
     assert [r["metric"] for r in result["ratios"]][0] == "p99 ms from schedule"
     assert summary["sched_latency"]["count"] == summary["records_offered"]
     assert summary["sched_latency"]["not_acked"] == 0 and summary["sched_latency"]["max_ms"] < 3000
