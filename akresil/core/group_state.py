@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .. import errors
 from ..errors import ConfigError, KafkaError
+from ..types import TopicPartition, partitions_by_topic
 from .backoff import ExponentialBackoff, RetryState
 
 _E = errors
@@ -457,3 +458,77 @@ def find_coordinator_result(response: Mapping[str, object], version: int, group_
         raise _E.ProtocolError(f"FindCoordinator v{version} response has no entry for group {group_id!r}")
     return (int(response["error_code"]), int(response["node_id"]),  # type: ignore[call-overload]
             str(response["host"]), int(response["port"]))  # type: ignore[call-overload]
+
+
+def offset_commit_body(version: int, group_id: str, generation_or_epoch: int, member_id: str,
+                       instance_id: str | None, offsets: Mapping[TopicPartition, tuple[int, int, str]]
+                       ) -> dict[str, Any]:
+    """OffsetCommit for ``offsets`` (tp -> offset, leader epoch, metadata): the classic group sends its
+    generation, a KIP-848 member its member epoch, in the same field."""
+    topics = [{"name": topic, "partitions": [
+        {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
+         "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
+         "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
+        for topic, parts in partitions_by_topic(offsets).items()]
+    body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": generation_or_epoch,
+                            "member_id": member_id, "topics": topics}
+    if version >= 7:
+        body["group_instance_id"] = instance_id
+    return body
+
+
+def offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
+    """OffsetFetch for ``tps``, asking for stable offsets (KIP-447, v7+); v8+ batches groups."""
+    topics = [{"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(tps).items()]
+    body: dict[str, Any] = ({"groups": [{"group_id": group_id, "topics": topics}]} if version >= 8
+                            else {"group_id": group_id, "topics": topics})
+    if version >= 7:
+        body["require_stable"] = True
+    return body
+
+
+def read_offset_fetch(version: int, response: Mapping[str, Any], group_id: str, wanted: set[TopicPartition]
+                      ) -> tuple[dict[TopicPartition, int | None], list[tuple[int, KafkaError]]]:
+    """The committed offsets an OffsetFetch answer gives for ``wanted`` (None: nothing committed, or a partition
+    the coordinator does not know, as Java reads it) and its ``(code, error)`` failures: the group's own error
+    alone, or each partition's (``settle_offset_fetch_errors`` classifies them)."""
+    if version >= 8:
+        groups = [g for g in response.get("groups") or () if g.get("group_id") == group_id]
+        if not groups:
+            raise errors.ProtocolError(f"OffsetFetch v{version} response lacks group {group_id!r}")
+        group_code, topics = int(groups[0].get("error_code", 0)), groups[0].get("topics") or ()
+    else:
+        group_code, topics = int(response.get("error_code", 0)), response.get("topics") or ()
+    if group_code:
+        return {}, [(group_code, error_for(group_code, f"OffsetFetch for group {group_id}"))]
+    found: dict[TopicPartition, int | None] = {}
+    failed: list[tuple[int, KafkaError]] = []
+    for topic in topics:
+        for part in topic.get("partitions") or ():
+            tp = TopicPartition(topic["name"], int(part["partition_index"]))
+            if tp not in wanted:
+                continue
+            code = int(part["error_code"])
+            if code == 0:
+                offset = int(part["committed_offset"])
+                found[tp] = offset if offset >= 0 else None
+            elif code == errors.UnknownTopicOrPartitionError.errno:
+                found[tp] = None
+            else:
+                failed.append((code, error_for(code, f"OffsetFetch {tp.topic}[{tp.partition}] for group {group_id}")))
+    return found, failed
+
+
+def settle_offset_fetch_errors(failed: Iterable[tuple[int, KafkaError]],
+                               coordinator_lost: Callable[[KafkaError], None]) -> KafkaError | None:
+    """Raise the first OffsetFetch error that retrying cannot mend; tell ``coordinator_lost`` about those that
+    need another coordinator; return the last retriable one (None: none)."""
+    last: KafkaError | None = None
+    for code, error in failed:
+        action = classify_offset_fetch_error(code)
+        if action is Action.COORDINATOR:
+            coordinator_lost(error)
+        elif action is not Action.RETRY:
+            raise error
+        last = error
+    return last

@@ -33,8 +33,9 @@ from ..core.group_rebalance import (ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION, as
                                     plan_join_prepare, subscription_body)
 from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, GroupMembership, MemberState,
                                 classify_commit_error, classify_find_coordinator_error, classify_join_error,
-                                classify_offset_fetch_error, classify_sync_error, error_for,
-                                find_coordinator_body, find_coordinator_result)
+                                classify_sync_error, error_for, find_coordinator_body, find_coordinator_result,
+                                offset_commit_body, offset_fetch_body, read_offset_fetch,
+                                settle_offset_fetch_errors)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition, partitions_by_topic
 from .cluster import Cluster
@@ -651,8 +652,9 @@ class GroupCoordinator:
             coordinator = await self._ensure_coordinator(deadline)
             try:
                 version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: _commit_body(v, self.group_id, generation,
-                                                                              self._core.group_instance_id, pending))
+                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
+                        v, self.group_id, generation.generation_id, generation.member_id,
+                        self._core.group_instance_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 self._coordinator_dead(exc)
                 last = exc
@@ -760,7 +762,7 @@ class GroupCoordinator:
             coordinator = await self._ensure_coordinator(deadline)
             try:
                 version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_FETCH, lambda v: _offset_fetch_body(v, self.group_id, pending))
+                    coordinator, ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 self._coordinator_dead(exc)
                 last = exc
@@ -778,44 +780,9 @@ class GroupCoordinator:
 
     def _offset_fetch_response(self, version: int, response: dict[str, Any], pending: list[TopicPartition],
                                result: dict[TopicPartition, int | None]) -> BaseException | None:
-        if version >= 8:
-            groups = [g for g in response.get("groups") or () if g.get("group_id") == self.group_id]
-            if not groups:
-                raise errors.ProtocolError(f"OffsetFetch v{version} response lacks group {self.group_id!r}")
-            group_code, topics = int(groups[0].get("error_code", 0)), groups[0].get("topics") or ()
-        else:
-            group_code, topics = int(response.get("error_code", 0)), response.get("topics") or ()
-        if group_code:
-            error = error_for(group_code, f"OffsetFetch for group {self.group_id}")
-            action = classify_offset_fetch_error(group_code)
-            if action is Action.COORDINATOR:
-                self._coordinator_dead(error)
-                return error
-            if action is Action.RETRY:
-                return error
-            raise error
-        wanted = set(pending)
-        last: BaseException | None = None
-        for topic in topics:
-            for part in topic.get("partitions") or ():
-                tp = TopicPartition(topic["name"], int(part["partition_index"]))
-                if tp not in wanted:
-                    continue
-                code = int(part["error_code"])
-                if code == 0:
-                    offset = int(part["committed_offset"])
-                    result[tp] = offset if offset >= 0 else None
-                elif code == _UNKNOWN_TOPIC:
-                    result[tp] = None  # Java: no committed offset for a partition the coordinator does not know
-                else:
-                    error = error_for(code, f"OffsetFetch {tp.topic}[{tp.partition}] for group {self.group_id}")
-                    action = classify_offset_fetch_error(code)
-                    if action is Action.COORDINATOR:
-                        self._coordinator_dead(error)
-                    elif action is not Action.RETRY:
-                        raise error
-                    last = error
-        return last
+        found, failed = read_offset_fetch(version, response, self.group_id, set(pending))
+        result.update(found)
+        return settle_offset_fetch_errors(failed, self._coordinator_dead)
 
 
 class _GenerationMoved(Exception):
@@ -851,28 +818,3 @@ def _check_offsets(offsets: dict[TopicPartition, tuple[int, int | None, str | No
             raise ValueError(f"commit {tp}: metadata must be a str or None, got {metadata!r}")
         out[tp] = (offset, -1 if epoch is None else epoch, metadata or "")
     return out
-
-
-def _commit_body(version: int, group_id: str, generation: Generation, instance_id: str | None,
-                 offsets: dict[TopicPartition, tuple[int, int, str]]) -> dict[str, Any]:
-    topics = [{"name": topic, "partitions": [
-        {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
-         "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
-         "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
-        for topic, parts in partitions_by_topic(offsets).items()]
-    body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": generation.generation_id,
-                            "member_id": generation.member_id, "topics": topics}
-    if version >= 7:
-        body["group_instance_id"] = instance_id
-    return body
-
-
-def _offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
-    topics = [{"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(tps).items()]
-    if version >= 8:
-        body: dict[str, Any] = {"groups": [{"group_id": group_id, "topics": topics}]}
-    else:
-        body = {"group_id": group_id, "topics": topics}
-    if version >= 7:
-        body["require_stable"] = True
-    return body

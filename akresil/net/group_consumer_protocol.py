@@ -25,7 +25,8 @@ from ..config import Config
 from ..core.backoff import ExponentialBackoff, RetryState
 from ..core.consumer_membership import ConsumerMembership
 from ..core.group_heartbeat import MemberPhase
-from ..core.group_state import Action, classify_commit_error, classify_offset_fetch_error
+from ..core.group_state import (Action, classify_commit_error, offset_commit_body, offset_fetch_body,
+                                read_offset_fetch, settle_offset_fetch_errors)
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
@@ -199,8 +200,8 @@ class ConsumerGroupMember:
                                                "partitions may have moved and their records will be redelivered")
             try:
                 _, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: _commit_body(v, self.group_id, epoch, member,
-                                                                              self.core.instance_id, pending))
+                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(v, self.group_id, epoch, member,
+                                                                                    self.core.instance_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 last = exc
             else:
@@ -238,9 +239,7 @@ class ConsumerGroupMember:
                 action = classify_commit_error(code)
                 if action in (Action.RETRY, Action.COORDINATOR, Action.RETRY_NOW):
                     if action is Action.COORDINATOR:
-                        self.core.needs_coordinator = True
-                        self._loop.coordinator = None
-                        self._loop.wake()
+                        self._coordinator_lost(error)
                     last = error
                     continue
                 raise error
@@ -259,7 +258,7 @@ class ConsumerGroupMember:
             pending = [tp for tp in wanted if tp not in result]
             try:
                 version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_FETCH, lambda v: _offset_fetch_body(v, self.group_id, pending))
+                    coordinator, ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 last = exc
             else:
@@ -274,60 +273,13 @@ class ConsumerGroupMember:
 
     def _offset_fetch_response(self, version: int, response: dict[str, Any], wanted: set[TopicPartition],
                                result: dict[TopicPartition, int | None]) -> BaseException | None:
-        if version >= 8:
-            groups = [g for g in response.get("groups") or () if g.get("group_id") == self.group_id]
-            group_code = int(groups[0].get("error_code", 0)) if groups else 0
-            topics = groups[0].get("topics") or () if groups else ()
-        else:
-            group_code, topics = int(response.get("error_code", 0)), response.get("topics") or ()
-        if group_code:
-            error = errors.error_for_code(group_code)(f"OffsetFetch for group {self.group_id}")
-            if classify_offset_fetch_error(group_code) in (Action.RETRY, Action.COORDINATOR):
-                return error
-            raise error
-        last: BaseException | None = None
-        for topic in topics:
-            for part in topic.get("partitions") or ():
-                tp = TopicPartition(topic["name"], int(part["partition_index"]))
-                if tp not in wanted:
-                    continue
-                code = int(part["error_code"])
-                if code == 0 or code == errors.UnknownTopicOrPartitionError.errno:
-                    offset = int(part.get("committed_offset", -1)) if code == 0 else -1
-                    result[tp] = offset if offset >= 0 else None
-                else:
-                    error = errors.error_for_code(code)(f"OffsetFetch {tp} for group {self.group_id}")
-                    if classify_offset_fetch_error(code) not in (Action.RETRY, Action.COORDINATOR):
-                        raise error
-                    last = error
-        return last
+        found, failed = read_offset_fetch(version, response, self.group_id, wanted)
+        result.update(found)
+        return settle_offset_fetch_errors(failed, self._coordinator_lost)
 
-
-def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for tp in tps:
-        grouped.setdefault(tp.topic, []).append(tp.partition)
-    return {t: sorted(ps) for t, ps in sorted(grouped.items())}
-
-
-def _commit_body(version: int, group_id: str, epoch: int, member_id: str, instance_id: str | None,
-                 offsets: dict[TopicPartition, tuple[int, int, str]]) -> dict[str, Any]:
-    topics = [{"name": topic, "partitions": [
-        {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
-         "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
-         "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
-        for topic, parts in _by_topic(offsets).items()]
-    body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": epoch, "member_id": member_id,
-                            "topics": topics}
-    if version >= 7:
-        body["group_instance_id"] = instance_id
-    return body
-
-
-def _offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
-    topics = [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()]
-    body: dict[str, Any] = ({"groups": [{"group_id": group_id, "topics": topics}]} if version >= 8
-                            else {"group_id": group_id, "topics": topics})
-    if version >= 7:
-        body["require_stable"] = True
-    return body
+    def _coordinator_lost(self, why: BaseException) -> None:
+        """The coordinator answered that it is not (or not yet) the group's: find it again before retrying."""
+        log.debug("group %s: coordinator lost (%r); looking it up again", self.group_id, why)
+        self.core.needs_coordinator = True
+        self._loop.coordinator = None
+        self._loop.wake()
