@@ -324,30 +324,8 @@ def _offsets(opts: Mapping[str, str], key: str, default: str, subscription: Subs
     parsed = _json(raw, name)
     if not isinstance(parsed, dict):
         raise ConfigError(f'{name}: expected "earliest", "latest" or JSON like {{"t":{{"0":23}}}}, got {raw!r}')
-    offsets: dict[TopicPartition, int] = {}
-    for topic, parts in parsed.items():
-        if not isinstance(parts, dict):
-            raise ConfigError(f"{name}: offsets of topic {topic!r} must be an object {{partition: offset}}")
-        for p, off in parts.items():
-            try:
-                partition = int(p)
-            except ValueError:
-                raise ConfigError(f"{name}: partition {p!r} of {topic!r} is not an int") from None
-            if partition < 0:
-                raise ConfigError(f"{name}: partition {partition} of {topic!r} is negative")
-            if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
-                raise ConfigError(f"{name}: offset {off!r} of {topic}-{partition} must be an int >= 0, "
-                                  "-2 (earliest) or -1 (latest)")
-            offsets[TopicPartition(topic, partition)] = off
-    if subscription.partitions:
-        extra = sorted(set(offsets) - set(subscription.partitions))
-        if extra:
-            raise ConfigError(f"{name}: names partitions that assign does not: "
-                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in extra))
-    elif subscription.topics:
-        extra_topics = sorted({tp.topic for tp in offsets} - set(subscription.topics))
-        if extra_topics:
-            raise ConfigError(f"{name}: names topics that are not subscribed: {', '.join(extra_topics)}")
+    offsets = _per_partition(parsed, name, "offset", "offset", EARLIEST, "an int >= 0, -2 (earliest) or -1 (latest)")
+    _check_named(offsets, subscription, name)
     return OffsetSpec(None, offsets)
 
 
@@ -372,22 +350,29 @@ def _timestamps(opts: Mapping[str, str], which: str, subscription: Subscription)
     parsed = _json(raw, name)
     if not isinstance(parsed, dict) or not parsed:
         raise ConfigError(f'{name}: expected JSON like {{"t":{{"0":1700000000000}}}}, got {raw!r}')
-    times: dict[TopicPartition, int] = {}
+    times = _per_partition(parsed, name, "timestamp", "ms", 0, "an int >= 0 (ms)")
+    _check_named(times, subscription, name)
+    return OffsetSpec(None, timestamps=times, name=name)
+
+
+def _per_partition(parsed: Mapping[str, Any], name: str, noun: str, unit: str, minimum: int, requirement: str
+                   ) -> dict[TopicPartition, int]:
+    """``{"topic": {"partition": value}}`` (Spark's JSON for per-partition offsets and timestamps), checked."""
+    out: dict[TopicPartition, int] = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict):
-            raise ConfigError(f"{name}: timestamps of topic {topic!r} must be an object {{partition: ms}}")
-        for p, ts in parts.items():
+            raise ConfigError(f"{name}: {noun}s of topic {topic!r} must be an object {{partition: {unit}}}")
+        for p, value in parts.items():
             try:
                 partition = int(p)
             except ValueError:
                 raise ConfigError(f"{name}: partition {p!r} of {topic!r} is not an int") from None
             if partition < 0:
                 raise ConfigError(f"{name}: partition {partition} of {topic!r} is negative")
-            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
-                raise ConfigError(f"{name}: timestamp {ts!r} of {topic}-{partition} must be an int >= 0 (ms)")
-            times[TopicPartition(topic, partition)] = ts
-    _check_named(times, subscription, name)
-    return OffsetSpec(None, timestamps=times, name=name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigError(f"{name}: {noun} {value!r} of {topic}-{partition} must be {requirement}")
+            out[TopicPartition(topic, partition)] = value
+    return out
 
 
 def _check_named(named: Mapping[TopicPartition, int], subscription: Subscription, name: str) -> None:
