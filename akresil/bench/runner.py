@@ -68,6 +68,9 @@ class PhaseBase(ABC, Generic[H]):
         """Start and warm up the producers (appended to ``producers``, which the caller closes on failure), offer
         the load while the script runs, undo the faults, drain and close; returns the instant the load began."""
         sc = self.scenario
+        # the previous phase's garbage (another client's, often in reference cycles) is collected now, not by
+        # a full collection in the middle of this client's load: no client pays for the one before it
+        gc.collect()
         for i in range(sc.producers):
             p = make_producer(self.client, bootstrap, f"bench-{self.client}-{i}", sc.settings)
             producers.append(p)

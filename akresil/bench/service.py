@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import statistics
@@ -352,6 +353,7 @@ async def run(bootstrap: str, *, rounds: int = 5, records: int = 100_000, rates:
                     warm = await fresh("warm")
                     await adapter.send_wait(warm)          # connections and metadata before timing
                     for idiom in wanted:
+                        gc.collect()       # the previous measurement's garbage is not this one's full collection
                         if idiom in ("gather", "for_await", "callbacks"):
                             t = await fresh(idiom)
                             await adapter.send_wait(t)
@@ -371,6 +373,7 @@ async def run(bootstrap: str, *, rounds: int = 5, records: int = 100_000, rates:
                     await adapter.stop()
                 for idiom in ("getmany", "async_for"):
                     if idiom in wanted and consume_topic is not None:
+                        gc.collect()
                         res2 = await consume(client, bootstrap, consume_topic, consume_records, idiom)
                         if res2 is not None:
                             raw[idiom][client].append(res2)
