@@ -31,7 +31,7 @@ async def test_tiny_leader_move_on_the_mock_writes_a_labelled_document(tmp_path:
                                                                           label="leader move"),)),
                               rate=500, drain_s=5.0)
     monkeypatch.setattr("akresil.bench.command.build",
-                        lambda name, quick, seed, load: dataclasses.replace(tiny, load=load))
+                        lambda name, quick, seed, load, gc_freeze: dataclasses.replace(tiny, load=load))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out = tmp_path / "out"
