@@ -255,10 +255,18 @@ class _PartitionTask:
             self.timer.on_progress()
         if error is None:
             return
-        if runner._eos is not None:
+        eos = runner._eos
+        if eos is not None:
             # the transaction holds this task's partial outputs: abort it and rewind (at the next commit point)
-            runner._eos.abort_wanted = True
+            transaction_failed = eos.transaction_failed()
+            eos.request_abort()
             runner._commit_now()
+            if transaction_failed and not runner._is_timeout(error):
+                # the handler's send failed because the transaction had (not because of the handler): the abort
+                # and rewind are the recovery, and the records are handled again in the next transaction
+                log.info("%s[%d]: the transaction failed under the handler (%r); aborting and rewinding",
+                         self.tp.topic, self.tp.partition, error)
+                return
         if not runner._is_timeout(error):
             raise error
         now = runner._clock()
@@ -598,7 +606,7 @@ class Runner:
             task.cancel() if hard else task.stop()
             if self._eos is not None and hard and task.rewind_to is not None:
                 # its outputs in the open transaction lose their input offsets: the transaction must abort
-                self._eos.abort_wanted = True
+                self._eos.request_abort()
                 self._commit_now()
 
     async def _update_pauses(self) -> None:
@@ -708,7 +716,7 @@ class Runner:
                             task.tp.topic, task.tp.partition, self.shutdown_timeout_ms)
                 task.cancel()
                 if self._eos is not None:
-                    self._eos.abort_wanted = True     # its partial outputs must not commit
+                    self._eos.request_abort()         # its partial outputs must not commit
         for task in tasks:
             await task.done.wait()
         if self._eos is not None:

@@ -88,10 +88,25 @@ class ExactlyOnce:
         if self._active == 0:
             self._idle.set()
 
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._opened = anyio.Event()
+
     async def _quiesce(self) -> None:
-        self._closed = True
-        self._opened = anyio.Event()
+        self._close()
         await self._idle.wait()
+
+    def request_abort(self) -> None:
+        """A task failed inside the transaction: the next commit point aborts and rewinds, and no unit starts
+        before it (a task whose sends fail at once because the transaction is abortable would otherwise spin)."""
+        self.abort_wanted = True
+        self._close()
+
+    def transaction_failed(self) -> bool:
+        """The producer's transaction can only be aborted (a record of it failed, e.g. OUT_OF_ORDER_SEQUENCE
+        under a leader move): an error a handler got from it is the transaction's, not the handler's."""
+        return bool(self.in_transaction and self.producer.transaction_state == "abortable error")
 
     def _reopen(self) -> None:
         self._closed = False

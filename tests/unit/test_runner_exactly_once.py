@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import anyio
 import pytest
 
-from akresil.errors import ConfigError, KafkaError, RecordTooLargeError
+from akresil.errors import ConfigError, IllegalStateError, KafkaError, RecordTooLargeError
 from akresil.runner import HandlerContext, Runner
 from akresil.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
@@ -184,6 +184,37 @@ async def test_non_timeout_handler_error_aborts_and_raises() -> None:
         committed = consumer.committed.get(TopicPartition("in", p), 0)
         assert values == [b"v%d" % i for i in range(committed)]      # outputs match committed offsets
     assert producer.transaction_state == "ready"
+
+
+async def test_a_send_refused_by_a_failed_transaction_aborts_and_rewinds_without_raising() -> None:
+    """A record of the transaction failed (OUT_OF_ORDER_SEQUENCE under a leader move, say): the producer's
+    transaction is abortable and refuses further sends. That is the transaction's failure, not the handler's: the
+    runner aborts, rewinds and handles the records again (it stopped with the send's error before)."""
+    clock, consumer, producer = setup()
+    real_enqueue = producer.enqueue
+    failed = False
+
+    async def enqueue(topic: str, value: Any = None, key: Any = None, **kw: Any) -> _Done:
+        nonlocal failed
+        if producer.transaction_state == "abortable error":
+            raise IllegalStateError("send: the transaction failed and must be aborted")
+        if value == b"v10" and kw.get("partition") == 1 and not failed:
+            failed = True
+            producer.transaction_state = "abortable error"        # an earlier record of it failed
+            raise IllegalStateError("send: the transaction failed and must be aborted")
+        return await real_enqueue(topic, value, key, **kw)
+
+    producer.enqueue = enqueue              # type: ignore[method-assign]
+
+    async def handler(rec: ConsumerRecord, ctx: HandlerContext) -> None:
+        await ctx.send("out", rec.value, partition=rec.partition)
+        await clock.sleep(2)
+
+    runner = make(clock, consumer, producer, handler)
+    err = await drive(clock, runner, until=lambda: consumer.committed == {P0: 30, P1: 30})
+    assert err is None
+    assert outputs(producer) == expected(30)                       # every output once, in order
+    assert producer.aborts == 1
 
 
 def test_requirements_are_checked() -> None:
