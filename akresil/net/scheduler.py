@@ -412,13 +412,17 @@ class Sender:
         ``TransactionManager.canRetry``): always retried; a real gap or lost producer state also bumps the epoch.
         """
         acc = self.acc
+        behind = code == _OUT_OF_ORDER_SEQUENCE and self._older_batch_pending(batch)
         if self.txn is not None:
+            if behind:
+                # pipelined behind an older batch of its partition that failed and goes again first: the gap
+                # closes with that retry (Java's canRetry, transactional or not); no reason to abort
+                return OutOfOrderBehindRetryError
             # no retry or epoch bump of its own: the batch fails and the transaction becomes abortable
             cls = errors.error_for_code(code)
             self.txn.core.abortable(cls(f"{batch.tp.topic}-{batch.tp.partition}: error {code} in the transaction"))
             return cls
         current = (batch.producer_id, batch.producer_epoch) == (acc.producer_id, acc.producer_epoch)
-        behind = code == _OUT_OF_ORDER_SEQUENCE and self._older_batch_pending(batch)
         if current and self._bump_unconfirmed and (
                 code not in (_OUT_OF_ORDER_SEQUENCE, _UNKNOWN_PRODUCER_ID)
                 or (batch.base_sequence == 0 and not behind)):

@@ -295,7 +295,23 @@ def error_response(code: int) -> dict[str, Any]:
     return response
 
 
-async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequence() -> None:
+class _TxnCore:
+    def __init__(self) -> None:
+        self.abortable_errors: list[BaseException] = []
+
+    def abortable(self, error: BaseException) -> None:
+        self.abortable_errors.append(error)
+
+
+class _Txn:
+    def __init__(self) -> None:
+        self.core = _TxnCore()
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequence(transactional: bool) -> None:
+    """Java's canRetry: the later batch's gap closes with the older batch's retry, so it is retried with its
+    sequence; in a transaction too (it made the transaction abortable before: a needless abort under chaos)."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
     append(sender, clock, results, b"a" * 40)      # batch 0
     append(sender, clock, results, b"b" * 40)      # batch 1 (batch 0 is full)
@@ -305,10 +321,14 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     sent = tasks.produces()
     assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1]
     first, second = sent[0][1], sent[1][1]
+    txn = _Txn()
+    if transactional:
+        sender.txn = txn                            # type: ignore[assignment]
     finish(sender, 1, first, error_response(errors.NotEnoughReplicasError.errno), clock)   # retriable
     finish(sender, 1, second, error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
     assert results == []                            # nothing failed: both will be resent in order
     assert second[0].base_sequence == 1 and not second[0].done
+    assert txn.core.abortable_errors == []
 
 
 def init_pid_started(tasks: TaskRecorder) -> bool:
