@@ -76,8 +76,8 @@ class Scenario:
         return self.script.duration_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "load": self.load, "gc_freeze": self.gc_freeze, "rate": self.rate, "value_size": self.value_size,
-                "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
+        return {"name": self.name, "load": self.load, "gc_freeze": self.gc_freeze, "rate": self.rate,
+                "value_size": self.value_size, "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
                 "settings": {"linger_ms": self.settings.linger_ms,
                              "delivery_timeout_ms": self.settings.delivery_timeout_ms,
                              "request_timeout_ms": self.settings.request_timeout_ms},

@@ -37,7 +37,7 @@ from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, Group
                                 offset_commit_body, offset_fetch_body, read_offset_fetch,
                                 settle_offset_fetch_errors)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
-from ..types import TopicPartition, partitions_by_topic
+from ..types import TopicPartition
 from .cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ __all__ = ["GroupCoordinator", "RebalanceListener"]
 
 PROTOCOL_TYPE = "consumer"
 _MEMBER_ID_REQUIRED = errors.MemberIdRequiredError.errno
-_UNKNOWN_TOPIC = errors.UnknownTopicOrPartitionError.errno
 _TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError)
 
 

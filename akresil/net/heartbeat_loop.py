@@ -10,7 +10,7 @@ every answer that changed the member's target assignment or epoch, so the client
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import anyio
 
