@@ -3,7 +3,12 @@
 Fixtures, all prefixed ``kafka_`` so they never shadow a project's own ``broker`` fixture:
 
 * ``kafka_broker`` (session): an ``EmbeddedBroker``, Tansu by default; ``--kafka-broker=noida`` or the ini
-  option ``kafka_broker = noida`` picks noida-db (Kafka-like error paths, faster rebalances).
+  option ``kafka_broker = noida`` picks noida-db (Kafka-like error paths, faster rebalances);
+  ``--kafka-broker=apache`` picks a one-node Apache Kafka (``KafkaCluster(brokers=1)``: needs Java 17+ and Maven
+  the first time, to fetch its jars).
+* ``kafka_cluster`` (session): a real Apache Kafka cluster (``akresil.testing.KafkaCluster``, 3 brokers and a
+  controller by default: ``--kafka-cluster-brokers``/ini ``kafka_cluster_brokers``; ``--kafka-version``), with
+  SASL/SSL listeners and ACLs, and the controls a test needs (kill/stop/start a broker, move a leader, quotas).
 * ``kafka_bootstrap`` (session): that broker's ``bootstrap_servers`` string.
 * ``kafka_proxy`` (function): a ``FaultProxy`` in front of the broker, configured by the
   ``@pytest.mark.kafka_proxy(nodes=3, ...)`` marker (keyword arguments of ``FaultProxy``).
@@ -27,12 +32,13 @@ import pytest
 if TYPE_CHECKING:   # imported where used: pytest loads this plugin in every session of a project with akresil
     from .testing.broker import EmbeddedBroker
     from .testing.fixtures import KafkaFaults, TopicFactory
+    from .testing.kafka_cluster import KafkaCluster
     from .testing.proxy import FaultProxy
 
 __all__ = ["BROKER_KINDS"]
 
-Kind = Literal["tansu", "noida"]
-BROKER_KINDS: tuple[Kind, ...] = ("tansu", "noida")
+Kind = Literal["tansu", "noida", "apache"]
+BROKER_KINDS: tuple[Kind, ...] = ("tansu", "noida", "apache")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,8 +46,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kafka-broker", dest="kafka_broker", default=None, choices=BROKER_KINDS,
                     help="embedded broker behind the kafka_broker fixture (default: the kafka_broker ini "
                          "option, else tansu)")
-    parser.addini("kafka_broker", "embedded broker behind the kafka_broker fixture: tansu or noida",
+    parser.addini("kafka_broker", "broker behind the kafka_broker fixture: tansu, noida or apache",
                   default="tansu")
+    group.addoption("--kafka-cluster-brokers", dest="kafka_cluster_brokers", default=None, type=int,
+                    help="brokers of the kafka_cluster fixture's Apache Kafka cluster (default 3)")
+    parser.addini("kafka_cluster_brokers", "brokers of the kafka_cluster fixture's Apache Kafka cluster",
+                  default="3")
+    group.addoption("--kafka-version", dest="kafka_version", default=None,
+                    help="Apache Kafka release for kafka_cluster and --kafka-broker=apache (default: "
+                         "AKRESIL_KAFKA_VERSION, else akresil's pinned 4.x release)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,21 +72,37 @@ def broker_kind(config: pytest.Config) -> Kind:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(pytestconfig: pytest.Config) -> Iterator[EmbeddedBroker]:
-    """One embedded broker for the whole session (in-memory or temporary storage: use unique topic names)."""
+def kafka_broker(pytestconfig: pytest.Config) -> Iterator[EmbeddedBroker | KafkaCluster]:
+    """One broker for the whole session (in-memory or temporary storage: use unique topic names)."""
+    kind = broker_kind(pytestconfig)
+    if kind == "apache":
+        from .testing.kafka_cluster import KafkaCluster
+        with KafkaCluster(brokers=1, version=pytestconfig.getoption("kafka_version")) as cluster:
+            yield cluster
+        return
     from .testing.broker import EmbeddedBroker
-    with EmbeddedBroker(kind=broker_kind(pytestconfig)) as broker:
+    with EmbeddedBroker(kind=kind) as broker:
         yield broker
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_broker: EmbeddedBroker) -> str:
+def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
+    """A real Apache Kafka cluster for the whole session: PLAINTEXT, SASL_PLAINTEXT, SSL and SASL_SSL listeners,
+    ACLs (PLAINTEXT and the ``admin`` user are super users).  Tests that stop a broker must start it again."""
+    from .testing.kafka_cluster import KafkaCluster
+    brokers = pytestconfig.getoption("kafka_cluster_brokers") or int(str(pytestconfig.getini("kafka_cluster_brokers")))
+    with KafkaCluster(brokers=brokers, security=True, version=pytestconfig.getoption("kafka_version")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: EmbeddedBroker | KafkaCluster) -> str:
     """``bootstrap_servers`` of the session's broker (no proxy in between)."""
     return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture
-def kafka_proxy(request: pytest.FixtureRequest, kafka_broker: EmbeddedBroker) -> Iterator[FaultProxy]:
+def kafka_proxy(request: pytest.FixtureRequest, kafka_broker: EmbeddedBroker | KafkaCluster) -> Iterator[FaultProxy]:
     """A fresh ``FaultProxy`` (own thread) in front of the session's broker; clients connect to
     ``kafka_proxy.bootstrap_servers``.  ``@pytest.mark.kafka_proxy(nodes=5)`` configures it."""
     marker = request.node.get_closest_marker("kafka_proxy")

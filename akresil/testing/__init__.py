@@ -2,8 +2,9 @@
 
 ``EmbeddedBroker`` starts Tansu (or noida-db) on a free loopback port; ``FaultProxy`` fronts it with virtual
 broker ids and scripts failures (leader moves with KIP-951 hints, throttles, latency, errors, node stops).
-``rdkafka_mock`` (imported on its own, it needs confluent-kafka's bundled librdkafka) binds librdkafka's
-multi-broker mock cluster.  ``KafkaFaults`` / ``TopicFactory`` are what the pytest plugin's fixtures
+``KafkaCluster`` runs Apache Kafka itself (KRaft, 1-9 brokers, SASL/SSL/ACLs; Java 17+ and Maven Central for
+its jars), the reference the imitations are checked against.  ``rdkafka_mock`` (imported on its own, it needs
+confluent-kafka's bundled librdkafka) binds librdkafka's multi-broker mock cluster.  ``KafkaFaults`` / ``TopicFactory`` are what the pytest plugin's fixtures
 (``akresil.pytest_plugin``) hand to tests.  See docs/testing.md.
 """
 
@@ -12,9 +13,13 @@ from __future__ import annotations
 from .broker import BrokerStartError, EmbeddedBroker, free_port, probe_api_versions
 from .faults import FaultState
 from .fixtures import KafkaFaults, TopicFactory
+from .kafka_cluster import SASL_USERS, KafkaCluster, KafkaNode
+from .kafka_jars import DEFAULT_KAFKA_VERSION, KafkaUnavailable, resolve_kafka_jars
 from .proxy import FaultProxy
 from .recorder import ConnectionEvent, LeaderHint, RecordedRequest, RecordedResponse, Recorder
 
-__all__ = ["BrokerStartError", "ConnectionEvent", "EmbeddedBroker", "FaultProxy", "FaultState", "KafkaFaults",
+__all__ = ["DEFAULT_KAFKA_VERSION", "SASL_USERS", "BrokerStartError", "ConnectionEvent", "EmbeddedBroker",
+           "FaultProxy", "FaultState", "KafkaCluster", "KafkaFaults", "KafkaNode", "KafkaUnavailable",
+           "resolve_kafka_jars",
            "LeaderHint", "RecordedRequest", "RecordedResponse", "Recorder", "TopicFactory", "free_port",
            "probe_api_versions"]

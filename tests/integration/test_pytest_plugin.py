@@ -128,7 +128,7 @@ def test_bad_configuration_is_named(pytester: pytest.Pytester, monkeypatch: pyte
     pytester.makeini("[pytest]\nkafka_broker = kafka-4\n")
     result = run(pytester, monkeypatch, "-q")
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*kafka_broker: expected one of tansu, noida, got 'kafka-4'*"])
+    result.stdout.fnmatch_lines(["*kafka_broker: expected one of tansu, noida, apache, got 'kafka-4'*"])
     pytester.makeini("[pytest]\n")
     result = run(pytester, monkeypatch, "-q", "-k", "positional")
     result.assert_outcomes(errors=1)

@@ -1,0 +1,139 @@
+"""Apache Kafka's broker as Maven artifacts: resolve them once into a cache folder, and say clearly what is missing.
+
+No Kafka distribution is downloaded: the broker (``org.apache.kafka:kafka_2.13``), its tools and the Java client are
+ordinary Maven Central artifacts, and ``mvn dependency:copy-dependencies`` on a generated POM puts every jar they
+need into ``<cache>/<version>/libs``.  A marker file written last makes a half-finished resolution visible as such,
+and a file lock lets parallel test processes share one cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["DEFAULT_KAFKA_VERSION", "KafkaUnavailable", "java_command", "kafka_cache_dir", "kafka_version",
+           "resolve_kafka_jars"]
+
+#: the newest 4.x release this harness is tested with; ``AKRESIL_KAFKA_VERSION`` overrides it (e.g. 3.9.1)
+DEFAULT_KAFKA_VERSION = "4.4.0"
+
+#: binds the broker's slf4j 1.7 logging to log4j2, so its WARN/ERROR lines reach the node's log file
+_LOG4J_BINDING = ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>akresil.testing</groupId><artifactId>kafka-runtime</artifactId><version>{version}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{deps}
+  </dependencies>
+</project>
+"""
+
+
+class KafkaUnavailable(RuntimeError):
+    """Apache Kafka cannot be started here: the message names what is missing and how to install it."""
+
+
+def kafka_version(version: str | None = None) -> str:
+    chosen = version or os.environ.get("AKRESIL_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
+    if not re.fullmatch(r"\d+\.\d+\.\d+", chosen):
+        raise ValueError(f"Kafka version must look like 4.4.0, got {chosen!r}")
+    return chosen
+
+
+def kafka_cache_dir() -> Path:
+    """``AKRESIL_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/akresil/kafka`` (``~/.cache/akresil/kafka``)."""
+    if os.environ.get("AKRESIL_KAFKA_CACHE"):
+        return Path(os.environ["AKRESIL_KAFKA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "akresil" / "kafka"
+
+
+def java_command() -> str:
+    """The ``java`` to run the broker with (``JAVA_HOME`` first, then PATH); it must be Java 17 or newer."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home and os.path.exists(os.path.join(home, "bin", "java")) \
+        else shutil.which("java")
+    if java is None:
+        raise KafkaUnavailable("Apache Kafka needs a Java 17+ runtime and none was found (JAVA_HOME / PATH): "
+                               "install one, e.g. `apt-get install -y openjdk-17-jre-headless`")
+    done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):   # "1.8.0_x" style
+        major = int(match.group(2))
+    if major < 17:
+        raise KafkaUnavailable(f"Apache Kafka 4 needs Java 17 or newer; {java} is Java {major or 'unknown'}: "
+                               "install one, e.g. `apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME")
+    return java
+
+
+def _artifacts(version: str) -> list[tuple[str, str, str]]:
+    return [("org.apache.kafka", "kafka_2.13", version),       # the broker and controller (kafka.Kafka)
+            ("org.apache.kafka", "kafka-tools", version),      # reassignment / leader election / configs tools
+            ("org.apache.kafka", "kafka-clients", version),    # the Java client, the reference peer
+            _LOG4J_BINDING]
+
+
+def resolve_kafka_jars(version: str | None = None, *, cache_dir: Path | None = None,
+                       extra_artifacts: tuple[tuple[str, str, str], ...] = ()) -> Path:
+    """The folder holding every jar of Apache Kafka ``version`` (resolved with Maven on first use, then cached).
+
+    ``extra_artifacts`` (group, artifact, version) are resolved into the same folder, e.g. a connector; a cache
+    that lacks one of them is completed.  Raises ``KafkaUnavailable`` naming Maven if it is needed and missing.
+    """
+    version = kafka_version(version)
+    root = (cache_dir or kafka_cache_dir()) / version
+    libs = root / "libs"
+    wanted = _artifacts(version) + list(extra_artifacts)
+    key = "\n".join(":".join(a) for a in wanted)
+    marker = root / "resolved.txt"
+    if marker.exists() and marker.read_text() == key:
+        return libs
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and marker.read_text() == key:   # another process finished it while we waited
+            return libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaUnavailable(
+                f"resolving Apache Kafka {version}'s jars needs Maven (mvn) on PATH: install it, e.g. "
+                "`apt-get install -y maven`, or put the jars in "
+                f"{libs} (every jar of org.apache.kafka:kafka_2.13:{version} with its dependencies)")
+        deps = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+                         f"<version>{v}</version></dependency>" for g, a, v in wanted)
+        (root / "pom.xml").write_text(_POM.format(version=version, deps=deps))
+        staging = root / "libs.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        done = subprocess.run([mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                               f"-DoutputDirectory={staging}"], capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise KafkaUnavailable(f"Maven could not resolve Apache Kafka {version} "
+                                   f"(mvn exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        marker.write_text(key)
+    return libs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m akresil.testing.kafka_jars [VERSION]``: resolve the jars now (CI set-up) and print where."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        java_command()
+        print(resolve_kafka_jars(args[0] if args else None))
+    except KafkaUnavailable as exc:
+        print(f"akresil: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""KafkaCluster's configuration and its errors for a machine without Java or Maven (no JVM is started here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from akresil.testing import kafka_jars
+from akresil.testing.kafka_cluster import KafkaCluster, KafkaNode
+from akresil.testing.kafka_jars import KafkaUnavailable
+
+
+def properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def test_three_brokers_get_a_separate_controller_and_replicated_internal_topics(tmp_path: Path) -> None:
+    cluster = KafkaCluster(3)
+    cluster.workdir = tmp_path
+    cluster._layout()
+    assert sorted(cluster.nodes) == [1, 2, 3, 100]
+    broker = properties(cluster._node_properties(cluster.nodes[2], 9999))
+    assert broker["process.roles"] == "broker"
+    assert broker["controller.quorum.bootstrap.servers"] == "127.0.0.1:9999"
+    assert broker["offsets.topic.replication.factor"] == "3"
+    assert broker["advertised.listeners"].startswith("PLAINTEXT://127.0.0.1:")
+    controller = properties(cluster._node_properties(cluster.nodes[100], 9999))
+    assert controller["process.roles"] == "controller"
+    assert "advertised.listeners" not in controller
+
+
+def test_one_broker_is_a_combined_node(tmp_path: Path) -> None:
+    cluster = KafkaCluster(1)
+    cluster.workdir = tmp_path
+    cluster._layout()
+    node = cluster.nodes[1]
+    assert node.roles == ("broker", "controller") and set(node.ports) == {"PLAINTEXT", "CONTROLLER"}
+    props = properties(cluster._node_properties(node, node.ports["CONTROLLER"]))
+    assert props["offsets.topic.replication.factor"] == "1"
+
+
+def test_security_adds_listeners_mechanisms_and_the_authorizer(tmp_path: Path) -> None:
+    cluster = KafkaCluster(1, security=True, broker_config={"num.partitions": 4})
+    cluster.workdir = tmp_path
+    cluster.ca_file = tmp_path / "ca.pem"
+    cluster._layout()
+    node = cluster.nodes[1]
+    assert set(node.ports) == {"PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL", "CONTROLLER"}
+    props = properties(cluster._node_properties(node, node.ports["CONTROLLER"]))
+    assert props["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+    assert props["authorizer.class.name"].endswith("StandardAuthorizer")
+    assert "User:ANONYMOUS" in props["super.users"]
+    assert props["num.partitions"] == "4"   # broker_config wins over the test defaults
+    assert cluster.bootstrap("SASL_SSL") == f"127.0.0.1:{node.ports['SASL_SSL']}"
+    plain = KafkaCluster(1)
+    plain.nodes[1] = KafkaNode(1, ("broker",), tmp_path, {"PLAINTEXT": 1234})
+    with pytest.raises(ValueError, match="security=True"):
+        plain.bootstrap("SSL")
+
+
+def test_bad_arguments_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="brokers must be 1..9"):
+        KafkaCluster(0)
+    with pytest.raises(ValueError, match="Kafka version"):
+        KafkaCluster(1, version="latest")
+
+
+def test_no_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(KafkaUnavailable, match="apt-get install -y openjdk-17-jre-headless"):
+        kafka_jars.java_command()
+
+
+def test_no_maven_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(KafkaUnavailable, match="apt-get install -y maven"):
+        kafka_jars.resolve_kafka_jars("4.4.0", cache_dir=tmp_path)
