@@ -38,8 +38,10 @@ class ConsumerMembership(HeartbeatMembership):
 
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, rebalance_timeout_ms: int,
                  instance_id: str | None = None, server_assignor: str | None = None,
-                 rack_id: str | None = None, member_id: str | None = None) -> None:
-        super().__init__(group_id, backoff=backoff, member_id=member_id, rack_id=rack_id)
+                 rack_id: str | None = None, member_id: str | None = None,
+                 max_poll_interval_ms: int | None = None) -> None:
+        super().__init__(group_id, backoff=backoff, member_id=member_id, rack_id=rack_id,
+                         max_poll_interval_ms=max_poll_interval_ms)
         self.instance_id = instance_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.server_assignor = server_assignor

@@ -67,6 +67,7 @@ class MemberPhase(enum.Enum):
     JOINING = "joining"      # epoch 0 sent or to be sent
     STABLE = "stable"        # has an epoch from the coordinator
     LEAVING = "leaving"      # close() asked to leave; the leave heartbeat is the last request
+    STALE = "stale"          # left after max_poll_interval_ms without a poll; joins again at the next poll
     LEFT = "left"
     FATAL = "fatal"
 
@@ -78,9 +79,13 @@ class HeartbeatMembership:
     _SUBSCRIPTION_FIELD = "subscribed_topic_names"
 
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, member_id: str | None = None,
-                 rack_id: str | None = None) -> None:
+                 rack_id: str | None = None, max_poll_interval_ms: int | None = None) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise errors.ConfigError("group_id: a non-empty string is required for a group")
+        if max_poll_interval_ms is not None and (isinstance(max_poll_interval_ms, bool)
+                                                 or not isinstance(max_poll_interval_ms, int)
+                                                 or max_poll_interval_ms <= 0):
+            raise errors.ConfigError(f"max_poll_interval_ms: must be a positive int, got {max_poll_interval_ms!r}")
         self.group_id = group_id
         #: KIP-1082: the client makes its member id once and keeps it for its whole life
         self.member_id = member_id or str(uuid.uuid4())
@@ -102,6 +107,9 @@ class HeartbeatMembership:
         #: assignment by topic id as the coordinator last sent it, and a counter bumped on each change
         self.target: dict[bytes, frozenset[int]] = {}
         self.target_version = 0
+        #: the poll timer (None: not enforced): a member the application stops polling leaves the group
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self._last_poll = 0.0
 
     # ------------------------------------------------------------------ subscription
     @property
@@ -117,8 +125,10 @@ class HeartbeatMembership:
 
     # ------------------------------------------------------------------ timing
     def heartbeat_due_at(self, now: float) -> float | None:
-        """When the next heartbeat may go (KIP-580 backoff after failures); None while one is in flight or over."""
-        if self._in_flight or self.phase in (MemberPhase.LEFT, MemberPhase.FATAL, MemberPhase.LEAVING):
+        """When the next heartbeat may go (KIP-580 backoff after failures); None while one is in flight, while
+        STALE, or over."""
+        if self._in_flight or self.phase in (MemberPhase.LEFT, MemberPhase.FATAL, MemberPhase.LEAVING,
+                                             MemberPhase.STALE):
             return None
         due = self._next_at
         if self.retry.next_allowed_at is not None:
@@ -154,6 +164,33 @@ class HeartbeatMembership:
     def on_left(self) -> None:
         self.phase = MemberPhase.LEFT
         self._drop_target()
+
+    # ------------------------------------------------------------------ the poll timer
+    def poll(self, now: float) -> bool:
+        """The application polled: the poll timer restarts. Returns True when this ends a STALE absence (the
+        member joins again at epoch 0 at once)."""
+        self._last_poll = now
+        if self.phase is MemberPhase.STALE:
+            self.rejoin(now)
+            return True
+        return False
+
+    def poll_expires_at(self) -> float | None:
+        """When the member must leave for want of a poll (None: no timer, or not a member now)."""
+        if self.max_poll_interval_ms is None or self.phase not in (MemberPhase.JOINING, MemberPhase.STABLE):
+            return None
+        return self._last_poll + self.max_poll_interval_ms
+
+    def leave_stale(self) -> dict[str, Any]:
+        """The poll timer ran out: the leave heartbeat to send (the coordinator moves the partitions to live
+        members at once), after which the member is STALE, owns nothing and waits for the next ``poll``."""
+        body = self.leave_body()
+        self.phase = MemberPhase.STALE
+        self.member_epoch = JOIN_EPOCH
+        self._in_flight = False
+        self._subscription_sent = False
+        self._drop_target()
+        return body
 
     # ------------------------------------------------------------------ responses
     def on_response(self, response: Mapping[str, Any], now: float) -> HeartbeatAction:

@@ -57,7 +57,8 @@ class ConsumerGroupMember:
         self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
         self.core = ConsumerMembership(
             config.group_id, backoff=self._backoff, rebalance_timeout_ms=config.rebalance_timeout_ms,
-            instance_id=config.group_instance_id, server_assignor=config.group_remote_assignor)
+            instance_id=config.group_instance_id, server_assignor=config.group_remote_assignor,
+            max_poll_interval_ms=config.max_poll_interval_ms)
         self._loop = HeartbeatLoop(cluster, self.core, ApiKey.CONSUMER_GROUP_HEARTBEAT,
                                    on_change=self._reconcile, protocol_name="consumer")
         self.assignment: frozenset[TopicPartition] = frozenset()
@@ -87,13 +88,21 @@ class ConsumerGroupMember:
         self.core.subscribe(frozenset(self._subscription()), self._cluster.clock())
         self._loop.wake()
 
+    @property
+    def generation_id(self) -> int:
+        """The member epoch: it stands where the classic generation does in OffsetCommit and TxnOffsetCommit."""
+        return self.core.member_epoch
+
     def poll_happened(self, now_ms: float) -> None:
-        """Classic-protocol hook; KIP-848 has no client-side poll timer in this implementation."""
+        """The application polled (max_poll_interval_ms); after a poll timeout this joins again at epoch 0."""
+        if self.core.poll(now_ms):
+            self._loop.wake()
 
     async def run(self) -> None:
         """Heartbeat until left; a fatal error (e.g. the broker lacks ConsumerGroupHeartbeat) is raised
         from here, as the classic coordinator's are."""
         self.core.subscribe(frozenset(self._subscription()), self._cluster.clock())
+        self.core.poll(self._cluster.clock())   # the poll timer starts with the membership
         await self._loop.run()
         if self.core.fatal_error is not None and not self._closing:
             raise self.core.fatal_error
@@ -123,7 +132,7 @@ class ConsumerGroupMember:
         self._epoch_changed.set()
         self._epoch_changed = anyio.Event()
         core = self.core
-        if core.phase is MemberPhase.JOINING and core.member_epoch == 0 and core.owned:
+        if core.phase in (MemberPhase.JOINING, MemberPhase.STALE) and core.member_epoch == 0 and core.owned:
             lost = core.lose_all()
             self._set_assignment(frozenset())
             await self._call("on_partitions_lost", lost)

@@ -63,6 +63,10 @@ class HeartbeatLoop:
                 await self._on_change()
                 continue
             now = clock()
+            poll_expiry = m.poll_expires_at()
+            if poll_expiry is not None and now >= poll_expiry:
+                await self._leave_stale()
+                continue
             if m.needs_coordinator:
                 if not m.retry.ready(now):
                     await self._sleep(m.retry.remaining_ms(now))
@@ -70,11 +74,9 @@ class HeartbeatLoop:
                 await self._find_coordinator()
                 continue
             due = m.heartbeat_due_at(now)
-            if due is None:
-                await self._sleep(None)
-                continue
-            if due > now:
-                await self._sleep(due - now)
+            if due is None or due > now:
+                wake_at = min((t for t in (due, poll_expiry) if t is not None), default=None)
+                await self._sleep(None if wake_at is None else wake_at - now)
                 continue
             await self._heartbeat()
 
@@ -113,6 +115,22 @@ class HeartbeatLoop:
         self.coordinator = node_id
         m.on_coordinator_found()
 
+    async def _leave_stale(self) -> None:
+        """``max_poll_interval_ms`` passed without a poll: leave (best effort, as Java does) so the coordinator
+        gives the partitions to live members; ``on_change`` then drops them. The next poll joins again."""
+        m = self.membership
+        log.warning("group %s: no poll within max_poll_interval_ms=%s; leaving the group until the application "
+                    "polls again (handle records faster, or raise max_poll_interval_ms)", m.group_id,
+                    m.max_poll_interval_ms)
+        body = m.leave_stale()
+        if self.coordinator is not None:
+            with anyio.move_on_after(self._cluster.config.request_timeout_ms / 1000.0):
+                try:
+                    await self._cluster.request(self.coordinator, self._api, body)
+                except errors.KafkaError as exc:
+                    log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
+        await self._on_change()
+
     def _fail(self, error: errors.KafkaError) -> None:
         m = self.membership
         m.fatal_error = error
@@ -148,7 +166,7 @@ class HeartbeatLoop:
     async def leave(self, timeout_ms: float) -> None:
         """Send the leave heartbeat (epoch -1) once, best effort: the broker would expire the member anyway."""
         m = self.membership
-        if m.phase in (MemberPhase.FATAL, MemberPhase.LEFT) or self.coordinator is None:
+        if m.phase in (MemberPhase.FATAL, MemberPhase.LEFT, MemberPhase.STALE) or self.coordinator is None:
             m.on_left()
             return
         body = m.leave_body()

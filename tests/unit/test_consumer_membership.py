@@ -8,7 +8,7 @@ from typing import Any
 from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.consumer_membership import ConsumerMembership
-from akresil.core.group_heartbeat import HeartbeatAction
+from akresil.core.group_heartbeat import HeartbeatAction, MemberPhase
 from akresil.types import TopicPartition
 
 A, B = bytes([1] * 16), bytes([2] * 16)
@@ -110,3 +110,35 @@ def test_static_member_leaves_with_epoch_minus_two() -> None:
     assert static.leave_body()["member_epoch"] == -2
     dynamic = member()
     assert dynamic.leave_body()["member_epoch"] == -1
+
+
+def test_poll_timer_leaves_with_epoch_minus_one_and_the_next_poll_joins_at_epoch_zero() -> None:
+    m = ConsumerMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
+                           rebalance_timeout_ms=30_000, max_poll_interval_ms=5_000)
+    m.subscribe(frozenset({"a"}), 0)
+    m.on_coordinator_found()
+    assert m.poll(0) is False
+    m.build_heartbeat(0)
+    m.on_response(answer(3, {A: [0]}), 10)
+    m.set_owned(tps(("a", 0)), IDS.get, 10)
+    assert m.poll_expires_at() == 5_000
+    m.poll(4_000)
+    assert m.poll_expires_at() == 9_000                   # each poll restarts the timer
+    body = m.leave_stale()
+    assert body["member_epoch"] == -1 and body["member_id"] == m.member_id
+    assert m.phase is MemberPhase.STALE and m.member_epoch == 0 and m.target == {}
+    assert m.heartbeat_due_at(20_000) is None and m.poll_expires_at() is None   # silent until a poll
+    assert m.poll(20_000) is True                         # the next poll joins again, at once
+    assert m.phase is MemberPhase.JOINING and m.heartbeat_due_at(20_000) == 20_000
+    rejoin = m.build_heartbeat(20_000)
+    assert rejoin["member_epoch"] == 0 and rejoin["subscribed_topic_names"] == ["a"]
+
+
+def test_a_static_member_leaves_a_poll_timeout_with_epoch_minus_two() -> None:
+    m = ConsumerMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
+                           rebalance_timeout_ms=30_000, max_poll_interval_ms=5_000, instance_id="i-1")
+    assert m.leave_stale()["member_epoch"] == -2
+
+
+def test_without_max_poll_interval_there_is_no_poll_timer() -> None:
+    assert member().poll_expires_at() is None

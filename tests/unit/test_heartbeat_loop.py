@@ -90,3 +90,39 @@ def test_a_broker_without_the_api_fails_the_member_with_a_clear_error() -> None:
             raise m.fatal_error  # type: ignore[misc]
 
     anyio.run(main)
+
+
+def test_a_poll_timeout_sends_one_leave_heartbeat_then_nothing_until_the_next_poll() -> None:
+    async def main() -> None:
+        cluster = FakeCluster([ok(4), ok(-1), ok(5)])          # the second answers the leave
+        m = ShareMembership("g", backoff=ExponentialBackoff(10, 100, rng=random.Random(0), jitter=0.0),
+                            max_poll_interval_ms=1_000)
+        m.poll(0)
+        changes: list[MemberPhase] = []
+
+        async def on_change() -> None:
+            changes.append(m.phase)
+
+        loop = HeartbeatLoop(cluster, m, ApiKey.SHARE_GROUP_HEARTBEAT, on_change=on_change,  # type: ignore[arg-type]
+                             protocol_name="share")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            await wait_all_tasks_blocked()
+            assert [b["member_epoch"] for b in cluster.sent] == [0]
+            cluster.now = 1_000                                   # the poll timer runs out
+            loop.wake()
+            await wait_all_tasks_blocked()
+            assert [b["member_epoch"] for b in cluster.sent] == [0, -1]
+            assert m.phase is MemberPhase.STALE and changes[-1] is MemberPhase.STALE
+            cluster.now = 100_000                                 # long after: still silent
+            loop.wake()
+            await wait_all_tasks_blocked()
+            assert len(cluster.sent) == 2
+            assert m.poll(100_000) is True
+            loop.wake()
+            await wait_all_tasks_blocked()
+            assert [b["member_epoch"] for b in cluster.sent] == [0, -1, 0]
+            assert m.phase is MemberPhase.STABLE and m.member_epoch == 5
+            loop.stop()
+
+    anyio.run(main)
