@@ -31,6 +31,7 @@ from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.backoff import ExponentialBackoff
 from .core.metadata import pending_topic_backoff
 from .net.cluster import Cluster, metadata_request_body
+from .net.tasks import TaskOwner
 from .protocol.api import ApiKey, decode_versioned
 from .types import NewTopic, TopicPartition, partitions_by_topic
 
@@ -93,7 +94,8 @@ class Admin:
         self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
         #: (key type, group or transactional id) -> coordinator node, until an answer says it moved
         self._coordinator_cache: dict[tuple[int, str], int] = {}
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: the metadata refresher's task group (None: not entered, or over another client's cluster)
+        self._tasks: TaskOwner | None = None
 
     @classmethod
     def over_cluster(cls, cluster: Cluster, config: Any) -> "Admin":
@@ -105,17 +107,18 @@ class Admin:
         self._cluster = cluster
         self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
         self._coordinator_cache = {}
-        self._tg = None
+        self._tasks = None
         return self
 
     async def __aenter__(self) -> "Admin":
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        """Bootstrap; the background tasks live until ``close()``, which any task may call."""
+        self._tasks = TaskOwner(f"akresil-admin {self.config.client_id}")
         try:
-            await self._cluster.start(self._tg)
+            await self._cluster.start(await self._tasks.open())
         except BaseException:
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            tasks, self._tasks = self._tasks, None
+            await self._cluster.close()
+            await tasks.close()
             raise
         return self
 
@@ -124,12 +127,11 @@ class Admin:
 
     async def close(self) -> None:
         """Close every connection and stop the metadata refresher (``async with`` calls it)."""
-        if self._tg is None:
+        tasks, self._tasks = self._tasks, None
+        if tasks is None:
             return
-        tg, self._tg = self._tg, None
         await self._cluster.close()
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
+        await tasks.close()
 
     # ------------------------------------------------------------------ helpers
     async def _metadata(self, topics: list[str] | None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from .core.events import RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
+from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
 if TYPE_CHECKING:
@@ -129,7 +130,9 @@ class Consumer(Generic[KeyT, ValueT]):
                                 if cfg.group_id is not None else None)
         self._manual = False
         self._matched: frozenset[str] = frozenset()
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: the fetcher's, the group's and the metadata refresher's task group; start() and close() may run in
+        #: any task
+        self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
         # async-for buffer: records taken from the fetch state but not yet yielded
@@ -143,8 +146,8 @@ class Consumer(Generic[KeyT, ValueT]):
         if self._started:
             raise errors.IllegalStateError("consumer already started")
         self._started = True
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tasks = TaskOwner(f"akresil-consumer {self.config.client_id}", on_failure=self._fetcher._fail)
+        tg = await self._tasks.open()
         try:
             cluster = self._cluster
             if self._pattern is not None:
@@ -153,7 +156,7 @@ class Consumer(Generic[KeyT, ValueT]):
                 cluster.set_topics(self._topics)
             elif self._state.partitions:
                 cluster.set_topics({tp.topic for tp in self._state.partitions})
-            await cluster.start(self._tg)
+            await cluster.start(tg)
             if self.config.group_id is not None:
                 from .net.group import GroupCoordinator
                 member_cls: Any = GroupCoordinator
@@ -168,22 +171,21 @@ class Consumer(Generic[KeyT, ValueT]):
                 else:
                     self._offsets = GroupCoordinator(cluster, self.config, subscription=set, listener=None,
                                                      on_assignment_changed=_nothing)
-            await self._tg.start(self._fetcher.run)
+            await tg.start(self._fetcher.run)
             if self._subscribed:
                 cluster.on_metadata_change(self._on_metadata)
                 if self._group is not None:
-                    self._tg.start_soon(self._group.run, name="akresil-group")
+                    tg.start_soon(self._group.run, name="akresil-group")
                 else:
                     self._on_metadata()
             if self.config.group_id is not None and self.config.enable_auto_commit:
-                self._tg.start_soon(self._auto_commit_loop, name="akresil-auto-commit")
+                tg.start_soon(self._auto_commit_loop, name="akresil-auto-commit")
         except BaseException:
+            tasks, self._tasks = self._tasks, None
+            self._closed = True
             self._fetcher.stop()
             await self._cluster.close()
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
-            self._tg = None
-            self._closed = True
+            await tasks.close()
             raise
 
     async def __aenter__(self) -> Consumer[KeyT, ValueT]:
@@ -198,7 +200,8 @@ class Consumer(Generic[KeyT, ValueT]):
         if self._closed:
             return
         self._closed = True
-        if self._tg is None:
+        tasks, self._tasks = self._tasks, None
+        if tasks is None:
             return
         try:
             if self.config.group_id is not None and self.config.enable_auto_commit and self._state.partitions:
@@ -216,9 +219,7 @@ class Consumer(Generic[KeyT, ValueT]):
         finally:
             self._fetcher.stop()
             await self._cluster.close()
-            tg, self._tg = self._tg, None
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await tasks.close()
 
     def _check_open(self) -> None:
         if not self._started:

@@ -33,6 +33,7 @@ from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
 from .net.scheduler import Sender
+from .net.tasks import TaskOwner
 from .net.transaction import TransactionIO
 from .types import (ConsumerGroupMetadata, Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT,
                     SerializedT, TopicPartition, ValueT_contra)
@@ -137,7 +138,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             self._txn_io = self._sender.txn = TransactionIO(self._cluster, self._acc, self._txn,
                                                             self._txn_progress, self._sender._fail_all)
             self._txn.on_spoilt = self._stop_accepting
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: the sender's and the metadata refresher's task group; start() and close() may run in any task
+        self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
         self._checked_topics: set[str] = set()
@@ -158,19 +160,19 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         if self._started:
             raise errors.IllegalStateError("producer already started")
         self._started = True
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tasks = TaskOwner(f"akresil-producer {self.config.client_id}", on_failure=self._sender._fail_all)
+        tg = await self._tasks.open()
         try:
-            await self._cluster.start(self._tg)
-            await self._tg.start(self._sender.run)
+            await self._cluster.start(tg)
+            await tg.start(self._sender.run)
             self._loop = _running_asyncio_loop()
             # a transactional producer accepts records only inside a transaction (begin_transaction sets it)
             self._accepting = self._txn is None
         except BaseException:
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
-            self._tg = None
+            tasks, self._tasks = self._tasks, None
             self._closed = True
+            await self._cluster.close()
+            await tasks.close()
             raise
 
     async def __aenter__(self) -> Producer[KeyT_contra, ValueT_contra]:
@@ -190,7 +192,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             return
         self._closed = True
         self._accepting = False
-        if self._tg is None:
+        tasks, self._tasks = self._tasks, None
+        if tasks is None:
             return
         if self._txn is not None and self._txn.state is not TxnState.READY:
             # records of an unfinished transaction are never committed: the coordinator aborts it after
@@ -198,15 +201,16 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             self._acc.abort_undrained(errors.TransactionAbortedError("producer closed inside a transaction"))
         self._acc.close()
         self._sender.wake()
-        with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-            await self._wait_all_done()
-        if scope.cancelled_caught and self._acc.incomplete_batches:
-            self._acc.abort(errors.ClientClosedError(f"producer closed with records pending after {timeout} s"))
-        self._sender.stop()
-        await self._cluster.close()
-        tg, self._tg = self._tg, None
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
+        try:
+            with anyio.move_on_after(timeout if timeout is not None else float("inf")):
+                await self._wait_all_done()
+        finally:   # also when the caller is cancelled: no record is left waiting, no task left running
+            if self._acc.incomplete_batches:
+                after = f" after {timeout} s" if timeout is not None else ""
+                self._acc.abort(errors.ClientClosedError(f"producer closed with records pending{after}"))
+            self._sender.stop()
+            await self._cluster.close()
+            await tasks.close()
 
     async def _wait_all_done(self) -> None:
         while self._acc.incomplete_batches:

@@ -34,6 +34,7 @@ from .core.task_timer import TaskTimer
 from .errors import (BufferFullError, CommitFailedError, ConfigError, DeliveryTimeoutError, IllegalGenerationError,
                      IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError,
                      RequestTimeoutError, TaskTimeoutError, UnknownMemberIdError)
+from .net.tasks import TaskOwner
 from .runner_txn import ExactlyOnce, check_exactly_once
 from .types import ConsumerRecord, Header, TopicPartition
 
@@ -446,7 +447,8 @@ class Runner:
         self._finished = anyio.Event()
         self._wait_scope: anyio.CancelScope | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._bg: anyio.abc.TaskGroup | None = None
+        #: ``async with``: the task running run() in the background (entered and left from any task)
+        self._bg: TaskOwner | None = None
         self._bg_error: BaseException | None = None
         if rebalance_listener is not None and not isinstance(rebalance_listener, RunnerRebalanceListener):
             raise TypeError("rebalance_listener: must be a RunnerRebalanceListener")
@@ -508,9 +510,10 @@ class Runner:
 
     async def __aenter__(self) -> Runner:
         """Start ``run()`` in the background; leaving the block stops it and raises its error, if any."""
-        self._bg = anyio.create_task_group()
-        await self._bg.__aenter__()
-        self._bg.start_soon(self._run_in_background)
+        if self._bg is not None:
+            raise IllegalStateError("Runner: already entered")
+        self._bg = TaskOwner("akresil-runner")
+        (await self._bg.open()).start_soon(self._run_in_background, name="akresil-runner run()")
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -520,7 +523,7 @@ class Runner:
             await self.stop()
         finally:
             if bg is not None:
-                await bg.__aexit__(None, None, None)
+                await bg.close()
         if exc is None and self._bg_error is not None:
             raise self._bg_error
 

@@ -37,6 +37,7 @@ from .core.share_state import ACK_TYPES, AckType, ShareFetchState
 from .net.cluster import Cluster
 from .net.heartbeat_loop import HeartbeatLoop
 from .net.share_fetcher import ShareFetcher
+from .net.tasks import TaskOwner
 from .protocol.api import ApiKey
 from .types import ShareRecord, TopicPartition
 
@@ -98,7 +99,9 @@ class ShareConsumer:
                                         on_change=self._on_membership_change, protocol_name="share")
         self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
         self._topics = frozenset(topics)
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: the fetcher's, the heartbeat's and the metadata refresher's task group; start() and close() may run
+        #: in any task
+        self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
         #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
@@ -111,21 +114,20 @@ class ShareConsumer:
         if self._started:
             raise errors.IllegalStateError("share consumer already started")
         self._started = True
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tasks = TaskOwner(f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail)
+        tg = await self._tasks.open()
         try:
             self._cluster.set_topics(self._topics)
-            await self._cluster.start(self._tg)
+            await self._cluster.start(tg)
             self._cluster.on_metadata_change(self._map_assignment)
             self._member.subscribe(self._topics, self._cluster.clock())
-            await self._tg.start(self._fetcher.run)
-            self._tg.start_soon(self._heartbeat.run, name="akresil-share-heartbeat")
+            await tg.start(self._fetcher.run)
+            tg.start_soon(self._heartbeat.run, name="akresil-share-heartbeat")
         except BaseException:
-            await self._cluster.close()
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
-            self._tg = None
+            tasks, self._tasks = self._tasks, None
             self._closed = True
+            await self._cluster.close()
+            await tasks.close()
             raise
 
     async def __aenter__(self) -> "ShareConsumer":
@@ -141,7 +143,8 @@ class ShareConsumer:
         if self._closed:
             return
         self._closed = True
-        if self._tg is None:
+        tasks, self._tasks = self._tasks, None
+        if tasks is None:
             return
         timeout = self.config.request_timeout_ms
         try:
@@ -153,9 +156,7 @@ class ShareConsumer:
             await self._heartbeat.leave(timeout)
         finally:
             await self._cluster.close()
-            tg, self._tg = self._tg, None
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await tasks.close()
 
     def _check_open(self) -> None:
         if not self._started:
