@@ -59,6 +59,11 @@ APIS = [
     "DescribeProducers",
     "ListTransactions",
     "DescribeTransactions",
+    # partition reassignments and client quotas (issue 26)
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
     "ConsumerGroupHeartbeat",
     "ShareGroupHeartbeat",
     "ShareFetch",

@@ -1057,6 +1057,124 @@ DESCRIBE_TRANSACTIONS_RESPONSE = M(
     ),
 )
 
+ALTER_PARTITION_REASSIGNMENTS_REQUEST = M(
+    'AlterPartitionReassignmentsRequest', 45, 'request', '0-1', '0+', (
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('allow_replication_factor_change', 'bool', '1+', default=True),
+        F('topics', '[]ReassignableTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('replicas', '[]int32', '0+', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
+
+ALTER_PARTITION_REASSIGNMENTS_RESPONSE = M(
+    'AlterPartitionReassignmentsResponse', 45, 'response', '0-1', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('allow_replication_factor_change', 'bool', '1+', default=True, ignorable=True),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('responses', '[]ReassignableTopicResponse', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartitionResponse', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS_REQUEST = M(
+    'ListPartitionReassignmentsRequest', 46, 'request', '0', '0+', (
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS_RESPONSE = M(
+    'ListPartitionReassignmentsResponse', 46, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('topics', '[]OngoingTopicReassignment', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OngoingPartitionReassignment', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('replicas', '[]int32', '0+'),
+                F('adding_replicas', '[]int32', '0+'),
+                F('removing_replicas', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_CLIENT_QUOTAS_REQUEST = M(
+    'DescribeClientQuotasRequest', 48, 'request', '0-1', '1+', (
+        F('components', '[]ComponentData', '0+', fields=(
+            F('entity_type', 'string', '0+'),
+            F('match_type', 'int8', '0+'),
+            F('match', 'string', '0+', nullable='0+'),
+        )),
+        F('strict', 'bool', '0+'),
+    ),
+)
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE = M(
+    'DescribeClientQuotasResponse', 48, 'response', '0-1', '1+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('entries', '[]EntryData', '0+', nullable='0+', fields=(
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+            F('values', '[]ValueData', '0+', fields=(
+                F('key', 'string', '0+'),
+                F('value', 'float64', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_CLIENT_QUOTAS_REQUEST = M(
+    'AlterClientQuotasRequest', 49, 'request', '0-1', '1+', (
+        F('entries', '[]EntryData', '0+', fields=(
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+            F('ops', '[]OpData', '0+', fields=(
+                F('key', 'string', '0+'),
+                F('value', 'float64', '0+'),
+                F('remove', 'bool', '0+'),
+            )),
+        )),
+        F('validate_only', 'bool', '0+'),
+    ),
+)
+
+ALTER_CLIENT_QUOTAS_RESPONSE = M(
+    'AlterClientQuotasResponse', 49, 'response', '0-1', '1+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('entries', '[]EntryData', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
 CONSUMER_GROUP_HEARTBEAT_REQUEST = M(
     'ConsumerGroupHeartbeatRequest', 68, 'request', '0-1', '0+', (
         F('group_id', 'string', '0+'),
@@ -1454,6 +1572,14 @@ ALL: tuple[Message, ...] = (
     LIST_TRANSACTIONS_RESPONSE,
     DESCRIBE_TRANSACTIONS_REQUEST,
     DESCRIBE_TRANSACTIONS_RESPONSE,
+    ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+    ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
+    LIST_PARTITION_REASSIGNMENTS_REQUEST,
+    LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    DESCRIBE_CLIENT_QUOTAS_REQUEST,
+    DESCRIBE_CLIENT_QUOTAS_RESPONSE,
+    ALTER_CLIENT_QUOTAS_REQUEST,
+    ALTER_CLIENT_QUOTAS_RESPONSE,
     CONSUMER_GROUP_HEARTBEAT_REQUEST,
     CONSUMER_GROUP_HEARTBEAT_RESPONSE,
     SHARE_GROUP_HEARTBEAT_REQUEST,
