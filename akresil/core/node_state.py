@@ -59,6 +59,10 @@ MUTE_FROM_VERSION: dict[int, int] = {
     35: 1,   # DescribeLogDirs
     37: 1,   # CreatePartitions
     42: 1,   # DeleteGroups
+    45: 0,   # AlterPartitionReassignments (post KIP-219, as the three below)
+    46: 0,   # ListPartitionReassignments
+    48: 0,   # DescribeClientQuotas
+    49: 0,   # AlterClientQuotas
     60: 0,   # DescribeCluster (post KIP-219)
     68: 0,   # ConsumerGroupHeartbeat (KIP-848, post KIP-219)
     76: 0,   # ShareGroupHeartbeat (KIP-932)

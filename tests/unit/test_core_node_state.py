@@ -44,6 +44,14 @@ def test_throttle_is_version_gated(api_key: int, threshold: int) -> None:
     assert not new.can_send(499) and new.can_send(500)
 
 
+@pytest.mark.parametrize("api_key", [45, 46, 48, 49])
+def test_reassignment_and_quota_apis_mute_from_v0(api_key: int) -> None:
+    # introduced after KIP-219 with throttle_time_ms in every version: Kafka's client throttles on all of them
+    node = connected()
+    assert node.on_response(api_key, 0, throttle_time_ms=500, now=0)
+    assert not node.can_send(499) and node.can_send(500)
+
+
 def test_unknown_api_never_mutes_and_table_matches_design() -> None:
     assert not should_mute(9999, 100)
     assert {k: MUTE_FROM_VERSION[k] for k in (0, 3, 1, 2, 11, 19, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 22, 21, 37)} \

@@ -6,6 +6,7 @@ bytes.  Helpers below only turn numbers into big-endian bytes; none of akresil's
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -376,3 +377,79 @@ def test_delete_topics_v0_uses_the_old_layout() -> None:
     assert frame_of(encode_request(ApiKey.DELETE_TOPICS, 0, 4, "c", body)) == wire
     rwire = i32(4) + i32(1) + s16("a") + i16(3)
     assert decode_response(ApiKey.DELETE_TOPICS, 0, rwire) == {"responses": [{"name": "a", "error_code": 3}]}
+
+
+# --------------------------------------------------------------------------- reassignments and client quotas
+def f64(x: float) -> bytes:
+    return struct.pack(">d", x)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_alter_partition_reassignments_request_with_a_cancel(version: int) -> None:
+    wire = (
+        i16(45) + i16(version) + i32(6) + s16("a") + NO_TAGS  # header v2 (flexible from v0)
+        + i32(30000)
+        + (b"\x00" if version >= 1 else b"")  # allow_replication_factor_change = false (v1+)
+        + carr(1) + cstr("t")
+        + carr(2)
+        + i32(0) + carr(2) + i32(3) + i32(1) + NO_TAGS  # partition 0 -> [3, 1]
+        + i32(1) + carr(None) + NO_TAGS  # partition 1: null replicas = cancel
+        + NO_TAGS  # topic
+        + NO_TAGS
+    )
+    body: dict[str, Any] = {"timeout_ms": 30000, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "replicas": [3, 1]}, {"partition_index": 1, "replicas": None}]}]}
+    if version >= 1:
+        body["allow_replication_factor_change"] = False
+    assert frame_of(encode_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, 6, "a", body)) == wire
+    assert decode_request(wire)[1] == body
+
+
+def test_list_partition_reassignments_v0_response() -> None:
+    wire = (
+        i32(2) + NO_TAGS  # response header v1
+        + i32(0) + i16(0) + cstr(None)
+        + carr(1) + cstr("t") + carr(1)
+        + i32(4) + carr(2) + i32(2) + i32(3) + carr(1) + i32(3) + carr(0) + NO_TAGS
+        + NO_TAGS + NO_TAGS
+    )
+    body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 4, "replicas": [2, 3], "adding_replicas": [3], "removing_replicas": []}]}]}
+    assert decode_response(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, wire) == body
+    assert frame_of(encode_response(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 2, body)) == wire
+
+
+def test_alter_client_quotas_v0_request_default_entity_and_remove() -> None:
+    # v0 is not flexible: int32 array counts, int16 string lengths, -1 for the null (default) entity name
+    wire = (
+        i16(49) + i16(0) + i32(8) + s16("q")  # header v1
+        + i32(1)
+        + i32(2) + s16("user") + s16("alice") + s16("client-id") + i16(-1)
+        + i32(2) + s16("producer_byte_rate") + f64(1024.0) + b"\x00"
+        + s16("request_percentage") + f64(0.0) + b"\x01"
+        + b"\x01"  # validate_only
+    )
+    body = {"entries": [{"entity": [{"entity_type": "user", "entity_name": "alice"},
+                                    {"entity_type": "client-id", "entity_name": None}],
+                         "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False},
+                                 {"key": "request_percentage", "value": 0.0, "remove": True}]}],
+            "validate_only": True}
+    assert frame_of(encode_request(ApiKey.ALTER_CLIENT_QUOTAS, 0, 8, "q", body)) == wire
+    assert decode_request(wire)[1] == body
+
+
+def test_describe_client_quotas_v1_response() -> None:
+    wire = (
+        i32(3) + NO_TAGS  # response header v1 (flexible from v1)
+        + i32(0) + i16(0) + cstr(None)
+        + carr(1)
+        + carr(1) + cstr("user") + cstr(None) + NO_TAGS  # the default user
+        + carr(1) + cstr("consumer_byte_rate") + f64(1e6) + NO_TAGS
+        + NO_TAGS
+        + NO_TAGS
+    )
+    body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "entries": [
+        {"entity": [{"entity_type": "user", "entity_name": None}],
+         "values": [{"key": "consumer_byte_rate", "value": 1e6}]}]}
+    assert decode_response(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, wire) == body
+    assert frame_of(encode_response(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, 3, body)) == wire
