@@ -1,5 +1,5 @@
-"""Admin client: topics, consumer groups and their offsets, configs, partitions, records, ACLs, SCRAM
-credentials, producers and transactions.
+"""Admin client: topics, consumer groups and their offsets, configs, partitions (and their reassignments),
+records, ACLs, SCRAM credentials, client quotas, producers and transactions.
 
 Each request goes to the node that can answer it: a group's (or transactional id's) coordinator found with
 FindCoordinator, a partition's leader from Metadata, the controller, a broker named by a config resource, or the
@@ -22,10 +22,10 @@ import anyio
 from . import errors
 from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, ALTER_CONFIG_OPS, CONFIG_RESOURCE_TYPES,
                           CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, PATTERN_TYPES, SCRAM_MECHANISMS, AclBinding,
-                          AclBindingFilter, AlterConfigOp, ConfigEntry, ConfigResource, ConfigSynonym,
-                          GroupDescription, GroupListing, GroupOffset, MemberDescription, NewPartitions, ProducerState,
-                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
-                          TransactionListing, code_of, name_of)
+                          AclBindingFilter, AlterConfigOp, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaOp,
+                          ConfigEntry, ConfigResource, ConfigSynonym, GroupDescription, GroupListing, GroupOffset,
+                          MemberDescription, NewPartitions, PartitionReassignment, ProducerState, ScramCredentialInfo,
+                          ScramDeletion, ScramUpsertion, TransactionDescription, TransactionListing, code_of, name_of)
 from .config import resolve
 from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.backoff import ExponentialBackoff
@@ -894,6 +894,81 @@ class Admin:
 
         return _without_placeholder(await self._run(call, self._route_controller, send))
 
+    # ------------------------------------------------------------------ partition reassignments
+    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int] | None], *,
+                                            allow_replication_factor_change: bool = True,
+                                            timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
+        """Move partitions to new replicas: ``{tp: [broker ids]}`` (the first is the preferred leader) or
+        ``{tp: None}`` to cancel the partition's reassignment in progress. Sent to the controller.
+
+        A partition's result arrives when the controller has accepted the move, not when the data has moved
+        (``list_partition_reassignments`` shows what is still running). The leader does not move by itself:
+        reordering the same replicas only changes the preferred leader, so follow with ``elect_leaders``.
+        ``allow_replication_factor_change=False`` makes the controller refuse a move that changes a
+        partition's replica count (needs Kafka 4.1+, AlterPartitionReassignments v1)."""
+        if not isinstance(reassignments, Mapping):
+            raise TypeError(f"reassignments: expected a mapping {{TopicPartition: [broker ids] or None}}, got "
+                            f"{type(reassignments).__name__}")
+        wanted: dict[TopicPartition, list[int] | None] = {}
+        for tp, replicas in reassignments.items():
+            tp = _tps([tp], "reassignments")[0]
+            where = f"reassignments[{tp.topic}-{tp.partition}]"
+            if replicas is not None:
+                ids = list(replicas) if isinstance(replicas, (list, tuple)) else None
+                if not ids or not all(_is_int(b) and 0 <= b <= _INT32_MAX for b in ids) or len(set(ids)) != len(ids):
+                    raise errors.InvalidReplicaAssignmentError(
+                        f"{where}: expected a non-empty list of distinct broker ids >= 0 (or None to cancel), "
+                        f"got {replicas!r}")
+                replicas = ids
+            wanted[tp] = replicas
+        if not isinstance(allow_replication_factor_change, bool):
+            raise TypeError(f"allow_replication_factor_change: expected a bool, got {allow_replication_factor_change!r}")
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[TopicPartition] = self._call(list(wanted), timeout, "AlterPartitionReassignments for")
+
+        async def send(node: int, tps: list[TopicPartition]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+                "timeout_ms": timeout, "allow_replication_factor_change": allow_replication_factor_change,
+                "topics": [{"name": t, "partitions": [
+                    {"partition_index": p, "replicas": wanted[TopicPartition(t, p)]} for p in ps]}
+                    for t, ps in partitions_by_topic(tps).items()]},
+                min_version=0 if allow_replication_factor_change else 1)
+            if response["error_code"]:
+                for tp in tps:
+                    call.answer(tp, response["error_code"], f"{tp.topic}-{tp.partition}", None,
+                                response.get("error_message"))
+                return
+            answered = set()
+            for t in response["responses"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    answered.add(tp)
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", None, p.get("error_message"))
+            _fail_unanswered(call, tps, answered, f"AlterPartitionReassignments (node {node})")
+
+        return await self._run(call, self._route_controller, send)
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None, *,
+                                           timeout_ms: int | None = None
+                                           ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, or of every partition when None), asked from the
+        controller. A partition that is not being reassigned (or does not exist) is absent from the answer."""
+        tps = None if partitions is None else _tps(partitions, "partitions")
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[int] = self._call([0], timeout, "ListPartitionReassignments")
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+                "timeout_ms": timeout, "topics": None if tps is None else [
+                    {"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(tps).items()]})
+            call.answer(0, response["error_code"], "ListPartitionReassignments", {
+                TopicPartition(t["name"], p["partition_index"]): PartitionReassignment(
+                    tuple(p["replicas"]), tuple(p["adding_replicas"]), tuple(p["removing_replicas"]))
+                for t in response["topics"] for p in t["partitions"]}, response.get("error_message"))
+
+        found: dict[TopicPartition, PartitionReassignment] = (await self._run(call, self._route_controller, send))[0]
+        return dict(sorted(found.items()))
+
     # ------------------------------------------------------------------ SCRAM credentials
     async def describe_user_scram_credentials(self, users: Iterable[str] | None = None, *,
                                               timeout_ms: int | None = None
@@ -955,6 +1030,54 @@ class Admin:
                 call.answer(r["user"], r["error_code"], f"user {r['user']!r}", None, r.get("error_message"))
 
         return await self._run(call, self._route_any, send)
+
+    # ------------------------------------------------------------------ client quotas
+    async def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None, *,
+                                     timeout_ms: int | None = None) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """The quotas (``{"producer_byte_rate": 1048576.0, ...}``) of each entity matching ``quota_filter``
+        (every entity with a quota when None), from any broker."""
+        flt = ClientQuotaFilter() if quota_filter is None else quota_filter
+        if not isinstance(flt, ClientQuotaFilter):
+            raise TypeError(f"quota_filter: expected a ClientQuotaFilter, got {type(flt).__name__}")
+        call: AdminCall[int] = self._call([0], timeout_ms, "DescribeClientQuotas")
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+                "components": [c.to_wire() for c in flt.components], "strict": flt.strict})
+            quotas = {} if response["error_code"] else {
+                _quota_entity(e["entity"]): {v["key"]: v["value"] for v in e["values"]}
+                for e in response["entries"] or ()}
+            call.answer(0, response["error_code"], "DescribeClientQuotas", quotas, response.get("error_message"))
+
+        return (await self._run(call, self._route_any, send))[0]  # type: ignore[no-any-return]
+
+    async def alter_client_quotas(self, entries: Mapping[ClientQuotaEntity, Any], *, validate_only: bool = False,
+                                  timeout_ms: int | None = None) -> ItemResults[ClientQuotaEntity, None]:
+        """Set or remove quotas of each entity; keys not named keep their values. Sent to any broker.
+
+        ``entries``: ``{ClientQuotaEntity: {"producer_byte_rate": 1024.0, "request_percentage": None (remove)}}``
+        or ``{ClientQuotaEntity: [ClientQuotaOp(...), ...]}``. An unknown key, a value the key does not accept
+        or an invalid combination of entity types fails that entity (``InvalidRequestError``)."""
+        if not isinstance(entries, Mapping):
+            raise TypeError(f"entries: expected a mapping {{ClientQuotaEntity: {{key: value or None}}}}, got "
+                            f"{type(entries).__name__}")
+        ops = {e: _quota_ops(e, o) for e, o in entries.items()}
+        call: AdminCall[ClientQuotaEntity] = self._call(list(ops), timeout_ms, "AlterClientQuotas for")
+
+        async def send(node: int, keys: list[ClientQuotaEntity]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.ALTER_CLIENT_QUOTAS, {
+                "entries": [{"entity": _quota_entity_body(e), "ops": [
+                    {"key": o.key, "value": 0.0 if o.value is None else o.value, "remove": o.value is None}
+                    for o in ops[e]]} for e in keys], "validate_only": validate_only})
+            answered = set()
+            for r in response["entries"]:
+                entity = _quota_entity(r["entity"])
+                answered.add(entity)
+                call.answer(entity, r["error_code"], f"quota entity {entity}", None, r.get("error_message"))
+            _fail_unanswered(call, keys, answered, f"AlterClientQuotas (node {node})")
+
+        return await self._run(call, self._route_any, send)
+
 
 _LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -1018,6 +1141,52 @@ def _without_placeholder(results: ItemResults[Any, Any]) -> ItemResults[Any, Any
     if "*" in results.errors:
         raise results.errors["*"]
     return results
+
+
+def _fail_unanswered(call: AdminCall[K], asked: list[K], answered: set[K], what: str) -> None:
+    """An item the answer leaves out would otherwise wait for the deadline: fail it now (as Java's admin does)."""
+    for key in asked:
+        if key not in answered:
+            call.fail(key, errors.ProtocolError(f"{what}: the answer has no result for {key}"))
+
+
+def _quota_entity(components: Iterable[Mapping[str, Any]]) -> ClientQuotaEntity:
+    """The entity of a quota answer; an entity type akresil does not know makes the answer unusable."""
+    parts: dict[str, str | None] = {}
+    for c in components:
+        parts[c["entity_type"]] = c["entity_name"]
+    try:
+        return ClientQuotaEntity.from_components(parts)
+    except ValueError as exc:
+        raise errors.ProtocolError(f"quota answer names an entity akresil cannot represent: {exc}") from None
+
+
+def _quota_entity_body(entity: ClientQuotaEntity) -> list[dict[str, Any]]:
+    return [{"entity_type": t, "entity_name": n} for t, n in entity.components().items()]
+
+
+def _quota_ops(entity: object, ops: object) -> list[ClientQuotaOp]:
+    if not isinstance(entity, ClientQuotaEntity):
+        raise TypeError(f"entries: keys must be ClientQuotaEntity objects, got {type(entity).__name__} {entity!r}")
+    where = f"entries[{entity}]"
+    if isinstance(ops, Mapping):
+        out = []
+        for key, value in ops.items():
+            try:
+                out.append(ClientQuotaOp(key, value))
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+    else:
+        out = _items(ops, where, "ClientQuotaOp objects")
+        for op in out:
+            if not isinstance(op, ClientQuotaOp):
+                raise TypeError(f"{where}: expected ClientQuotaOp objects or a {{key: value or None}} dict, got {op!r}")
+    if not out:
+        raise ValueError(f"{where}: no quota to set or remove")
+    keys = [op.key for op in out]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{where}: a quota key is named twice in {keys!r}")
+    return out
 
 
 def _str_list(values: Iterable[str] | None, argument: str) -> list[str]:

@@ -252,3 +252,167 @@ class ScramUpsertion:
 class ScramDeletion:
     user: str
     mechanism: str
+
+
+# ---------------------------------------------------------------------------------------------- reassignments
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A reassignment in progress: the partition's current replica set (old and new replicas together while it
+    runs), the replicas being added (catching up) and those to drop once they have."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+# ---------------------------------------------------------------------------------------------- client quotas
+class DefaultEntity:
+    """The type of ``DEFAULT``: one object, so ``is`` and ``==`` both work and it never equals a real name."""
+
+    _instance: "DefaultEntity | None" = None
+
+    def __new__(cls) -> "DefaultEntity":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+    def __reduce__(self) -> str:
+        return "DEFAULT"
+
+
+#: the default entity of a type (Kafka's null entity name, kafka-configs.sh's ``--entity-default``): the quota of
+#: every user / client id / IP that has none of its own
+DEFAULT = DefaultEntity()
+
+#: quota entity types on the wire (ClientQuotaEntity.USER, CLIENT_ID, IP)
+QUOTA_ENTITY_TYPES = {"user": "user", "client_id": "client-id", "ip": "ip"}
+#: DescribeClientQuotas match types (ClientQuotaFilterComponent): exact name, the default entity, any named one
+_MATCH_EXACT, _MATCH_DEFAULT, _MATCH_SPECIFIED = 0, 1, 2
+
+
+def _entity_type(value: object, argument: str) -> str:
+    """A wire entity type ("user", "client-id", "ip") from either spelling, or a ValueError naming the choices."""
+    if isinstance(value, str):
+        wire = QUOTA_ENTITY_TYPES.get(value.replace("-", "_").lower())
+        if wire is not None:
+            return wire
+    raise ValueError(f"{argument}: {value!r} is not one of 'user', 'client-id', 'ip'")
+
+
+def _entity_name(value: object, argument: str) -> None:
+    if value is not DEFAULT and (not isinstance(value, str) or not value):
+        raise ValueError(f"{argument}: expected a non-empty str or DEFAULT, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ClientQuotaEntity:
+    """Who a client quota applies to: a user, a client id, both (that client id of that user), or an IP.
+
+    Each field is a name, ``DEFAULT`` (the default entity of that type) or None (not part of the entity):
+    ``ClientQuotaEntity(user="alice")``, ``ClientQuotaEntity(user="alice", client_id=DEFAULT)``,
+    ``ClientQuotaEntity(ip=DEFAULT)``. Which combinations are valid is the broker's rule (an IP stands alone);
+    it answers ``InvalidRequestError`` for the others."""
+
+    user: str | DefaultEntity | None = None
+    client_id: str | DefaultEntity | None = None
+    ip: str | DefaultEntity | None = None
+
+    def __post_init__(self) -> None:
+        parts = self.components()
+        if not parts:
+            raise ValueError("ClientQuotaEntity: name at least one of user, client_id, ip (a name or DEFAULT)")
+        for attr in QUOTA_ENTITY_TYPES:
+            value = getattr(self, attr)
+            if value is not None:
+                _entity_name(value, f"ClientQuotaEntity.{attr}")
+
+    def __str__(self) -> str:
+        return ", ".join(f"{wire}={'DEFAULT' if name is None else repr(name)}"
+                         for wire, name in self.components().items())
+
+    def components(self) -> dict[str, str | None]:
+        """``{wire entity type: name, None for the default}`` as the Kafka protocol carries the entity."""
+        out: dict[str, str | None] = {}
+        for attr, wire in QUOTA_ENTITY_TYPES.items():
+            value = getattr(self, attr)
+            if value is not None:
+                out[wire] = None if value is DEFAULT else value
+        return out
+
+    @classmethod
+    def from_components(cls, components: Mapping[str, str | None]) -> "ClientQuotaEntity":
+        """The entity of a protocol answer (``{"user": "alice", "client-id": None}``; None is the default)."""
+        kwargs: dict[str, str | DefaultEntity] = {}
+        attrs = {wire: attr for attr, wire in QUOTA_ENTITY_TYPES.items()}
+        for wire, name in components.items():
+            if wire not in attrs:
+                raise ValueError(f"quota entity type {wire!r} is not one of 'user', 'client-id', 'ip'")
+            kwargs[attrs[wire]] = DEFAULT if name is None else name
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilterComponent:
+    """Matches one entity type of a quota entity: ``name`` is that name, ``DEFAULT`` the default entity, or
+    None any entity of the type (Kafka's "any specified name"; Kafka 4.4 includes the default entity in it).
+    ``entity_type``: "user", "client-id" (or "client_id"), "ip"."""
+
+    entity_type: str
+    name: str | DefaultEntity | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entity_type",
+                           _entity_type(self.entity_type, "ClientQuotaFilterComponent.entity_type"))
+        if self.name is not None:
+            _entity_name(self.name, "ClientQuotaFilterComponent.name")
+
+    def to_wire(self) -> dict[str, object]:
+        if self.name is None:
+            return {"entity_type": self.entity_type, "match_type": _MATCH_SPECIFIED, "match": None}
+        if self.name is DEFAULT:
+            return {"entity_type": self.entity_type, "match_type": _MATCH_DEFAULT, "match": None}
+        return {"entity_type": self.entity_type, "match_type": _MATCH_EXACT, "match": self.name}
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilter:
+    """Which quota entities DescribeClientQuotas returns: those matching every component. ``strict`` also
+    excludes entities with entity types the components do not name (``ClientQuotaFilter()`` matches all)."""
+
+    components: tuple[ClientQuotaFilterComponent, ...] = ()
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        comps = tuple(self.components) if not isinstance(self.components, (str, ClientQuotaFilterComponent)) \
+            else None
+        if comps is None or not all(isinstance(c, ClientQuotaFilterComponent) for c in comps):
+            raise TypeError(f"ClientQuotaFilter.components: expected ClientQuotaFilterComponent objects, "
+                            f"got {self.components!r}")
+        types = [c.entity_type for c in comps]
+        if len(set(types)) != len(types):
+            raise ValueError(f"ClientQuotaFilter.components: an entity type is named twice in {types!r}")
+        if not isinstance(self.strict, bool):
+            raise TypeError(f"ClientQuotaFilter.strict: expected a bool, got {self.strict!r}")
+        object.__setattr__(self, "components", comps)
+
+
+@dataclass(frozen=True)
+class ClientQuotaOp:
+    """Set quota ``key`` (e.g. "producer_byte_rate", "request_percentage") to ``value``, or remove the key
+    when ``value`` is None (the entity then falls back to the default entity's quota, if any)."""
+
+    key: str
+    value: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError(f"ClientQuotaOp.key: expected a non-empty str, got {self.key!r}")
+        if self.value is not None:
+            if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) \
+                    or self.value != self.value or self.value in (float("inf"), float("-inf")):
+                raise ValueError(f"ClientQuotaOp.value: {self.key!r} needs a finite number (or None to remove it), "
+                                 f"got {self.value!r}")
+            object.__setattr__(self, "value", float(self.value))
