@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import anyio
 
@@ -895,7 +895,7 @@ class Admin:
         return _without_placeholder(await self._run(call, self._route_controller, send))
 
     # ------------------------------------------------------------------ partition reassignments
-    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int] | None], *,
+    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
                                             allow_replication_factor_change: bool = True,
                                             timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
         """Move partitions to new replicas: ``{tp: [broker ids]}`` (the first is the preferred leader) or
@@ -922,7 +922,8 @@ class Admin:
                 replicas = ids
             wanted[tp] = replicas
         if not isinstance(allow_replication_factor_change, bool):
-            raise TypeError(f"allow_replication_factor_change: expected a bool, got {allow_replication_factor_change!r}")
+            raise TypeError(
+                f"allow_replication_factor_change: expected a bool, got {allow_replication_factor_change!r}")
         timeout = self._timeout(timeout_ms)
         call: AdminCall[TopicPartition] = self._call(list(wanted), timeout, "AlterPartitionReassignments for")
 
@@ -1147,7 +1148,8 @@ def _fail_unanswered(call: AdminCall[K], asked: list[K], answered: set[K], what:
     """An item the answer leaves out would otherwise wait for the deadline: fail it now (as Java's admin does)."""
     for key in asked:
         if key not in answered:
-            call.fail(key, errors.ProtocolError(f"{what}: the answer has no result for {key}"))
+            name = f"{key.topic}-{key.partition}" if isinstance(key, TopicPartition) else str(key)
+            call.fail(key, errors.ProtocolError(f"{what}: the answer has no result for {name}"))
 
 
 def _quota_entity(components: Iterable[Mapping[str, Any]]) -> ClientQuotaEntity:

@@ -351,7 +351,7 @@ class ClientQuotaEntity:
             if wire not in attrs:
                 raise ValueError(f"quota entity type {wire!r} is not one of 'user', 'client-id', 'ip'")
             kwargs[attrs[wire]] = DEFAULT if name is None else name
-        return cls(**kwargs)  # type: ignore[arg-type]
+        return cls(**kwargs)
 
 
 @dataclass(frozen=True)

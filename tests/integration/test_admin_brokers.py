@@ -14,7 +14,7 @@ import pytest
 
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition, errors
 from akresil.admin import EARLIEST, LATEST
-from akresil.admin_types import AclBinding, AclBindingFilter, ConfigResource, ScramUpsertion
+from akresil.admin_types import AclBinding, AclBindingFilter, ClientQuotaEntity, ConfigResource, ScramUpsertion
 from akresil.testing import EmbeddedBroker
 
 FAST = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500, "retry_backoff_ms": 20}
@@ -141,6 +141,25 @@ async def test_configs_partitions_records_producers_noida(noida: EmbeddedBroker)
             await admin.describe_user_scram_credentials()
         refused = await admin.elect_leaders([t0])
         assert isinstance(refused.errors[t0], errors.UnsupportedVersionError)
+        # nor reassignments or client quotas (docs/brokers.md)
+        await _refuses_reassignments_and_quotas(admin, t0, list_reassignments=False)
+
+
+async def _refuses_reassignments_and_quotas(admin: Admin, tp: TopicPartition, *, list_reassignments: bool) -> None:
+    moved = await admin.alter_partition_reassignments({tp: [1]})
+    assert isinstance(moved.errors[tp], errors.UnsupportedVersionError)
+    if list_reassignments:
+        # Tansu 0.6 lists every partition as if it were being reassigned: its replicas, none adding or removing
+        listed = await admin.list_partition_reassignments([tp])
+        assert listed[tp].adding_replicas == listed[tp].removing_replicas == () and listed[tp].replicas
+    else:
+        with pytest.raises(errors.UnsupportedVersionError, match="LIST_PARTITION_REASSIGNMENTS"):
+            await admin.list_partition_reassignments()
+    with pytest.raises(errors.UnsupportedVersionError, match="DESCRIBE_CLIENT_QUOTAS"):
+        await admin.describe_client_quotas()
+    entity = ClientQuotaEntity(client_id="c")
+    quota = await admin.alter_client_quotas({entity: {"producer_byte_rate": 1024.0}})
+    assert isinstance(quota.errors[entity], errors.UnsupportedVersionError)
 
 
 async def test_consumer_offset_lookups_and_lag_noida(noida: EmbeddedBroker) -> None:
@@ -201,6 +220,8 @@ async def test_groups_and_configs_tansu(broker: EmbeddedBroker) -> None:
         assert "malformed" in str(described.errors["nobody"])
         scram = await admin.alter_user_scram_credentials([ScramUpsertion("ops", "SCRAM-SHA-256", "pw")])
         assert scram["ops"] is None
+        # ListPartitionReassignments answers (wrongly); the other three are not advertised
+        await _refuses_reassignments_and_quotas(admin, t0, list_reassignments=True)
 
 
 def test_admin_group_calls_under_trio(noida: EmbeddedBroker) -> None:

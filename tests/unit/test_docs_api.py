@@ -39,7 +39,8 @@ def test_every_public_admin_method_is_documented_in_the_page() -> None:
             "describe_configs", "incremental_alter_configs", "create_partitions", "delete_records",
             "describe_acls", "create_acls", "delete_acls", "elect_leaders", "describe_user_scram_credentials",
             "alter_user_scram_credentials", "describe_producers", "list_transactions",
-            "describe_transactions"} <= set(names)
+            "describe_transactions", "alter_partition_reassignments", "list_partition_reassignments",
+            "describe_client_quotas", "alter_client_quotas"} <= set(names)
     for name in names:
         assert f"### `Admin.{name}`" in text
 
