@@ -156,16 +156,17 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from .testing import EmbeddedBroker
     broker = EmbeddedBroker(kind=args.kind, port=args.port)
     broker.start()
-    print(f"{args.kind} broker listening on {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it",
-          file=sys.stderr, flush=True)
-    print(broker.bootstrap_servers, flush=True)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["now"] = True
 
-    # both handled explicitly: a shell starting us in the background sets SIGINT to "ignore"
+    # both handled explicitly: a shell starting us in the background sets SIGINT to "ignore"; installed
+    # before the address is printed, so a caller that stops us as soon as it reads it gets a clean stop
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"{args.kind} broker listening on {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it",
+          file=sys.stderr, flush=True)
+    print(broker.bootstrap_servers, flush=True)
     try:
         while not stop["now"]:
             if not broker.running:
@@ -269,10 +270,24 @@ async def cmd_consume(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     count = 0
     limit = args.max_messages
-    idle_since = time.monotonic()
+    # --timeout-ms counts idle time from when the consumer has its partitions: a group's join may take
+    # seconds (a rebalance delay) and is not idleness
+    idle_since: float | None = None
     if args.group:
-        consumer = Consumer(args.topic, group_id=args.group, **config)
+        class _Assigned:
+            async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                nonlocal idle_since
+                idle_since = time.monotonic()     # every completed rebalance, also with no partitions
+
+            async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+                pass
+
+            async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+                pass
+
+        consumer = Consumer(args.topic, group_id=args.group, listener=_Assigned(), **config)
     else:
+        idle_since = time.monotonic()
         async with Admin(bootstrap_servers=config["bootstrap_servers"]) as admin:
             desc = (await admin.describe_topics([args.topic]))[args.topic]
         consumer = Consumer(group_id=None, enable_auto_commit=False, **config)
@@ -291,7 +306,8 @@ async def cmd_consume(args: argparse.Namespace) -> int:
             if got:
                 out.flush()
                 idle_since = time.monotonic()
-            elif args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
+            elif (args.timeout_ms is not None and idle_since is not None
+                  and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms):
                 break
     print(f"consumed {count} record(s) from {args.topic}", file=sys.stderr)
     return EXIT_OK
@@ -386,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "no committed one (default: only new records)")
     p.add_argument("--max-messages", type=_positive_int, help="exit after this many records")
     p.add_argument("--group", help="consumer group (default: no group, every partition assigned)")
-    p.add_argument("--timeout-ms", type=_positive_int, help="exit after this long without a record")
+    p.add_argument("--timeout-ms", type=_positive_int, help="exit after this long without a record "
+                   "(counted from when the consumer has its partitions: a group's join is not idle time)")
 
     p = sub.add_parser("demo", help="producer and consumer through leader moves and throttles, with metrics")
     p.add_argument("--duration", type=_duration, default=15.0, help="seconds of chaos (default 15)")

@@ -6,6 +6,11 @@ an ApiVersions request (accepting TCP alone is not enough), and it is stopped wi
 after a grace period.  A watchdog shell between us and the broker stops it even when this process is killed
 outright (no finalizer runs then), so an interrupted test run does not leave brokers behind.  The broker's output goes to a temporary log whose tail is quoted
 in every start-up error.
+
+Tansu holds every JoinGroup for half the group's session timeout (22.5 s with the client default of 45 s), so
+by default a small relay process (``session_cap``) sits on the advertised port in front of it and lowers
+the session timeout Tansu sees to 6 s: a group starts in ~3 s, as on Kafka with its 3 s initial rebalance
+delay.  ``group_session_cap_ms=None`` connects clients to Tansu directly.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -26,6 +32,7 @@ import anyio
 import anyio.to_thread
 
 from ..protocol.api import ApiKey, decode_response, encode_request
+from .session_cap import DEFAULT_CAP_MS
 
 __all__ = ["EmbeddedBroker", "BrokerStartError", "free_port"]
 
@@ -69,7 +76,9 @@ def noida_binary() -> str:
 # process holds.  However this process ends (even SIGKILL or a CI timeout, where no finalizer runs) the pipe
 # closes, ``read`` returns, and the shell terminates the broker: a killed test run leaves no orphan broker.
 # ``stop()`` uses the same path (close the pipe), then SIGKILLs the process group if the broker lingers.
-_WATCHDOG = 'trap "" INT; "$@" </dev/null & child=$!; read _ignored; kill -TERM "$child" 2>/dev/null; wait "$child"'
+# The broker's own pid goes to $AKRESIL_PID_FILE (the shell's is not the one a user looks for in ps).
+_WATCHDOG = ('trap "" INT; "$@" </dev/null & child=$!; echo "$child" >"$AKRESIL_PID_FILE"; read _ignored; '
+             'kill -TERM "$child" 2>/dev/null; wait "$child"')
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -83,6 +92,35 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _stop_relay(relay: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Close the relay's stdin (it exits on EOF); kill it if it lingers."""
+    if relay.stdin is not None:
+        try:
+            relay.stdin.close()
+        except OSError:
+            pass
+    try:
+        relay.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        relay.kill()
+        relay.wait()
+
+
+def _kill_all(proc: subprocess.Popen[bytes], relay: subprocess.Popen[bytes] | None) -> None:
+    """Finalizer: the broker's process group, and the relay."""
+    _kill(proc)
+    if relay is not None and relay.poll() is None:
+        relay.kill()
+        relay.wait()
+
+
+def _import_path() -> str:
+    """PYTHONPATH for the relay: this very akresil first (a source checkout may not be installed)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    rest = os.environ.get("PYTHONPATH")
+    return package_root + (os.pathsep + rest if rest else "")
 
 
 def probe_api_versions(host: str, port: int, timeout_s: float = 1.0) -> bool:
@@ -121,11 +159,19 @@ class EmbeddedBroker:
 
     def __init__(self, *, kind: Kind = "tansu", host: str = "127.0.0.1", port: int | None = None,
                  startup_timeout_s: float = 20.0, stop_timeout_s: float = 5.0,
-                 extra_args: Sequence[str] = (), keep_log: bool = False) -> None:
+                 extra_args: Sequence[str] = (), keep_log: bool = False,
+                 group_session_cap_ms: int | None = DEFAULT_CAP_MS) -> None:
         if kind not in ("tansu", "noida"):
             raise ValueError(f"EmbeddedBroker kind must be 'tansu' or 'noida', got {kind!r}")
         if port is not None and not 0 < port < 65536:
             raise ValueError(f"EmbeddedBroker port must be in 1..65535, got {port}")
+        if group_session_cap_ms is not None and (isinstance(group_session_cap_ms, bool)
+                                                 or not isinstance(group_session_cap_ms, int)
+                                                 or group_session_cap_ms < 1):
+            raise ValueError(f"EmbeddedBroker group_session_cap_ms must be a positive int (ms) or None, "
+                             f"got {group_session_cap_ms!r}")
+        #: Tansu only (noida-db does not hold joins): the session timeout its JoinGroups are lowered to
+        self.group_session_cap_ms = group_session_cap_ms if kind == "tansu" else None
         self.kind: Kind = kind
         self.host = host
         self._requested_port = port
@@ -135,12 +181,13 @@ class EmbeddedBroker:
         self.extra_args = tuple(extra_args)
         self.keep_log = keep_log
         self._proc: subprocess.Popen[bytes] | None = None
+        self._relay: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._workdir: str | None = None
         self.log_path: Path | None = None
 
     def __repr__(self) -> str:
-        state = f"running pid={self._proc.pid}" if self.running else "stopped"
+        state = f"running pid={self.pid}" if self.running else "stopped"
         return f"<EmbeddedBroker {self.kind} {self.host}:{self.port} {state}>"
 
     @property
@@ -149,7 +196,13 @@ class EmbeddedBroker:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        """The broker process's pid (not its watchdog shell's); None when stopped."""
+        if self._proc is None or self._workdir is None:
+            return None
+        try:
+            return int(Path(self._workdir, "broker.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -158,10 +211,11 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     # ------------------------------------------------------------------ command lines
-    def command(self, port: int) -> list[str]:
+    def command(self, port: int, listen_port: int | None = None) -> list[str]:
+        """The broker's command line; it advertises ``port`` and listens on ``listen_port`` (default: the same)."""
         if self.kind == "tansu":
             return [tansu_binary(), "broker",
-                    "--listener-url", f"tcp://{self.host}:{port}",
+                    "--listener-url", f"tcp://{self.host}:{listen_port or port}",
                     "--advertised-listener-url", f"tcp://{self.host}:{port}",
                     "--storage-engine", "memory://tansu/", *self.extra_args]
         assert self._workdir is not None
@@ -195,21 +249,34 @@ class EmbeddedBroker:
         env = {k: v for k, v in os.environ.items()
                if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")}
         env.setdefault("RUST_LOG", "warn")
+        assert self._workdir is not None
+        env["AKRESIL_PID_FILE"] = os.path.join(self._workdir, "broker.pid")
+        listen_port = free_port(self.host) if self.group_session_cap_ms is not None else port
         with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen(["/bin/sh", "-c", _WATCHDOG, "akresil-broker-watchdog", *self.command(port)],
+            proc = subprocess.Popen(["/bin/sh", "-c", _WATCHDOG, "akresil-broker-watchdog",
+                                     *self.command(port, listen_port)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
-        self._proc = proc
-        self._finalizer = weakref.finalize(self, _kill, proc)
+            relay = None
+            if listen_port != port:
+                relay = subprocess.Popen(
+                    [sys.executable, "-m", "akresil.testing.session_cap", "--listen", f"{self.host}:{port}",
+                     "--upstream", f"{self.host}:{listen_port}", "--cap-ms", str(self.group_session_cap_ms)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    env={**os.environ, "PYTHONPATH": _import_path()})
+        self._proc, self._relay = proc, relay
+        self._finalizer = weakref.finalize(self, _kill_all, proc, relay)
         self.port = port
         deadline = time.monotonic() + self.startup_timeout_s
         delay = 0.005
         why = "not probed yet"
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self._reap()
-                raise BrokerStartError(
-                    f"{self.kind} exited with code {proc.returncode} while starting on port {port}:\n{self.log_tail()}")
+            for what, p in ((self.kind, proc), ("the session_cap relay", relay)):
+                if p is not None and p.poll() is not None:
+                    code = p.returncode
+                    self._reap()
+                    raise BrokerStartError(
+                        f"{what} exited with code {code} while starting on port {port}:\n{self.log_tail()}")
             why = _probe(self.host, port, 1.0)
             if why is None:
                 return
@@ -221,6 +288,9 @@ class EmbeddedBroker:
             f"(last probe: {why}):\n{self.log_tail()}")
 
     def _reap(self) -> None:
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            _stop_relay(relay, self.stop_timeout_s)
         proc = self._proc
         if proc is None:
             return

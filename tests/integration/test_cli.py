@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import io
+import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -91,6 +94,35 @@ def test_consume_stops_after_idle_timeout(broker: EmbeddedBroker) -> None:
     assert consumed.returncode == 0, consumed.stderr
     assert [orjson.loads(line)["value"] for line in consumed.stdout.splitlines()] == ["a", "b"]
     assert time.monotonic() - started < 15
+
+
+def test_broker_prints_the_brokers_own_pid() -> None:
+    proc = subprocess.Popen([*CLI, "broker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        match = re.search(r"\(pid (\d+)\)", line)
+        assert match, line
+        cmdline = Path(f"/proc/{match.group(1)}/cmdline").read_bytes().split(b"\0")
+        assert b"tansu" in Path(cmdline[0].decode()).name.encode() and cmdline[1] == b"broker", cmdline
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_group_consume_counts_idle_time_from_its_assignment(broker: EmbeddedBroker) -> None:
+    # the group's join takes longer than the idle timeout (the broker holds a new member ~3 s): the join is
+    # not idle time, so both records arrive
+    bs = ["-b", broker.bootstrap_servers]
+    topic = "cli-group-timeout"
+    assert akresil("topics", "create", topic, *bs).returncode == 0
+    assert akresil("produce", topic, *bs, stdin=b"a\nb\n").returncode == 0
+    consumed = akresil("consume", topic, "--group", "cli-g1", "--from-beginning", "--timeout-ms", "2000", *bs,
+                       timeout=60)
+    assert consumed.returncode == 0, consumed.stderr
+    assert [orjson.loads(line)["value"] for line in consumed.stdout.splitlines()] == ["a", "b"]
+    assert b"consumed 2 record(s)" in consumed.stderr
 
 
 @pytest.mark.parametrize("args, stdin, message", [

@@ -100,6 +100,29 @@ def test_fixtures_under_pytest_asyncio_and_anyio_on_asyncio_and_trio(pytester: p
     result.assert_outcomes(passed=6)      # the two anyio tests run on asyncio and on trio
 
 
+def test_a_group_consumer_with_default_settings_gets_its_first_record_in_seconds(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tansu holds every JoinGroup for half the group's session timeout: 22.5 s with the default 45 s before the
+    # plugin's broker capped what Tansu sees (a 3 s hold now); 20 s is generous for that, too short for the old
+    pytester.makepyfile(test_group='''
+        import anyio
+        import pytest
+        from akresil import Consumer, Producer
+
+        @pytest.mark.asyncio
+        async def test_group_start(kafka_bootstrap, kafka_topic_factory):
+            topic = await kafka_topic_factory()
+            async with Producer(bootstrap_servers=kafka_bootstrap) as producer:
+                await producer.send(topic, b"first")
+            async with Consumer(topic, bootstrap_servers=kafka_bootstrap, group_id="g-defaults",
+                                auto_offset_reset="earliest") as consumer:
+                with anyio.fail_after(20):
+                    record = await consumer.getone()
+            assert record.value == b"first"
+    ''')
+    run(pytester, monkeypatch, "-q").assert_outcomes(passed=1)
+
+
 def test_broker_kind_from_the_command_line_and_the_ini_file(pytester: pytest.Pytester,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("noida_db")
