@@ -16,7 +16,12 @@ Rules worth knowing:
   backoffs of their own, so they resume together when it is back (and follow a leader move at once).
 * NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH with a KIP-951 ``CurrentLeader`` that the metadata cache
   accepts re-plans the partition at once on the new leader (no backoff); without an accepted hint the
-  partition backs off (KIP-580). Both ask for a metadata refresh.
+  partition backs off (KIP-580). Both ask for a metadata refresh. A leader error (or any error that says the
+  leader view is stale) for a request planned on a leader the cache has since moved past (``moved_past``: a
+  Metadata answer or another hint named a newer epoch while the request was out) is stale: the partition is
+  re-planned at once on the cached leader, without backoff or refresh. A hint that only repeats what the cache
+  knows is not accepted (it does not advance), so without this the partition waited a full backoff for a leader
+  it already knew (issue 28).
 * Records are decoded lazily, one batch at a time, only when ``drain`` hands them out: data that is
   buffered but never returned (a seek, a revoke) costs no per-record work.
 * Control batches are always skipped; with ``read_committed`` the records of aborted transactions are skipped
@@ -623,7 +628,6 @@ class FetchState:
                     st.retry.on_success()
                     continue
                 if code in _LEADER_ERRORS:
-                    refresh = "fetch-not-leader"
                     hint = part.get("current_leader")
                     accepted = False
                     if hint is not None and hint.get("leader_id", -1) >= 0:
@@ -634,8 +638,12 @@ class FetchState:
                         accepted = metadata.apply_leader_hint(tp, leader_id, hint["leader_epoch"],
                                                               endpoints.get(leader_id))
                     if accepted:
+                        refresh = "fetch-not-leader"
                         replan = True     # KIP-951: straight to the new leader, no backoff
+                    elif moved_past(metadata.snapshot, tp, request.node, plan.current_leader_epoch):
+                        replan = True     # stale: the cache already names a newer leader, fetch there now
                     else:
+                        refresh = "fetch-not-leader"
                         st.retry.on_failure(now)
                     continue
                 if code == _OFFSET_OUT_OF_RANGE:
@@ -649,6 +657,10 @@ class FetchState:
                         self.request_reset(tp)
                     continue
                 err_cls = errors.error_for_code(code)
+                if err_cls.invalid_metadata and moved_past(metadata.snapshot, tp, request.node,
+                                                           plan.current_leader_epoch):
+                    replan = True
+                    continue
                 if err_cls.retriable or err_cls.invalid_metadata:
                     st.retry.on_failure(now)
                     if err_cls.invalid_metadata or code in (errors.UnknownTopicOrPartitionError.errno,):
@@ -853,6 +865,24 @@ class FetchState:
             if st.position is None or st.position < chunk.end_offset:
                 st.position = chunk.end_offset
         return taken or []
+
+
+def moved_past(snapshot: MetadataSnapshot, tp: TopicPartition, node: int, planned_epoch: int) -> bool:
+    """The cache names a newer leader for ``tp`` than the one a request to ``node`` at ``planned_epoch`` was
+    planned for: an error about the leader in that request's answer is stale, and retrying on the cached leader
+    costs nothing.
+
+    Newer means a higher leader epoch (or, when an epoch is unknown, another node). The cache changes only
+    forward (metadata never rolls an epoch back, hints must advance it), so a repeated error from the leader
+    the cache still names is not stale: that one backs off.
+    """
+    lead = snapshot.leader_of(tp)
+    if lead is None:
+        return False
+    leader, epoch = lead
+    if epoch >= 0 and planned_epoch >= 0:
+        return epoch > planned_epoch
+    return leader != node
 
 
 def _is_abort_marker(batch: RecordBatchView) -> bool:

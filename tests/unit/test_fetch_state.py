@@ -54,6 +54,14 @@ def metadata(leaders: dict[int, tuple[int, int]], topic_id: bytes = TID, nodes: 
     return cache
 
 
+def refresh(cache: MetadataCache, *, leader: int, epoch: int, now: float) -> None:
+    """A Metadata answer naming ``leader`` at ``epoch`` for partition 0."""
+    cache.update_from_metadata({
+        "brokers": [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n} for n in (1, 2, 3)],
+        "topics": [{"name": T, "topic_id": TID, "error_code": 0, "partitions": [
+            {"partition_index": 0, "leader_id": leader, "leader_epoch": epoch}]}]}, now)
+
+
 def fetch_state(**kw: Any) -> FetchState:
     kw.setdefault("retry_backoff_ms", 100)
     kw.setdefault("retry_backoff_max_ms", 1000)
@@ -260,6 +268,71 @@ def test_leader_error_without_usable_hint_backs_off(hint: dict[str, int] | None)
     req = only_request(st, plan.wake_at, cache)
     st.on_fetch_response(req, response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno}}), 2000.0, cache)
     assert 2160.0 <= st.plan_fetches(2000.0, cache.snapshot).wake_at <= 2240.0
+
+
+# issue 28: the interleaving seen on librdkafka's mock. A Fetch goes to node 1 (epoch 1); while it is out a
+# Metadata answer names node 2 at epoch 2; then the Fetch comes back NOT_LEADER_OR_FOLLOWER (or FENCED) with a
+# hint repeating (2, 2), or none. The hint does not advance the cache, but the cache has moved past the leader
+# the request was planned for: the error is stale and the partition is fetched from node 2 at once.
+@pytest.mark.parametrize("hint", [{"leader_id": 2, "leader_epoch": 2}, None])
+@pytest.mark.parametrize("code", [errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno])
+def test_stale_leader_error_after_metadata_moved_the_leader_fetches_from_the_new_leader_at_once(
+        hint: dict[str, int] | None, code: int) -> None:
+    cache = metadata({0: (1, 1)})
+    st = fetch_state(retry_backoff_ms=2000, retry_backoff_max_ms=4000)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0.0, cache)
+    assert (req.node, req.partitions[0].current_leader_epoch) == (1, 1)
+    refresh(cache, leader=2, epoch=2, now=10.0)                      # a Metadata answer: moved
+    assert st.plan_fetches(10.0, cache.snapshot).requests == []      # the Fetch to node 1 is still out
+    out = st.on_fetch_response(req, response({TP0: {"error_code": code, "current_leader": hint}}), 20.0, cache)
+    assert out.replan and out.refresh is None                        # nothing to learn: the cache knows more
+    plan = st.plan_fetches(20.0, cache.snapshot)                     # same instant: no backoff
+    assert [(r.node, r.partitions[0].current_leader_epoch) for r in plan.requests] == [(2, 2)]
+
+
+def test_leader_error_from_the_leader_the_cache_still_names_backs_off_even_after_a_refresh() -> None:
+    """A Metadata answer that only repeats the leader the request went to is no move: the error stands."""
+    cache = metadata({0: (1, 3)})
+    st = fetch_state(retry_backoff_ms=2000, retry_backoff_max_ms=4000)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0.0, cache)
+    refresh(cache, leader=1, epoch=3, now=10.0)
+    out = st.on_fetch_response(req, response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno,
+                                                    "current_leader": {"leader_id": 1, "leader_epoch": 3}}}),
+                               20.0, cache)
+    assert not out.replan and out.refresh == "fetch-not-leader"
+    plan = st.plan_fetches(20.0, cache.snapshot)
+    assert plan.requests == [] and plan.wake_at is not None and plan.wake_at >= 20.0 + 1600.0
+
+
+def test_a_hint_whose_epoch_goes_backwards_is_refused_and_the_cached_leader_stays() -> None:
+    cache = metadata({0: (2, 5)})
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0.0, cache)
+    out = st.on_fetch_response(req, response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno,
+                                                    "current_leader": {"leader_id": 1, "leader_epoch": 4}}}),
+                               20.0, cache)
+    assert cache.snapshot.leader_of(TP0) == (2, 5)
+    assert not out.replan and st.plan_fetches(20.0, cache.snapshot).requests == []
+
+
+def test_a_stale_error_without_leader_epochs_compares_nodes() -> None:
+    """Brokers that report no leader epochs (-1): the error is stale when the cache names another node."""
+    cache = metadata({0: (1, -1)})
+    st = fetch_state(retry_backoff_ms=2000, retry_backoff_max_ms=4000)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    req = only_request(st, 0.0, cache)
+    refresh(cache, leader=3, epoch=-1, now=10.0)
+    out = st.on_fetch_response(req, response({TP0: {"error_code": errors.NotLeaderOrFollowerError.errno}}),
+                               20.0, cache)
+    assert out.replan
+    assert [r.node for r in st.plan_fetches(20.0, cache.snapshot).requests] == [3]
 
 
 def test_unknown_topic_backs_off_and_refreshes_and_success_resets_backoff() -> None:

@@ -241,6 +241,26 @@ async def test_stale_metadata_after_a_hint_does_not_roll_back() -> None:
     assert [n for n, _ in tasks.produces()] == [2]
 
 
+@pytest.mark.parametrize("hint", [(2, 6), None])
+async def test_stale_not_leader_after_metadata_moved_the_leader_retries_at_once(hint: tuple[int, int] | None
+                                                                                ) -> None:
+    """Issue 28's interleaving on the producer side: a Produce is out to node 1 (epoch 5) when a Metadata answer
+    names node 2 (epoch 6); node 1's NOT_LEADER_OR_FOLLOWER then repeats (2, 6) or carries no hint. The hint
+    does not advance the cache, but the batch saw the epoch rise since it was sent: it goes to node 2 at once."""
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                   # noqa: SLF001
+    [(node, batches)] = tasks.produces()
+    assert node == 1
+    sender.cluster.metadata.update_from_metadata(metadata(leader=2, epoch=6), clock())   # refresh: moved
+    clock.now += 1
+    leader, epoch = hint if hint is not None else (None, -1)
+    finish(sender, 1, batches, not_leader_response(leader=leader, epoch=epoch), clock)
+    sender._turn()                                   # noqa: SLF001
+    assert [n for n, _ in tasks.produces()] == [2]   # same instant: no backoff
+
+
 async def test_in_flight_batch_expires_at_its_delivery_deadline() -> None:
     sender, clock, tasks, results = await make()
     created = clock.now
