@@ -89,10 +89,16 @@ def kafka_broker(pytestconfig: pytest.Config) -> Iterator[EmbeddedBroker | Kafka
 def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
     """A real Apache Kafka cluster for the whole session: PLAINTEXT, SASL_PLAINTEXT, SSL and SASL_SSL listeners,
     ACLs (PLAINTEXT and the ``admin`` user are super users).  Tests that stop a broker must start it again."""
-    from .testing.kafka_cluster import KafkaCluster
-    brokers = pytestconfig.getoption("kafka_cluster_brokers") or int(str(pytestconfig.getini("kafka_cluster_brokers")))
-    with KafkaCluster(brokers=brokers, security=True, version=pytestconfig.getoption("kafka_version")) as cluster:
+    with configured_cluster(pytestconfig) as cluster:
         yield cluster
+
+
+def configured_cluster(config: pytest.Config) -> KafkaCluster:
+    """The ``kafka_cluster`` fixture's cluster, not started (``with configured_cluster(config) as c``): for a
+    conftest that wants the same cluster with another scope (e.g. ``package``, to stop it after a folder)."""
+    from .testing.kafka_cluster import KafkaCluster
+    brokers = config.getoption("kafka_cluster_brokers") or int(str(config.getini("kafka_cluster_brokers")))
+    return KafkaCluster(brokers=brokers, security=True, version=config.getoption("kafka_version"))
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
+from akresil.pytest_plugin import configured_cluster
 from akresil.testing import KafkaCluster
 
 pytestmark = pytest.mark.apache
@@ -24,6 +25,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/apache/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.apache)
+
+
+@pytest.fixture(scope="package")
+def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
+    """The plugin's cluster, scoped to this folder: it is stopped once the tier is done, so the rest of the
+    suite does not share the machine with four idle JVMs."""
+    with configured_cluster(pytestconfig) as cluster:
+        yield cluster
 
 
 @pytest.fixture
