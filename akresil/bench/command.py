@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from . import report
 from .clients import CLIENT_NAMES, DEFAULT_LOAD, LOADS
+from .apache_runner import APACHE_SKIPS
 from .mock_scenarios import MOCK_SKIPS
 from .progress import Progress
 from .runner import Broker, run_failure, run_steady
@@ -59,16 +60,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use this broker instead of starting an embedded Tansu (proxy harness only)")
     p.add_argument("--harness", choices=tuple(report.HARNESSES), default="proxy",
                    help="proxy: FaultProxy in front of an embedded Tansu (default); mock: librdkafka's mock "
-                   f"cluster, which cannot express {' or '.join(MOCK_SKIPS)} (skipped there)")
+                   f"cluster, which cannot express {' or '.join(MOCK_SKIPS)} (skipped there); apache: Apache "
+                   "Kafka itself (3 brokers and a controller started for the run; needs Java 17+ and Maven), "
+                   f"which cannot express {' or '.join(APACHE_SKIPS)}")
 
 
-def _broker(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[str | None]:
-    """The Tansu broker behind the proxy; the mock harness starts a mock cluster per client phase instead."""
+class _ApacheCluster:
+    """The Apache Kafka cluster of a ``--harness apache`` run (started for the run, stopped after it)."""
+
+    def __init__(self) -> None:
+        from ..testing.kafka_cluster import KafkaCluster
+        self.cluster = KafkaCluster(brokers=3)
+
+    async def __aenter__(self) -> Any:
+        await self.cluster.__aenter__()
+        return self.cluster
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.cluster.__aexit__(*exc)
+
+
+def skips(harness: str) -> dict[str, str]:
+    """Scenarios a harness cannot express, and why."""
+    return {"mock": MOCK_SKIPS, "apache": APACHE_SKIPS}.get(harness, {})
+
+
+def _broker(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The Tansu broker behind the proxy, or the Apache Kafka cluster of the run; the mock harness starts a mock
+    cluster per client phase instead."""
+    if args.harness == "apache":
+        return _ApacheCluster()
     return Broker(args.bootstrap_servers) if args.harness == "proxy" else contextlib.nullcontext(None)
 
 
-async def _run_failure(args: argparse.Namespace, broker: str | None, sc: Scenario, client: str,
+async def _run_failure(args: argparse.Namespace, broker: Any, sc: Scenario, client: str,
                        progress: Progress) -> tuple[dict[str, Any], dict[str, Any]]:
+    if args.harness == "apache":
+        from .apache_runner import run_failure_on_apache
+        return await run_failure_on_apache(broker, sc, client, args.seed, progress)
     if args.harness == "mock":
         from .mock_runner import run_failure_on_mock     # the binding is needed only when the mock is asked for
         return await run_failure_on_mock(sc, client, args.seed, progress)
@@ -80,9 +109,9 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
     """Run the chosen scenarios for every chosen client; write and return the JSON document."""
     if args.update_docs is not None and not args.update_docs.is_file():
         raise FileNotFoundError(f"--update-docs: {args.update_docs} does not exist")
-    if args.harness == "mock" and args.bootstrap_servers:
-        raise BenchArgumentError("--bootstrap-servers: the mock harness starts its own librdkafka mock cluster "
-                                 "per client phase; drop it or use --harness proxy")
+    if args.harness != "proxy" and args.bootstrap_servers:
+        raise BenchArgumentError(f"--bootstrap-servers: the {args.harness} harness starts its own cluster; "
+                                 "drop it or use --harness proxy")
     if not args.no_plots:
         from .plots import require
         require()
@@ -95,15 +124,21 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
     with progress:
         async with _broker(args) as broker:
             for name in names:
-                if args.harness == "mock" and name in MOCK_SKIPS:
-                    results[name] = {"skipped": MOCK_SKIPS[name]}
-                    progress.note(f"{name}: skipped: {MOCK_SKIPS[name]}")
+                if name in skips(args.harness):
+                    results[name] = {"skipped": skips(args.harness)[name]}
+                    progress.note(f"{name}: skipped: {skips(args.harness)[name]}")
                     continue
                 t0 = time.monotonic()
                 if name == "steady":
-                    assert broker is not None    # steady is proxy-only (MOCK_SKIPS)
+                    assert broker is not None    # steady is not run on the mock (MOCK_SKIPS)
                     cfg = steady_config(quick=args.quick)
-                    per = {c: {"summary": await run_steady(broker, cfg, c, args.seed, progress)} for c in clients}
+                    if args.harness == "apache":
+                        from .apache_runner import run_steady_on_apache
+                        per = {c: {"summary": await run_steady_on_apache(broker, cfg, c, args.seed, progress)}
+                               for c in clients}
+                    else:
+                        per = {c: {"summary": await run_steady(broker, cfg, c, args.seed, progress)}
+                               for c in clients}
                     scenario = cfg.as_dict()
                 else:
                     sc = build(name, quick=args.quick, seed=args.seed, load=args.load, gc_freeze=args.gc_freeze)

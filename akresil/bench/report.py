@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import orjson
 
+from .apache_runner import APACHE_HEADLINES
 from .mock_scenarios import MOCK_HEADLINES
 from .scenarios import HEADLINES
 
@@ -24,10 +25,13 @@ DOC_BEGIN = "<!-- bench:begin -->"
 DOC_END = "<!-- bench:end -->"
 MOCK_DOC_BEGIN = "<!-- bench-mock:begin -->"
 MOCK_DOC_END = "<!-- bench-mock:end -->"
+APACHE_DOC_BEGIN = "<!-- bench-apache:begin -->"
+APACHE_DOC_END = "<!-- bench-apache:end -->"
 JSON_NAME = "bench.json"
 TABLE_NAME = "table.txt"
 #: harness -> what it is, for the table's run line and the plot titles
-HARNESSES = {"proxy": "FaultProxy in front of Tansu", "mock": "librdkafka's mock cluster"}
+HARNESSES = {"proxy": "FaultProxy in front of Tansu", "mock": "librdkafka's mock cluster",
+             "apache": "Apache Kafka (3 brokers, KRaft)"}
 
 
 def check_harness(harness: str) -> str:
@@ -38,13 +42,17 @@ def check_harness(harness: str) -> str:
 
 def headlines(harness: str) -> dict[str, list[tuple[str, str, str]]]:
     """The headline metrics of each scenario on ``harness``."""
-    return MOCK_HEADLINES if check_harness(harness) == "mock" else HEADLINES
+    check_harness(harness)
+    return MOCK_HEADLINES if harness == "mock" else APACHE_HEADLINES if harness == "apache" else HEADLINES
 
 
 def markers(harness: str) -> tuple[str, str]:
     """The docs page markers between which ``--update-docs`` puts this harness's table: each harness has its own,
     so a mock run never overwrites the proxy's table."""
-    return (MOCK_DOC_BEGIN, MOCK_DOC_END) if check_harness(harness) == "mock" else (DOC_BEGIN, DOC_END)
+    check_harness(harness)
+    if harness == "apache":
+        return APACHE_DOC_BEGIN, APACHE_DOC_END
+    return (MOCK_DOC_BEGIN, MOCK_DOC_END) if harness == "mock" else (DOC_BEGIN, DOC_END)
 
 
 def environment() -> dict[str, Any]:

@@ -25,7 +25,6 @@ import socket
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 import weakref
@@ -154,7 +153,7 @@ class KafkaCluster:
         self.started_in_s: float | None = None
         self._libs: Path | None = None
         self._java = ""
-        self._lock = threading.Lock()
+        self._starting: set[int] = set()
 
     # ------------------------------------------------------------------ layout
     @property
@@ -515,11 +514,19 @@ class KafkaCluster:
 
         def start() -> None:
             self._spawn(node)
-            deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
-            self._wait_broker(node, deadline)
-            self._wait_registered(deadline)
+            self._starting.add(node_id)
+            try:
+                deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
+                self._wait_broker(node, deadline)
+                self._wait_registered(deadline)
+            finally:
+                self._starting.discard(node_id)
 
         await anyio.to_thread.run_sync(start)
+
+    def starting_brokers(self) -> set[int]:
+        """Brokers whose ``start_broker`` has not returned yet (its thread runs on if the caller was cancelled)."""
+        return set(self._starting)
 
     def restart_stopped_brokers(self) -> list[int]:
         """Blocking: start every broker that is not running (a fixture's clean-up); returns their ids."""
@@ -563,31 +570,41 @@ class KafkaCluster:
         """Make ``to_node`` the partition's leader as an operator would: put it first in the replica list
         (AlterPartitionReassignments, adding it as a replica when it is not one), then elect the preferred
         replica.  Returns the new leader epoch once Metadata reports the move."""
+        return (await self.move_leaders(topic, {partition: to_node}, timeout_s=timeout_s))[partition]
+
+    async def move_leaders(self, topic: str, targets: Mapping[int, int], *, timeout_s: float = 30.0
+                           ) -> dict[int, int]:
+        """``move_leader`` for several partitions of a topic at once (one reassignment, one election):
+        partition -> new leader epoch."""
         from ..types import TopicPartition
-        self._broker(to_node)
-        tp = TopicPartition(topic, partition)
+        for node in targets.values():
+            self._broker(node)
         async with self.admin() as admin:
-            desc = (await admin.describe_topics([topic]))[topic].partitions[partition]
-            if desc.leader == to_node:
-                return desc.leader_epoch
-            replicas = [to_node] + [r for r in desc.replicas if r != to_node]
-            if to_node not in desc.replicas:
-                replicas = replicas[:len(desc.replicas)]
-            (await admin.alter_partition_reassignments({tp: replicas})).raise_on_error()
+            desc = {p.partition: p for p in (await admin.describe_topics([topic]))[topic].partitions}
+            wanted: dict[TopicPartition, list[int]] = {}
+            for partition, node in targets.items():
+                current = desc[partition]
+                if current.leader == node:
+                    continue
+                replicas = [node] + [r for r in current.replicas if r != node]
+                wanted[TopicPartition(topic, partition)] = replicas[:max(len(current.replicas), 1)]
+            if wanted:
+                (await admin.alter_partition_reassignments(wanted)).raise_on_error()
             with anyio.fail_after(timeout_s):
-                while True:
-                    pending = await admin.list_partition_reassignments([tp])
-                    current = (await admin.describe_topics([topic]))[topic].partitions[partition]
-                    if not pending and list(current.replicas) == replicas and to_node in current.isr:
+                while wanted:
+                    pending = await admin.list_partition_reassignments(list(wanted))
+                    now = {p.partition: p for p in (await admin.describe_topics([topic]))[topic].partitions}
+                    if not pending and all(list(now[tp.partition].replicas) == r and r[0] in now[tp.partition].isr
+                                           for tp, r in wanted.items()):
                         break
                     await anyio.sleep(0.05)
                 while True:
-                    results = await admin.elect_leaders([tp])
-                    current = (await admin.describe_topics([topic]))[topic].partitions[partition]
-                    if current.leader == to_node:
-                        return current.leader_epoch
-                    del results
-                    await anyio.sleep(0.1)
+                    now = {p.partition: p for p in (await admin.describe_topics([topic]))[topic].partitions}
+                    behind = [TopicPartition(topic, p) for p, node in targets.items() if now[p].leader != node]
+                    if not behind:
+                        return {p: now[p].leader_epoch for p in targets}
+                    await admin.elect_leaders(behind)
+                    await anyio.sleep(0.05)
 
     async def set_client_quota(self, *, client_id: str | None = None, user: str | None = None,
                                producer_byte_rate: float | None = None, consumer_byte_rate: float | None = None,
