@@ -611,14 +611,14 @@ class KafkaCluster:
                                request_percentage: float | None = None) -> None:
         """Set (a value) or remove (``None`` for every value) a client quota, so the brokers throttle that
         client for real (KIP-219: ``throttle_time_ms`` in responses, and the broker mutes its side too)."""
-        from ..admin_types import ClientQuotaAlteration, ClientQuotaEntity
+        from ..admin_types import ClientQuotaEntity
         if client_id is None and user is None:
             raise ValueError("set_client_quota needs client_id and/or user")
         entity = ClientQuotaEntity(user=user, client_id=client_id)
         values = {"producer_byte_rate": producer_byte_rate, "consumer_byte_rate": consumer_byte_rate,
                   "request_percentage": request_percentage}
         async with self.admin() as admin:
-            (await admin.alter_client_quotas([ClientQuotaAlteration(entity, values)])).raise_on_error()
+            (await admin.alter_client_quotas({entity: values})).raise_on_error()
 
     async def wait_for(self, condition: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0,
                        interval_s: float = 0.1) -> None:
