@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import partial
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, Protocol, overload
 
 import anyio
 
 from . import errors
 from .config import resolve
-from .core.events import RECORDS_CONSUMED, Hooks
+from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
@@ -146,7 +147,9 @@ class Consumer(Generic[KeyT, ValueT]):
         if self._started:
             raise errors.IllegalStateError("consumer already started")
         self._started = True
-        self._tasks = TaskOwner(f"akresil-consumer {self.config.client_id}", on_failure=self._fetcher._fail)
+        self._tasks = TaskOwner(
+            f"akresil-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
+            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
         tg = await self._tasks.open()
         try:
             cluster = self._cluster

@@ -337,8 +337,13 @@ class ClientMetrics:
             pass
 
     # ------------------------------------------------------------------ lifecycle
+    def on_client_closed(self, **_: Any) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Remove this client's gauges (connections, in-flight, mute windows, lag); counters stay."""
+        """Remove this client's gauges (connections, in-flight, mute windows, lag); counters stay.
+
+        The client calls it when it closes (the ``client_closed`` event)."""
         for topic, partition in list(self._lag_series):
             self._forget_lag(topic, partition)
         gauges = (self._m.requests_in_flight, self._m.throttle_mute, self._m.connections,

@@ -634,8 +634,13 @@ class OTelMetrics:
         self._m.rebalance_failures.add(1, self._a("error", error))
 
     # ------------------------------------------------------------------ lifecycle
+    def on_client_closed(self, **_: Any) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Stop reporting this client's gauges (connections, in-flight, mute windows, lag); counters stay."""
+        """Stop reporting this client's gauges (connections, in-flight, mute windows, lag); counters stay.
+
+        The client calls it when it closes (the ``client_closed`` event)."""
         self._lag.clear()
         self._in_flight.clear()
         self._muted_until.clear()

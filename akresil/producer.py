@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from contextlib import asynccontextmanager, nullcontext
 from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence,
                     overload)
@@ -27,7 +28,7 @@ from . import errors
 from .config import resolve
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
-from .core.events import Hooks
+from .core.events import CLIENT_CLOSED, Hooks
 from .core.partitioner import DefaultPartitioner
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
@@ -160,7 +161,9 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         if self._started:
             raise errors.IllegalStateError("producer already started")
         self._started = True
-        self._tasks = TaskOwner(f"akresil-producer {self.config.client_id}", on_failure=self._sender._fail_all)
+        self._tasks = TaskOwner(
+            f"akresil-producer {self.config.client_id}", on_failure=self._sender._fail_all,
+            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
         tg = await self._tasks.open()
         try:
             await self._cluster.start(tg)

@@ -24,6 +24,7 @@ state (sessions, locks, acknowledgements) in the sans-IO ``core.share_state`` an
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any, AsyncIterator, Iterable
 
 import anyio
@@ -31,7 +32,7 @@ import anyio
 from . import errors
 from .config import resolve
 from .core.backoff import ExponentialBackoff
-from .core.events import Hooks
+from .core.events import CLIENT_CLOSED, Hooks
 from .core.group_heartbeat import ShareMembership
 from .core.share_state import ACK_TYPES, AckType, ShareFetchState
 from .net.cluster import Cluster
@@ -114,7 +115,9 @@ class ShareConsumer:
         if self._started:
             raise errors.IllegalStateError("share consumer already started")
         self._started = True
-        self._tasks = TaskOwner(f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail)
+        self._tasks = TaskOwner(
+            f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
+            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
         tg = await self._tasks.open()
         try:
             self._cluster.set_topics(self._topics)

@@ -41,13 +41,14 @@ PRODUCER_ID = "producer_id"                  # producer_id, producer_epoch      
 RESPONSE_RECEIVED = "response_received"      # node_id, api_key, version, latency_ms, response [Connection]
 CONNECTION_BYTES_SENT = "connection_bytes_sent"          # node_id, nbytes                [Connection]
 CONNECTION_BYTES_RECEIVED = "connection_bytes_received"  # node_id, nbytes                [Connection]
+CLIENT_CLOSED = "client_closed"              # (no fields): the client closed; hooks drop its gauges [clients]
 
 ALL_EVENTS = frozenset({
     REQUEST_SENT, THROTTLED, RECONNECT_BACKOFF, NODE_STATE, METADATA_REQUEST, METADATA_REFRESH_REQUESTED,
     METADATA_REFRESH, METADATA_REFRESH_FAILED, STALE_METADATA_IGNORED, LEADER_HINT, BATCH_RETRY, BATCH_EXPIRED,
     BATCH_COMPLETED, BUFFER_EXHAUSTED, REQUEST_DONE, BATCH_SENT, RECORDS_CONSUMED, REBALANCE, REBALANCE_FAILED,
     PRODUCER_ID, RESPONSE_RECEIVED, CONNECTION_BYTES_SENT,
-    CONNECTION_BYTES_RECEIVED,
+    CONNECTION_BYTES_RECEIVED, CLIENT_CLOSED,
 })
 
 

@@ -8,7 +8,8 @@ cancel scope in a different task".  ``TaskOwner`` spawns one host task that ente
 
 It stays structured: ``close()`` cancels the group and waits (shielded) until the host left it, so no task
 outlives it; an exception a background task raises ends the group at once, ``on_failure`` hands the client a
-``ClientClosedError`` caused by it (the client's next call raises that) and ``close()`` re-raises it.  The host is an asyncio task under asyncio and a trio
+``ClientClosedError`` caused by it (the client's next call raises that) and ``close()`` re-raises it.
+``on_closed`` runs once all tasks ended (the client tells its hooks, which drop its gauges).  The host is an asyncio task under asyncio and a trio
 system task under trio (the one kind of trio task no caller's nursery owns); both end with the event loop if the
 client is never closed.
 """
@@ -28,11 +29,13 @@ from .. import errors
 class TaskOwner:
     """Owns one client's task group from ``open()`` to ``close()``, whichever tasks call them."""
 
-    __slots__ = ("_name", "_on_failure", "_tg", "_entered", "_done", "_host", "_opened", "error")
+    __slots__ = ("_name", "_on_failure", "_on_closed", "_tg", "_entered", "_done", "_host", "_opened", "error")
 
-    def __init__(self, name: str, on_failure: Callable[[errors.ClientClosedError], None] | None = None) -> None:
+    def __init__(self, name: str, on_failure: Callable[[errors.ClientClosedError], None] | None = None,
+                 on_closed: Callable[[], None] | None = None) -> None:
         self._name = name
         self._on_failure = on_failure
+        self._on_closed = on_closed
         self._tg: anyio.abc.TaskGroup | None = None
         self._entered = anyio.Event()
         self._done = anyio.Event()
@@ -87,6 +90,9 @@ class TaskOwner:
         if self._opened:
             with anyio.CancelScope(shield=True):
                 await self._done.wait()
+        on_closed, self._on_closed = self._on_closed, None
+        if on_closed is not None:
+            on_closed()
         error, self.error = self.error, None
         if error is not None:
             raise error

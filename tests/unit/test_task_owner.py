@@ -39,8 +39,10 @@ def test_opened_in_one_task_closed_in_another_and_nothing_outlives_close(backend
         finally:
             ended.append(name)
 
+    closed_after: list[list[str]] = []
+
     async def scenario() -> None:
-        owner = TaskOwner("t")
+        owner = TaskOwner("t", on_closed=lambda: closed_after.append(sorted(ended)))
 
         async def start() -> None:
             tg = await owner.open()
@@ -52,6 +54,9 @@ def test_opened_in_one_task_closed_in_another_and_nothing_outlives_close(backend
         assert ended == []                    # its tasks did not end with it
         await in_child_task(owner.close)      # closed from yet another task
         assert sorted(ended) == ["soon", "started"]
+        assert closed_after == [["soon", "started"]]     # once, after every task ended
+        await owner.close()
+        assert len(closed_after) == 1
 
     run(backend, scenario)
 
