@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, Protocol, overload
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, overload
 
 import anyio
 
@@ -28,6 +28,7 @@ from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
+from .net.group_member import RebalanceListener
 from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .config_keys import ConsumerConfig
+    from .net.group_consumer_protocol import ConsumerGroupMember
+    from .net.group_member import GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +48,6 @@ EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 _EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
 CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
-
-
-class RebalanceListener(Protocol):
-    """Group rebalance callbacks (all optional, async). Revoked runs after the auto-commit of those partitions."""
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None: ...
 
 
 class Consumer(Generic[KeyT, ValueT]):
@@ -123,10 +118,10 @@ class Consumer(Generic[KeyT, ValueT]):
             retry_backoff_max_ms=cfg.retry_backoff_max_ms, check_crcs=cfg.check_crcs,
             key_deserializer=config.get("key_deserializer"), value_deserializer=config.get("value_deserializer"),
             rng=self._cluster.rng)
-        #: net.group.GroupCoordinator: a running member when subscribed with a group_id; with manual
-        #: assignment one that never joins, used only for OffsetCommit / OffsetFetch (generation -1)
-        self._group: Any = None
-        self._offsets: Any = None
+        #: the group member (classic or KIP-848) when subscribed with a group_id; with manual assignment a
+        #: classic one that never joins, used only for OffsetCommit / OffsetFetch (generation -1)
+        self._group: GroupMember | None = None
+        self._offsets: GroupMember | None = None
         self._fetcher = Fetcher(self._cluster, self._state, cfg, committed_lookup=self._lookup_committed
                                 if cfg.group_id is not None else None)
         self._manual = False
@@ -162,11 +157,11 @@ class Consumer(Generic[KeyT, ValueT]):
             await cluster.start(tg)
             if self.config.group_id is not None:
                 from .net.group import GroupCoordinator
-                member_cls: Any = GroupCoordinator
-                if self.config.group_protocol == "consumer":   # KIP-848: broker-assigned, heartbeat only
-                    from .net.group_consumer_protocol import ConsumerGroupMember
-                    member_cls = ConsumerGroupMember
                 if self._subscribed:
+                    member_cls: type[GroupCoordinator] | type[ConsumerGroupMember] = GroupCoordinator
+                    if self.config.group_protocol == "consumer":   # KIP-848: broker-assigned, heartbeat only
+                        from .net.group_consumer_protocol import ConsumerGroupMember
+                        member_cls = ConsumerGroupMember
                     self._group = self._offsets = member_cls(
                         cluster, self.config, subscription=self._subscription, listener=_ListenerBridge(self),
                         on_assignment_changed=self._sync_group_assignment,
@@ -516,8 +511,9 @@ class Consumer(Generic[KeyT, ValueT]):
 
     # ------------------------------------------------------------------ commits
     def _current_offsets(self) -> dict[TopicPartition, tuple[int, int | None, str | None]]:
-        offsets = {tp: (pos, epoch if epoch >= 0 else None, None)
-                   for tp, (pos, epoch) in self._state.consumed_offsets().items()}
+        offsets: dict[TopicPartition, tuple[int, int | None, str | None]] = {
+            tp: (pos, epoch if epoch >= 0 else None, None)
+            for tp, (pos, epoch) in self._state.consumed_offsets().items()}
         for tp, (offset, epoch) in self._pending_first().items():
             if tp in offsets:
                 offsets[tp] = (offset, epoch if epoch >= 0 else None, None)
@@ -657,7 +653,7 @@ class _ListenerBridge:
     revoke is the coordinator's (``committed_offsets_for_revoke``): it runs before on_partitions_revoked,
     for the generation that still owns the partitions."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer[Any, Any]) -> None:
         self._consumer = consumer
         self._user = consumer._listener
 

@@ -146,9 +146,14 @@ class Assignor(Protocol):
     all of them (an assignor that supports cooperative also works in an eager group).
     """
 
-    name: str
-    protocol: RebalanceProtocol
-    supported_protocols: tuple[RebalanceProtocol, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def protocol(self) -> RebalanceProtocol: ...
+
+    @property
+    def supported_protocols(self) -> tuple[RebalanceProtocol, ...]: ...
 
     def assign(self, partitions_per_topic: Mapping[str, int],
                subscriptions: Mapping[str, Subscription]) -> dict[str, Assignment]: ...
@@ -549,7 +554,7 @@ def choose_protocol(names: str | Sequence[str]) -> RebalanceProtocol:
         if cls is None:
             raise ConfigError(f"partition_assignment_strategy: unknown assignor {name!r}; "
                               f"known: {', '.join(ASSIGNORS)}")
-        supported = set(cls.supported_protocols)
+        supported: set[str] = set(cls.supported_protocols)
         common = supported if common is None else common & supported
     assert common is not None
     # every built-in supports eager, so the intersection is never empty

@@ -19,7 +19,7 @@ loops; ``fatal_error`` holds it and ``wait_assignment``/``commit``/``fetch_commi
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
 import anyio
 import anyio.abc
@@ -33,12 +33,11 @@ from ..core.group_rebalance import (ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION, as
                                     plan_join_prepare, subscription_body)
 from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, GroupMembership, MemberState,
                                 classify_commit_error, classify_find_coordinator_error, classify_join_error,
-                                classify_sync_error, error_for, find_coordinator_body, find_coordinator_result,
-                                offset_commit_body, offset_fetch_body, read_offset_fetch,
-                                settle_offset_fetch_errors)
+                                classify_sync_error, error_for, find_coordinator_body, find_coordinator_result)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
 from .cluster import Cluster
+from .group_member import CommitOffsets, GroupOffsets, RebalanceListener
 
 log = logging.getLogger(__name__)
 
@@ -47,26 +46,6 @@ __all__ = ["GroupCoordinator", "RebalanceListener"]
 PROTOCOL_TYPE = "consumer"
 _MEMBER_ID_REQUIRED = errors.MemberIdRequiredError.errno
 _TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError)
-
-
-class RebalanceListener(Protocol):
-    """Callbacks around a rebalance; every method is optional and async (Java's ConsumerRebalanceListener).
-
-    - ``on_partitions_revoked(revoked)``: before partitions are given up, after their positions were
-      committed (``committed_offsets_for_revoke``). Eager: everything owned, before joining; cooperative:
-      only what moves elsewhere, after the rebalance. Not called with an empty set.
-    - ``on_partitions_assigned(assigned)``: after every completed rebalance, with the partitions *added*
-      (cooperative: possibly empty).
-    - ``on_partitions_lost(lost)``: the generation ended under us (session expiry, fencing, UNKNOWN_MEMBER_ID):
-      another member may already own them, so nothing is committed. Without this method,
-      ``on_partitions_revoked`` is called instead, as in Java.
-    """
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
-
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None: ...
 
 
 class GroupCoordinator:
@@ -111,6 +90,9 @@ class GroupCoordinator:
         self._run_scope: anyio.CancelScope | None = None
         self._run_done: anyio.Event | None = None
         self._metadata_hooked = False
+        self._offsets = GroupOffsets(cluster, self.group_id, request_timeout_ms=config.request_timeout_ms,
+                                     backoff=self._backoff, coordinator=self._ensure_coordinator,
+                                     coordinator_lost=self._coordinator_dead)
 
     # ------------------------------------------------------------------ public state
     @property
@@ -343,11 +325,11 @@ class GroupCoordinator:
             return
         generation = int(response["generation_id"])
         member_id = str(response["member_id"])
-        protocol = response.get("protocol_name")
+        protocol: str | None = response.get("protocol_name")
         core.join_succeeded(generation, member_id, protocol, self._cluster.clock())
         self._notify()
         assignor = self._assignors.get(protocol) if protocol is not None else None
-        if assignor is None:
+        if assignor is None or protocol is None:
             core.fail(errors.InconsistentGroupProtocolError(
                 f"group {self.group_id}: coordinator chose protocol {protocol!r}, not one of "
                 f"{', '.join(self._assignors)}"))
@@ -628,7 +610,7 @@ class GroupCoordinator:
                 "is rebalancing and the partitions may move (their records will be redelivered)")
         return core.generation
 
-    async def commit(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]]) -> None:
+    async def commit(self, offsets: CommitOffsets) -> None:
         """OffsetCommit ``{tp: (offset, leader_epoch, metadata)}``; retriable errors are retried with
         backoff within ``request_timeout_ms``. Raises ``CommitFailedError`` when the group rebalanced."""
         pending = _check_offsets(offsets)
@@ -644,28 +626,8 @@ class GroupCoordinator:
     async def _commit_at(self, pending: dict[TopicPartition, tuple[int, int, str]], generation: Generation) -> None:
         """OffsetCommit of ``pending`` for ``generation`` until done; raises ``_GenerationMoved`` (the caller
         decides what it means for the member) or what must not be retried."""
-        deadline = self._cluster.clock() + self._config.request_timeout_ms
-        retry = RetryState(self._backoff)
-        last: BaseException | None = None
-        while pending:
-            coordinator = await self._ensure_coordinator(deadline)
-            try:
-                version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
-                        v, self.group_id, generation.generation_id, generation.member_id,
-                        self._core.group_instance_id, pending))
-            except _TRANSPORT_ERRORS as exc:
-                self._coordinator_dead(exc)
-                last = exc
-            else:
-                last = self._commit_response(response, pending)
-            if pending:
-                delay = retry.on_failure(self._cluster.clock())
-                if self._cluster.clock() + delay > deadline:
-                    raise errors.KafkaTimeoutError(
-                        f"group {self.group_id}: commit of {len(pending)} partition(s) not done within "
-                        f"request_timeout_ms={self._config.request_timeout_ms}: {last!r}") from last
-                await anyio.sleep(delay / 1000.0)
+        await self._offsets.commit(pending, identity=lambda: (generation.generation_id, generation.member_id),
+                                   instance_id=self._core.group_instance_id, judge=self._judge_commit_error)
 
     def _settle_commit_failure(self, moved: _GenerationMoved, generation: Generation) -> None:
         """A commit learnt that the group moved on: reset (ILLEGAL_GENERATION keeps the member id) or rejoin,
@@ -681,7 +643,7 @@ class GroupCoordinator:
             f"group {self.group_id}: commit failed, the group rebalanced ({type(error).__name__}); "
             "the partitions may have moved and their records will be redelivered") from error
 
-    async def _commit_on_revoke(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]]) -> None:
+    async def _commit_on_revoke(self, offsets: CommitOffsets) -> None:
         """Commit positions of partitions about to be revoked, while the member still owns them.
 
         Kafka keeps the generation unchanged while a rebalance is being prepared (it only moves on when
@@ -711,33 +673,18 @@ class GroupCoordinator:
         log.debug("group %s: revoke commit accepted for generation %d (broker started it before our rejoin)",
                   self.group_id, following.generation_id)
 
-    def _commit_response(self, response: dict[str, Any],
-                         pending: dict[TopicPartition, tuple[int, int, str]]) -> BaseException | None:
-        """Apply an OffsetCommit response: drop committed partitions from ``pending``; raise what must not
-        be retried (``_GenerationMoved`` when the group moved on); return the last retriable error."""
-        core = self._core
-        last: BaseException | None = None
-        for topic in response.get("topics") or ():
-            for part in topic.get("partitions") or ():
-                tp = TopicPartition(topic["name"], int(part["partition_index"]))
-                code = int(part["error_code"])
-                action = classify_commit_error(code)
-                if action is Action.OK:
-                    pending.pop(tp, None)
-                    continue
-                error = error_for(code, f"OffsetCommit {tp.topic}[{tp.partition}] for group {self.group_id}")
-                if action is Action.RESET or action is Action.REJOIN:
-                    raise _GenerationMoved(action, error)
-                if action is Action.FATAL:
-                    core.fail(error)
-                    self._notify()
-                    raise error
-                if action is Action.FAIL:
-                    raise error
-                if action is Action.COORDINATOR:
-                    self._coordinator_dead(error)
-                last = error
-        return last
+    def _judge_commit_error(self, code: int, error: errors.KafkaError) -> None:
+        """What an OffsetCommit error means for a classic member (Java's OffsetCommitResponseHandler): the group
+        moved on (``_GenerationMoved``), the member is done (fatal), this commit fails, or retry."""
+        action = classify_commit_error(code)
+        if action is Action.RESET or action is Action.REJOIN:
+            raise _GenerationMoved(action, error)
+        if action is Action.FATAL:
+            self._core.fail(error)
+            self._notify()
+            raise error
+        if action is Action.FAIL:
+            raise error
 
     def _raise_if_unusable_for_offsets(self) -> None:
         if self._core.fatal is not None:
@@ -748,40 +695,11 @@ class GroupCoordinator:
     async def fetch_committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: nothing committed); OffsetFetch v1-v9, retried within
         ``request_timeout_ms``. Asks for stable offsets (KIP-447): pending transactional commits are waited out."""
-        wanted = list(dict.fromkeys(_check_tp(tp) for tp in tps))
+        wanted = [_check_tp(tp) for tp in tps]
         if not wanted:
             return {}
         self._raise_if_unusable_for_offsets()
-        deadline = self._cluster.clock() + self._config.request_timeout_ms
-        retry = RetryState(self._backoff)
-        result: dict[TopicPartition, int | None] = {}
-        pending = list(wanted)
-        last: BaseException | None = None
-        while pending:
-            coordinator = await self._ensure_coordinator(deadline)
-            try:
-                version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, pending))
-            except _TRANSPORT_ERRORS as exc:
-                self._coordinator_dead(exc)
-                last = exc
-            else:
-                last = self._offset_fetch_response(version, response, pending, result)
-            pending = [tp for tp in pending if tp not in result]
-            if pending:
-                delay = retry.on_failure(self._cluster.clock())
-                if self._cluster.clock() + delay > deadline:
-                    raise errors.KafkaTimeoutError(
-                        f"group {self.group_id}: committed offsets not fetched within "
-                        f"request_timeout_ms={self._config.request_timeout_ms}: {last!r}") from last
-                await anyio.sleep(delay / 1000.0)
-        return {tp: result[tp] for tp in wanted}
-
-    def _offset_fetch_response(self, version: int, response: dict[str, Any], pending: list[TopicPartition],
-                               result: dict[TopicPartition, int | None]) -> BaseException | None:
-        found, failed = read_offset_fetch(version, response, self.group_id, set(pending))
-        result.update(found)
-        return settle_offset_fetch_errors(failed, self._coordinator_dead)
+        return await self._offsets.fetch(wanted)
 
 
 class _GenerationMoved(Exception):
@@ -801,8 +719,7 @@ def _check_tp(tp: object) -> TopicPartition:
     return TopicPartition(tp[0], tp[1])
 
 
-def _check_offsets(offsets: dict[TopicPartition, tuple[int, int | None, str | None]]
-                   ) -> dict[TopicPartition, tuple[int, int, str]]:
+def _check_offsets(offsets: CommitOffsets) -> dict[TopicPartition, tuple[int, int, str]]:
     out: dict[TopicPartition, tuple[int, int, str]] = {}
     for tp, value in offsets.items():
         tp = _check_tp(tp)

@@ -1,9 +1,8 @@
 """KIP-848 group membership for ``Consumer(..., group_protocol="consumer")``: the I/O shell.
 
-``ConsumerGroupMember`` offers the consumer the same surface as the classic ``GroupCoordinator`` (``run``,
-``assignment``, ``commit``, ``fetch_committed``, ``leave``, ``request_rejoin``, ``poll_happened``), so the
-consumer switches protocols in one place. Heartbeats run in ``net.heartbeat_loop``; after each answer that
-changed the target, this module reconciles step by step as ``core.consumer_membership`` says: revoke
+``ConsumerGroupMember`` implements ``net.group_member.GroupMember``, as the classic ``GroupCoordinator``
+does, so the consumer switches protocols in one place; offsets go through the same ``GroupOffsets``.
+Heartbeats run in ``net.heartbeat_loop``; after each answer that changed the target, this module reconciles step by step as ``core.consumer_membership`` says: revoke
 (commit the revoked positions when auto-commit is on, then ``on_partitions_revoked``), assign
 (``on_partitions_assigned``), report what is owned with the next heartbeat, which goes at once. A fenced
 member's partitions are lost (``on_partitions_lost``, no commit) and it joins again.
@@ -16,25 +15,24 @@ fail the commit with ``CommitFailedError``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import anyio
 
 from .. import errors
 from ..config import Config
-from ..core.backoff import ExponentialBackoff, RetryState
+from ..core.backoff import ExponentialBackoff
 from ..core.consumer_membership import ConsumerMembership
 from ..core.group_heartbeat import MemberPhase
-from ..core.group_state import (Action, classify_commit_error, offset_commit_body, offset_fetch_body,
-                                read_offset_fetch, settle_offset_fetch_errors)
+from ..core.group_state import Action, classify_commit_error
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
+from .group_member import CommitOffsets, GroupOffsets, RebalanceListener
 from .heartbeat_loop import HeartbeatLoop
 
 log = logging.getLogger(__name__)
 
-_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError)
 _STALE_EPOCH = errors.StaleMemberEpochError.errno
 _GONE = frozenset({errors.UnknownMemberIdError.errno, errors.FencedMemberEpochError.errno,
                    errors.IllegalGenerationError.errno})
@@ -44,7 +42,7 @@ class ConsumerGroupMember:
     """A KIP-848 group member wired into the consumer's fetch state through the listener bridge."""
 
     def __init__(self, cluster: Cluster, config: Config, *, subscription: Callable[[], set[str]],
-                 listener: Any, on_assignment_changed: Callable[[], None],
+                 listener: RebalanceListener | None, on_assignment_changed: Callable[[], None],
                  committed_offsets_for_revoke: Callable[[], dict[TopicPartition, int]]) -> None:
         assert config.group_id is not None
         self._cluster = cluster
@@ -65,6 +63,9 @@ class ConsumerGroupMember:
         self._closing = False
         self._epoch_changed = anyio.Event()
         cluster.on_metadata_change(self._on_metadata_change)
+        self._offsets = GroupOffsets(cluster, self.group_id, request_timeout_ms=config.request_timeout_ms,
+                                     backoff=self._backoff, coordinator=self._coordinator,
+                                     coordinator_lost=self._coordinator_lost)
 
     # ------------------------------------------------------------------ the surface the consumer uses
     @property
@@ -193,98 +194,43 @@ class ConsumerGroupMember:
             await anyio.sleep(0.01)
         return self._loop.coordinator
 
-    async def commit(self, offsets: dict[TopicPartition, tuple[int, int | None, str | None]]) -> None:
+    async def commit(self, offsets: CommitOffsets) -> None:
         """OffsetCommit for the current member epoch, retried within ``request_timeout_ms``."""
         if self.core.fatal_error is not None:
             raise self.core.fatal_error
         pending = {tp: (off, -1 if ep is None else ep, md or "") for tp, (off, ep, md) in offsets.items()}
-        deadline = self._cluster.clock() + self._config.request_timeout_ms
-        retry = RetryState(self._backoff)
-        last: BaseException | None = None
-        while pending:
-            coordinator = await self._coordinator(deadline)
-            epoch, member = self.core.member_epoch, self.core.member_id
-            if epoch <= 0:
-                raise errors.CommitFailedError(f"group {self.group_id}: not a member (epoch {epoch}); the "
-                                               "partitions may have moved and their records will be redelivered")
-            try:
-                _, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(v, self.group_id, epoch, member,
-                                                                                    self.core.instance_id, pending))
-            except _TRANSPORT_ERRORS as exc:
-                last = exc
-            else:
-                last = self._commit_response(response, pending)
-            if pending:
-                delay = retry.on_failure(self._cluster.clock())
-                if self._cluster.clock() + delay > deadline:
-                    raise errors.KafkaTimeoutError(f"group {self.group_id}: commit not done within "
-                                                   f"request_timeout_ms: {last!r}") from last
-                if isinstance(last, errors.StaleMemberEpochError):   # the next heartbeat brings the epoch
-                    with anyio.move_on_after(delay / 1000.0):
-                        await self._epoch_changed.wait()
-                else:
-                    await anyio.sleep(delay / 1000.0)
+        if pending:
+            await self._offsets.commit(pending, identity=self._commit_identity, instance_id=self.core.instance_id,
+                                       judge=self._judge_commit_error, wait=self._wait_commit_retry)
 
-    def _commit_response(self, response: dict[str, Any],
-                         pending: dict[TopicPartition, tuple[int, int, str]]) -> BaseException | None:
-        last: BaseException | None = None
-        for topic in response.get("topics") or ():
-            for part in topic.get("partitions") or ():
-                tp = TopicPartition(topic["name"], int(part["partition_index"]))
-                code = int(part["error_code"])
-                if code == 0:
-                    pending.pop(tp, None)
-                    continue
-                error = errors.error_for_code(code)(f"OffsetCommit {tp.topic}[{tp.partition}] for group "
-                                                    f"{self.group_id}")
-                if code == _STALE_EPOCH:
-                    last = error
-                    continue
-                if code in _GONE:
-                    raise errors.CommitFailedError(
-                        f"group {self.group_id}: commit failed ({type(error).__name__}); the member was fenced "
-                        "and its partitions may have moved (their records will be redelivered)") from error
-                action = classify_commit_error(code)
-                if action in (Action.RETRY, Action.COORDINATOR, Action.RETRY_NOW):
-                    if action is Action.COORDINATOR:
-                        self._coordinator_lost(error)
-                    last = error
-                    continue
-                raise error
-        return last
+    def _commit_identity(self) -> tuple[int, str]:
+        epoch = self.core.member_epoch
+        if epoch <= 0:
+            raise errors.CommitFailedError(f"group {self.group_id}: not a member (epoch {epoch}); the "
+                                           "partitions may have moved and their records will be redelivered")
+        return epoch, self.core.member_id
+
+    def _judge_commit_error(self, code: int, error: errors.KafkaError) -> None:
+        """STALE_MEMBER_EPOCH is retried with the next heartbeat's epoch; a fenced or unknown member's commit
+        fails; retriable and coordinator errors retry; anything else fails the commit."""
+        if code == _STALE_EPOCH:
+            return
+        if code in _GONE:
+            raise errors.CommitFailedError(
+                f"group {self.group_id}: commit failed ({type(error).__name__}); the member was fenced "
+                "and its partitions may have moved (their records will be redelivered)") from error
+        if classify_commit_error(code) not in (Action.RETRY, Action.COORDINATOR, Action.RETRY_NOW):
+            raise error
+
+    async def _wait_commit_retry(self, cause: BaseException | None, delay_ms: float) -> None:
+        if isinstance(cause, errors.StaleMemberEpochError):    # the next heartbeat brings the epoch
+            with anyio.move_on_after(delay_ms / 1000.0):
+                await self._epoch_changed.wait()
+        else:
+            await anyio.sleep(delay_ms / 1000.0)
 
     async def fetch_committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        wanted = list(dict.fromkeys(tps))
-        if not wanted:
-            return {}
-        deadline = self._cluster.clock() + self._config.request_timeout_ms
-        retry = RetryState(self._backoff)
-        result: dict[TopicPartition, int | None] = {}
-        last: BaseException | None = None
-        while len(result) < len(wanted):
-            coordinator = await self._coordinator(deadline)
-            pending = [tp for tp in wanted if tp not in result]
-            try:
-                version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, pending))
-            except _TRANSPORT_ERRORS as exc:
-                last = exc
-            else:
-                last = self._offset_fetch_response(version, response, set(pending), result)
-            if len(result) < len(wanted):
-                delay = retry.on_failure(self._cluster.clock())
-                if self._cluster.clock() + delay > deadline:
-                    raise errors.KafkaTimeoutError(f"group {self.group_id}: committed offsets not fetched "
-                                                   f"within request_timeout_ms: {last!r}") from last
-                await anyio.sleep(delay / 1000.0)
-        return {tp: result[tp] for tp in wanted}
-
-    def _offset_fetch_response(self, version: int, response: dict[str, Any], wanted: set[TopicPartition],
-                               result: dict[TopicPartition, int | None]) -> BaseException | None:
-        found, failed = read_offset_fetch(version, response, self.group_id, wanted)
-        result.update(found)
-        return settle_offset_fetch_errors(failed, self._coordinator_lost)
+        return await self._offsets.fetch(tps)
 
     def _coordinator_lost(self, why: BaseException) -> None:
         """The coordinator answered that it is not (or not yet) the group's: find it again before retrying."""

@@ -1,15 +1,20 @@
-"""OffsetCommit / OffsetFetch shapes shared by the classic group and the KIP-848 member (``core.group_state``)."""
+"""OffsetCommit / OffsetFetch shared by the classic group and the KIP-848 member: the shapes (``core.group_state``)
+and the one retrying path (``net.group_member.GroupOffsets``)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import anyio
 import pytest
 
 from akresil import errors
+from akresil.core.backoff import ExponentialBackoff
 from akresil.core.group_state import (offset_commit_body, offset_fetch_body, read_offset_fetch,
                                       settle_offset_fetch_errors)
-from akresil.net.group_consumer_protocol import ConsumerGroupMember
+from akresil.net.group_member import GroupOffsets
+from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition as TP
 
 NOT_COORDINATOR = errors.NotCoordinatorError.errno
@@ -69,23 +74,90 @@ def test_settle_raises_what_retrying_cannot_mend() -> None:
         settle_offset_fetch_errors([(errors.GroupAuthorizationFailedError.errno, auth)], lost.append)
 
 
-def test_the_kip848_member_looks_the_coordinator_up_again_after_an_offset_fetch_says_not_coordinator() -> None:
-    """It retried the same node until its deadline before (only its commit path dropped the coordinator)."""
+class ScriptedCluster:
+    """Answers OffsetCommit / OffsetFetch from a script, records (node, api) of each request; the clock moves
+    only when the test says so (no real sleeps matter: backoff here is 1 ms)."""
 
-    class Loop:
-        coordinator: int | None = 3
-        woken = 0
+    def __init__(self, answers: list[dict[str, Any] | BaseException]) -> None:
+        self.answers = answers
+        self.sent: list[tuple[int, ApiKey, dict[str, Any]]] = []
 
-        def wake(self) -> None:
-            self.woken += 1
+    def clock(self) -> float:
+        return 0.0
 
-    class Core:
-        needs_coordinator = False
+    async def request(self, node: int, api: ApiKey, body: Any, **kw: Any) -> tuple[int, dict[str, Any]]:
+        self.sent.append((node, api, body(8) if callable(body) else body))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return 8, answer
 
-    member = ConsumerGroupMember.__new__(ConsumerGroupMember)
-    member.group_id, member._loop, member.core = "g", Loop(), Core()     # type: ignore[assignment]
-    result: dict[TP, int | None] = {}
-    response = {"groups": [{"group_id": "g", "error_code": NOT_COORDINATOR, "topics": []}]}
-    last = member._offset_fetch_response(8, response, {TP("t", 0)}, result)
-    assert isinstance(last, errors.NotCoordinatorError) and result == {}
-    assert member.core.needs_coordinator and member._loop.coordinator is None and member._loop.woken == 1
+
+def offsets_client(cluster: ScriptedCluster, nodes: list[int], lost: list[BaseException]) -> GroupOffsets:
+    """A GroupOffsets whose coordinator is ``nodes[0]`` until told it moved (then the next one)."""
+
+    async def coordinator(deadline: float) -> int:
+        return nodes[0]
+
+    def coordinator_lost(why: BaseException) -> None:
+        lost.append(why)
+        nodes.pop(0)
+
+    return GroupOffsets(cluster, "g", request_timeout_ms=60_000,  # type: ignore[arg-type]
+                        backoff=ExponentialBackoff(1, 1, rng=random.Random(0), jitter=0.0),
+                        coordinator=coordinator, coordinator_lost=coordinator_lost)
+
+
+def test_offset_fetch_asks_the_next_coordinator_after_not_coordinator() -> None:
+    """The KIP-848 member retried the same node until its deadline once (only its commit path dropped the
+    coordinator); both protocols now share this path."""
+    cluster = ScriptedCluster([
+        {"groups": [{"group_id": "g", "error_code": NOT_COORDINATOR, "topics": []}]},
+        {"groups": [{"group_id": "g", "error_code": 0, "topics": partitions(("t", 0, 42, 0))}]}])
+    lost: list[BaseException] = []
+    got = anyio.run(offsets_client(cluster, [3, 4], lost).fetch, [TP("t", 0), TP("t", 0)])
+    assert got == {TP("t", 0): 42}
+    assert [node for node, _, _ in cluster.sent] == [3, 4]
+    assert len(lost) == 1 and isinstance(lost[0], errors.NotCoordinatorError)
+
+
+def commit_answer(code: int) -> dict[str, Any]:
+    return {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": code}]}]}
+
+
+def test_commit_retries_what_the_member_lets_it_and_carries_each_attempts_identity() -> None:
+    cluster = ScriptedCluster([commit_answer(NOT_COORDINATOR), errors.KafkaConnectionError("reset"),
+                               commit_answer(errors.StaleMemberEpochError.errno), commit_answer(0)])
+    lost: list[BaseException] = []
+    epochs = iter([5, 5, 6, 7])
+    judged: list[int] = []
+
+    def judge(code: int, error: errors.KafkaError) -> None:
+        judged.append(code)
+
+    async def main() -> None:
+        pending = {TP("t", 0): (10, -1, "")}
+        await offsets_client(cluster, [1, 2, 3], lost).commit(
+            pending, identity=lambda: (next(epochs), "m"), instance_id=None, judge=judge)
+        assert pending == {}
+
+    anyio.run(main)
+    assert [(node, body["generation_id_or_member_epoch"]) for node, _, body in cluster.sent] == [
+        (1, 5), (2, 5), (3, 6), (3, 7)]
+    assert judged == [NOT_COORDINATOR, errors.StaleMemberEpochError.errno]
+    assert [type(e) for e in lost] == [errors.NotCoordinatorError, errors.KafkaConnectionError]
+
+
+def test_commit_stops_where_the_member_judges_it_must() -> None:
+    cluster = ScriptedCluster([commit_answer(errors.FencedMemberEpochError.errno)])
+
+    def judge(code: int, error: errors.KafkaError) -> None:
+        raise errors.CommitFailedError("fenced") from error
+
+    async def main() -> None:
+        with pytest.raises(errors.CommitFailedError):
+            await offsets_client(cluster, [1], []).commit(
+                {TP("t", 0): (10, -1, "")}, identity=lambda: (5, "m"), instance_id=None, judge=judge)
+
+    anyio.run(main)
+    assert len(cluster.sent) == 1
