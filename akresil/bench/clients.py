@@ -23,7 +23,10 @@ from typing import Any, Callable, ClassVar, Optional
 
 from .stats import OTHER, TIMEOUT
 
-CLIENT_NAMES = ("akresil", "aiokafka", "confluent")
+CLIENT_NAMES = ("akresil", "aiokafka", "confluent", "java")
+#: the clients a run compares when ``--clients`` is not given: the Java client needs a JVM, so it joins by default
+#: only on Apache Kafka (``--harness apache``), where it is the reference
+DEFAULT_CLIENTS = ("akresil", "aiokafka", "confluent")
 #: librdkafka's log lines (connection refused during a bounce, ...) go here instead of stderr
 LIBRDKAFKA_LOG = logging.getLogger("akresil.bench.librdkafka")
 #: how long a confluent-kafka poll call blocks waiting for callbacks (bounds callback latency only when idle)
@@ -113,6 +116,9 @@ def settings_for(client: str, settings: Settings) -> dict[str, Any]:
         if timeout is not None:
             out["request_timeout_ms"] = timeout
         return out
+    if client == "java":
+        from .java_client import java_settings
+        return dict(item.split("=", 1) for item in java_settings(settings))
     if client == "confluent":
         out = {"linger.ms": settings.linger_ms}
         if settings.delivery_timeout_ms is not None:
@@ -333,6 +339,9 @@ PRODUCERS: dict[str, type[ProducerAdapter]] = {
 
 
 def make_producer(client: str, bootstrap: str, client_id: str, settings: Settings) -> ProducerAdapter:
+    if client == "java":
+        from .java_client import JavaProducer
+        return JavaProducer(bootstrap, client_id, settings)
     try:
         cls = PRODUCERS[client]
     except KeyError:
@@ -352,6 +361,9 @@ async def consume_all(client: str, bootstrap: str, client_id: str, topic: str, p
     if client == "confluent":
         return await asyncio.to_thread(_consume_confluent, bootstrap, client_id, topic, partitions, expected,
                                        timeout_s)
+    if client == "java":
+        from .java_client import consume_java
+        return await consume_java(bootstrap, client_id, topic, partitions, expected, timeout_s)
     raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})")
 
 

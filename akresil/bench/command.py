@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import report
-from .clients import CLIENT_NAMES, DEFAULT_LOAD, LOADS
+from .clients import CLIENT_NAMES, DEFAULT_CLIENTS, DEFAULT_LOAD, LOADS
 from .apache_runner import APACHE_SKIPS
 from .mock_scenarios import MOCK_SKIPS
 from .progress import Progress
@@ -41,8 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"directory for bench.json, table.txt and the PNGs "
                    f"(default {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=1, help="fixes values and fault scripts (default 1)")
-    p.add_argument("--clients", type=parse_clients, default=CLIENT_NAMES,
-                   help=f"comma-separated subset of {','.join(CLIENT_NAMES)} (default: all)")
+    p.add_argument("--clients", type=parse_clients, default=None,
+                   help=f"comma-separated subset of {','.join(CLIENT_NAMES)} (default: {','.join(DEFAULT_CLIENTS)}, "
+                   "and java too with --harness apache; java needs a JDK 17+ and Maven for kafka-clients)")
     p.add_argument("--load", choices=LOADS, default=DEFAULT_LOAD,
                    help="the failure scenarios' idiom: tasks, one task per record awaiting the client's "
                    "send-and-wait (akresil send, aiokafka send_and_wait, confluent-kafka a loop future resolved "
@@ -117,7 +118,7 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
         require()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)   # it logs every retry at WARNING
     names = SCENARIOS if args.scenario == "all" else (args.scenario,)
-    clients: Sequence[str] = args.clients
+    clients: Sequence[str] = args.clients or (CLIENT_NAMES if args.harness == "apache" else DEFAULT_CLIENTS)
     progress = progress or Progress()
     results: dict[str, Any] = {}
     started = time.monotonic()

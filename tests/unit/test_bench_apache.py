@@ -67,3 +67,19 @@ def test_retry_storm_is_refused_and_the_report_names_the_harness() -> None:
         summarize_apache(phase("retry-storm", [], stats.DeliveryLog()))
     assert "retry-storm" not in report.headlines("apache")
     assert report.markers("apache") == (report.APACHE_DOC_BEGIN, report.APACHE_DOC_END)
+
+
+def test_the_java_client_joins_by_default_only_on_apache_kafka() -> None:
+    import argparse
+
+    from akresil.bench.clients import CLIENT_NAMES, DEFAULT_CLIENTS, settings_for
+    from akresil.bench.command import add_arguments
+    from akresil.bench.java_client import java_settings
+    from akresil.bench.clients import Settings
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["leader-move"]).clients is None        # resolved by harness in run()
+    assert "java" in CLIENT_NAMES and "java" not in DEFAULT_CLIENTS
+    settings = Settings(linger_ms=5, delivery_timeout_ms=2500, request_timeout_ms=1500)
+    assert java_settings(settings) == ["linger.ms=5", "request.timeout.ms=1500", "delivery.timeout.ms=2500"]
+    assert settings_for("java", settings)["delivery.timeout.ms"] == "2500"
