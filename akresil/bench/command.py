@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gc-freeze", action="store_true",
                    help="gc.freeze() after each client's warm-up, as a long-running service does after start-up: "
                    "Python's full collections then scan only what the load keeps alive (failure scenarios)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every scenario this many times (seeds SEED, SEED+1, ..., the client order rotating "
+                   "each round) and report each client's median and worst round (default 1)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
     p.add_argument("--update-docs", metavar="PAGE", type=Path,
                    help="also replace the table between this harness's bench markers of this markdown page "
@@ -94,20 +97,22 @@ def _broker(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[
     return Broker(args.bootstrap_servers) if args.harness == "proxy" else contextlib.nullcontext(None)
 
 
-async def _run_failure(args: argparse.Namespace, broker: Any, sc: Scenario, client: str,
+async def _run_failure(args: argparse.Namespace, broker: Any, sc: Scenario, client: str, seed: int,
                        progress: Progress) -> tuple[dict[str, Any], dict[str, Any]]:
     if args.harness == "apache":
         from .apache_runner import run_failure_on_apache
-        return await run_failure_on_apache(broker, sc, client, args.seed, progress)
+        return await run_failure_on_apache(broker, sc, client, seed, progress)
     if args.harness == "mock":
         from .mock_runner import run_failure_on_mock     # the binding is needed only when the mock is asked for
-        return await run_failure_on_mock(sc, client, args.seed, progress)
+        return await run_failure_on_mock(sc, client, seed, progress)
     assert broker is not None
-    return await run_failure(broker, sc, client, args.seed, progress)
+    return await run_failure(broker, sc, client, seed, progress)
 
 
 async def run(args: argparse.Namespace, progress: Progress | None = None) -> dict[str, Any]:
     """Run the chosen scenarios for every chosen client; write and return the JSON document."""
+    if args.rounds < 1:
+        raise BenchArgumentError(f"--rounds: needs at least 1, got {args.rounds}")
     if args.update_docs is not None and not args.update_docs.is_file():
         raise FileNotFoundError(f"--update-docs: {args.update_docs} does not exist")
     if args.harness != "proxy" and args.bootstrap_servers:
@@ -130,24 +135,33 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
                     progress.note(f"{name}: skipped: {skips(args.harness)[name]}")
                     continue
                 t0 = time.monotonic()
-                if name == "steady":
-                    assert broker is not None    # steady is not run on the mock (MOCK_SKIPS)
-                    cfg = steady_config(quick=args.quick)
-                    if args.harness == "apache":
-                        from .apache_runner import run_steady_on_apache
-                        per = {c: {"summary": await run_steady_on_apache(broker, cfg, c, args.seed, progress)}
-                               for c in clients}
-                    else:
-                        per = {c: {"summary": await run_steady(broker, cfg, c, args.seed, progress)}
-                               for c in clients}
-                    scenario = cfg.as_dict()
-                else:
-                    sc = build(name, quick=args.quick, seed=args.seed, load=args.load, gc_freeze=args.gc_freeze)
-                    per = {}
-                    for c in clients:
-                        summary, series = await _run_failure(args, broker, sc, c, progress)
-                        per[c] = {"summary": summary, "series": series}
-                    scenario = sc.as_dict()
+                per: dict[str, dict[str, Any]] = {c: {"rounds": []} for c in clients}
+                scenario: dict[str, Any] = {}
+                for r in range(args.rounds):
+                    seed = args.seed + r
+                    order = list(clients[r % len(clients):]) + list(clients[:r % len(clients)])
+                    for c in order:
+                        if name == "steady":
+                            assert broker is not None    # steady is not run on the mock (MOCK_SKIPS)
+                            cfg = steady_config(quick=args.quick)
+                            if args.harness == "apache":
+                                from .apache_runner import run_steady_on_apache
+                                summary = await run_steady_on_apache(broker, cfg, c, seed, progress)
+                            else:
+                                summary = await run_steady(broker, cfg, c, seed, progress)
+                            scenario = cfg.as_dict()
+                        else:
+                            sc = build(name, quick=args.quick, seed=seed, load=args.load, gc_freeze=args.gc_freeze)
+                            summary, series = await _run_failure(args, broker, sc, c, seed, progress)
+                            if r == 0:    # the first seed's script is the one described and plotted
+                                scenario = sc.as_dict()
+                                per[c]["series"] = series
+                        per[c]["rounds"].append(summary)
+                for c in clients:
+                    per[c]["summary"] = report.combine_rounds(per[c]["rounds"])
+                    per[c]["worst"] = report.worst_of(name, per[c]["rounds"], args.harness)
+                    if args.rounds == 1:
+                        del per[c]["rounds"]
                 results[name] = {"scenario": scenario, "clients": per,
                                  "ratios": report.ratios(name, {c: v["summary"] for c, v in per.items()},
                                                          harness=args.harness)}
@@ -155,6 +169,7 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
                 progress.note(headline(name, results[name]))
     doc = report.document(seed=args.seed, quick=args.quick, env=report.environment(), scenarios=results,
                           harness=args.harness)
+    doc["rounds"] = args.rounds
     doc["wall_s"] = round(time.monotonic() - started, 1)
     out = Path(args.out)
     written = report.write(doc, out, args.update_docs)

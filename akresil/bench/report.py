@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import platform
+import statistics
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import orjson
 
@@ -93,6 +94,36 @@ def ratios(scenario: str, summaries: Mapping[str, Mapping[str, Any]], base: str 
     return rows
 
 
+def combine_rounds(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The element-wise median of several rounds' summaries (numbers only; anything else from the first round;
+    a value missing or ``None`` in some round is the median of the rounds that have it)."""
+    first = summaries[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, Mapping):
+            out[key] = combine_rounds([s[key] for s in summaries if isinstance(s.get(key), Mapping)])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) or value is None:
+            nums = [s.get(key) for s in summaries]
+            present = [float(v) for v in nums if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            out[key] = statistics.median(present) if present else None
+        else:
+            out[key] = value
+    return out
+
+
+def worst_of(scenario: str, summaries: Sequence[Mapping[str, Any]], harness: str = "proxy") -> dict[str, Any]:
+    """Each headline metric's worst round (the highest of a lower-is-better metric, the lowest of a higher-is-
+    better one; ``None`` where no round has it): a median hides stalls, the worst round shows them."""
+    out: dict[str, Any] = {}
+    for _, path, better in headlines(harness)[scenario]:
+        values = [v for v in (lookup(s, path) for s in summaries) if v is not None]
+        if not values or better not in ("lower", "higher"):
+            out[path] = None
+            continue
+        out[path] = max(values) if better == "lower" else min(values)
+    return out
+
+
 def _ratio(a: float | None, b: float | None) -> float | str | None:
     if a is None or b is None:
         return None
@@ -145,9 +176,14 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
     others = [c for c in clients if c != "akresil"]
     head = ["scenario", "metric", "better", *clients, *[f"akresil / {c}" for c in others]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rounds = doc.get("rounds", 1)
     for name, s in scen.items():
         for row in s.get("ratios", []):
-            cells = [name, row["metric"], row["better"], *[_fmt(row["values"].get(c)) for c in clients],
+            def value(c: str) -> str:
+                worst = s.get("clients", {}).get(c, {}).get("worst", {}).get(row["path"]) if rounds > 1 else None
+                shown = _fmt(row["values"].get(c))
+                return shown if worst is None else f"{shown} ({_fmt(worst)})"
+            cells = [name, row["metric"], row["better"], *[value(c) for c in clients],
                      *[_fmt(row["ratios"].get(c)) for c in others]]
             lines.append("| " + " | ".join(cells) + " |")
     env = doc["environment"]
@@ -157,6 +193,10 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
         lines.append(f"Skipped: {'; '.join(skipped)}.")
     loads = sorted({s["scenario"]["load"] for s in scen.values() if "load" in s.get("scenario", {})})
     load = f", --load {'/'.join(loads)}" if loads else ""
+    if rounds > 1:
+        lines.append(f"Each client's value is the median of {rounds} rounds (seeds {doc['seed']}.."
+                     f"{doc['seed'] + rounds - 1}, the client order rotating), the worst round in brackets; the "
+                     "ratios compare medians.")
     lines.append(f"Run: {HARNESSES[doc['harness']]} (--harness {doc['harness']}), seed {doc['seed']}, "
                  f"{'--quick' if doc['quick'] else 'full'}{load}; Python {env['python']}, "
                  f"{env['cpus']} CPUs, load average {', '.join(str(x) for x in env['load_avg'])}; aiokafka "

@@ -252,3 +252,23 @@ def test_fault_windows_of_each_scenario() -> None:
     assert live_partitions(data) == {p for p, n in {0: 1, 1: 2, 2: 3}.items() if n != st.params["node"]}
     with pytest.raises(ValueError, match="no fault step"):
         summarize(phase("leader-move"))
+
+
+def test_rounds_combine_to_element_wise_medians_and_the_worst_round_per_headline() -> None:
+    rounds = [
+        {"sched_latency": {"p99_ms": 10.0, "p999_ms": 12.0, "max_ms": 20.0}, "throughput_msg_per_s": 1900.0,
+         "metadata_requests": None, "label": "a"},
+        {"sched_latency": {"p99_ms": 30.0, "p999_ms": 40.0, "max_ms": 90.0}, "throughput_msg_per_s": 1500.0,
+         "metadata_requests": 4, "label": "b"},
+        {"sched_latency": {"p99_ms": 20.0, "p999_ms": float("inf"), "max_ms": 30.0}, "throughput_msg_per_s": 2000.0,
+         "metadata_requests": 6, "label": "c"},
+    ]
+    median = report.combine_rounds(rounds)
+    assert median["sched_latency"] == {"p99_ms": 20.0, "p999_ms": 40.0, "max_ms": 30.0}
+    assert median["throughput_msg_per_s"] == 1900.0
+    assert median["metadata_requests"] == 5.0          # the rounds that have it
+    assert median["label"] == "a"
+    worst = report.worst_of("leader-move", rounds)
+    assert worst["sched_latency.p99_ms"] == 30.0 and worst["sched_latency.p999_ms"] == float("inf")
+    assert worst["throughput_msg_per_s"] == 1500.0     # higher is better: the lowest round
+    assert worst["move_to_first_success.median_ms"] is None
