@@ -226,7 +226,8 @@ class Cluster:
             self.disconnect(node_id, exc)
             if find_frame_too_large(exc) is not None:   # retried like any broken stream, but never silently
                 log.warning("%s response from node %s refused: %s", api_key.name, node_id, exc)
-            raise errors.KafkaConnectionError(str(exc)) from exc
+            raise errors.KafkaConnectionError(
+                str(exc), reason=exc.reason if isinstance(exc, errors.KafkaConnectionError) else None) from exc
         finally:
             state.on_request_done(self.clock())
         throttle = response.get("throttle_time_ms") or 0

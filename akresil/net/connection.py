@@ -83,6 +83,8 @@ def _fresh(error: BaseException) -> BaseException:
     except Exception:
         return error
     copy.__cause__ = error.__cause__
+    if isinstance(error, errors.KafkaConnectionError) and isinstance(copy, errors.KafkaConnectionError):
+        copy.reason = error.reason
     return copy
 
 
@@ -128,6 +130,9 @@ class Connection:
         self.reauthenticate_at: float | None = None
         #: latency of the most recent completed request (ms from hand-over to response)
         self.last_latency_ms = 0.0
+        #: what a close by the peer before any answer but ApiVersions suggests (``listener_hint``); cleared by
+        #: the first other response, after which a close means something else
+        self.listener_hint: str | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -175,6 +180,7 @@ class Connection:
         conn = cls(stream, client_id=client_id, request_timeout_ms=request_timeout_ms,
                    max_in_flight=max_in_flight, node_id=node_id, address=address,
                    max_frame_bytes=max_frame_bytes, hooks=hooks, clock=clock)
+        conn.listener_hint = listener_hint(tls=ssl_context is not None, sasl=sasl is not None)
         try:
             await conn.negotiate_versions()
             if sasl is not None:
@@ -412,10 +418,12 @@ class Connection:
                         error = errors.ProtocolError(
                             f"connection to {self._where()} ended inside a frame "
                             f"({decoder.buffered} bytes of a truncated response)")
-                    elif isinstance(exc, anyio.EndOfStream):
-                        error = errors.KafkaConnectionError(f"connection to {self._where()} closed by the peer")
                     else:
-                        error = errors.KafkaConnectionError(f"connection to {self._where()} failed: {exc!r}")
+                        reason = "closed by the peer" if isinstance(exc, anyio.EndOfStream) else f"failed: {exc!r}"
+                        if self.listener_hint is not None:
+                            reason = f"{reason} {self.listener_hint}"
+                        error = errors.KafkaConnectionError(f"connection to {self._where()} {reason}",
+                                                            reason=f"connection {reason}")
                     with anyio.CancelScope(shield=True):
                         await self.close(error)
                 return
@@ -424,6 +432,8 @@ class Connection:
             try:
                 for frame in decoder.feed(data):
                     entry = inflight.match(frame)
+                    if entry.api_key != ApiKey.API_VERSIONS:
+                        self.listener_hint = None    # the listener speaks what we speak past the handshake
                     if entry.response_optional:
                         continue
                     self._release_slot()
@@ -601,6 +611,21 @@ def _set_nodelay(stream: anyio.abc.SocketStream) -> None:
 
 def _api_name(api_key: Any) -> str:
     return getattr(api_key, "name", None) or f"api {api_key}"
+
+
+def listener_hint(*, tls: bool, sasl: bool) -> str | None:
+    """What a listener that closes a new connection during or right after ApiVersions probably wants: a Kafka
+    SASL listener answers ApiVersions, then closes on any request but SaslHandshake; a TLS listener closes
+    on the plaintext bytes at once.  None when the client already uses both."""
+    if tls and sasl:
+        return None
+    if tls:
+        needs = "SASL (security_protocol='SASL_SSL' and sasl_mechanism)"
+    elif sasl:
+        needs = "TLS (security_protocol='SASL_SSL')"
+    else:
+        needs = "SASL or TLS (security_protocol='SASL_PLAINTEXT', 'SSL' or 'SASL_SSL')"
+    return f"during or right after ApiVersions: the listener may require {needs}"
 
 
 def connect_failure_reason(exc: BaseException) -> str:

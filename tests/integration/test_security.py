@@ -380,3 +380,38 @@ async def test_no_credential_in_logs_errors_or_metric_labels(broker: EmbeddedBro
     for secret in secrets:
         leaks = [text for text in texts if secret in text]
         assert not leaks, (secret, leaks[:3])
+
+
+# ---------------------------------------------------------------------------------------------- wrong listener
+@pytest.mark.parametrize("listener, client_security, needs", [
+    ("sasl", {}, "may require SASL or TLS"),
+    ("tls", {}, "may require SASL or TLS"),
+    ("tls", {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": USER,
+             "sasl_plain_password": PASSWORD}, "may require TLS (security_protocol='SASL_SSL')"),
+], ids=["plaintext-on-sasl", "plaintext-on-tls", "sasl-on-tls"])
+async def test_a_client_on_the_wrong_kind_of_listener_is_told_what_it_may_need(
+        broker: EmbeddedBroker, pki: Pki, caplog: pytest.LogCaptureFixture, listener: str,
+        client_security: dict[str, Any], needs: str) -> None:
+    # a Kafka SASL listener answers ApiVersions, then closes on anything but SaslHandshake; a TLS listener
+    # closes on the plaintext bytes: the client's error and its per-round WARNING say what may be missing
+    front: dict[str, Any] = {"sasl_users": USERS} if listener == "sasl" else {"ssl_context": pki.server_context()}
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    async with FaultProxy(broker.bootstrap_servers, nodes=1, **front) as proxy:
+        with pytest.raises(errors.NoBrokersAvailableError) as info:
+            async with Producer(bootstrap_servers=proxy.bootstrap_servers, bootstrap_timeout_ms=1_000,
+                                **client_security):
+                pass
+    assert f"closed by the peer during or right after ApiVersions: the listener {needs}" in str(info.value)
+    first = next(r.getMessage() for r in caplog.records if "no bootstrap server answered" in r.getMessage())
+    assert needs in first
+
+
+async def test_a_close_after_the_listener_answered_gives_no_hint(broker: EmbeddedBroker) -> None:
+    async with FaultProxy(broker.bootstrap_servers, nodes=1) as proxy:
+        conn = await Connection.connect(proxy.host, proxy.port(1))
+        await conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
+        await proxy.adrop_connections(1)
+        with pytest.raises(errors.KafkaConnectionError) as info:
+            await conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
+        await conn.close()
+        assert "ApiVersions" not in str(info.value) and "SASL" not in str(info.value)
