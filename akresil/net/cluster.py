@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 from typing import Any, Callable, Iterable
 
 import anyio
@@ -302,6 +303,7 @@ class Cluster:
         no address is tried inside its reconnect backoff; a failed round logs one WARNING naming every address
         with its cause and the next attempt, and giving up raises one error naming each address and its last
         cause once."""
+        await self._check_bootstrap_resolves()
         timeout_ms = self.config.bootstrap_timeout_ms
         deadline = self.clock() + timeout_ms
         causes: dict[str, str] = {}
@@ -337,6 +339,26 @@ class Cluster:
         raise errors.NoBrokersAvailableError(
             f"no bootstrap server answered within bootstrap_timeout_ms={timeout_ms} ({rounds} round(s)): "
             f"{_listing(causes)}")
+
+    async def _check_bootstrap_resolves(self) -> None:
+        """Refuse a bootstrap list none of whose names exists (ConfigError, at once), as Java's client does: a
+        typo would otherwise be retried for the whole bootstrap_timeout_ms.  Names that do not exist next to
+        ones that do get a WARNING and the others are tried.  Only a definite answer ("no such name") counts: a
+        resolver that is temporarily down (EAI_AGAIN) is left to the retry rounds."""
+        missing: dict[str, str] = {}
+        for host, port in self._bootstrap:
+            try:
+                await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                if exc.errno in _NO_SUCH_NAME:
+                    missing[f"{host}:{port}"] = exc.strerror or str(exc)
+        if not missing:
+            return
+        listing = "; ".join(f"{address} ({why})" for address, why in missing.items())
+        if len(missing) == len(self._bootstrap):
+            raise errors.ConfigError(f"bootstrap_servers: no host name resolves: {listing}")
+        log.warning("bootstrap_servers: %s not resolve: %s; trying the others",
+                    "does" if len(missing) == 1 else "do", listing)
 
     def _metadata_body(self, version: int) -> dict[str, Any]:
         md = self.metadata
@@ -396,6 +418,11 @@ def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_crea
     return {"topics": None if topics is None else [{"name": t, "topic_id": ZERO_UUID} for t in topics],
             "allow_auto_topic_creation": allow_auto_topic_creation,
             "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+
+
+#: getaddrinfo's definite "this name does not exist" answers (EAI_NODATA is not defined everywhere)
+_NO_SUCH_NAME = frozenset(code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+                          if code is not None)
 
 
 def _fresh(error: errors.AuthenticationError) -> errors.AuthenticationError:

@@ -11,10 +11,11 @@ import socket
 import time
 from typing import Any
 
+import anyio
 import pytest
 
 from akresil import Admin, Consumer, Producer
-from akresil.errors import NoBrokersAvailableError
+from akresil.errors import ConfigError, NoBrokersAvailableError
 
 TIMEOUT_MS = 300
 #: generous: the wait ends at the option's deadline; the rest is event-loop and resolver slack on a loaded machine
@@ -29,8 +30,8 @@ def refused_address() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-def client(kind: str, bootstrap: str) -> Any:
-    config: dict[str, Any] = dict(bootstrap_servers=bootstrap, bootstrap_timeout_ms=TIMEOUT_MS)
+def client(kind: str, bootstrap: str, bootstrap_timeout_ms: int = TIMEOUT_MS) -> Any:
+    config: dict[str, Any] = dict(bootstrap_servers=bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
     if kind == "producer":
         return Producer(**config)
     if kind == "consumer":
@@ -106,3 +107,27 @@ async def test_rounds_back_off_like_retries_not_at_the_reconnect_pace(caplog: py
     rounds = [r for r in caplog.records if "no bootstrap server answered (round" in r.getMessage()]
     # ~100 + 200 + 400 + 800 ms (±20%) fit in 2.5 s: 4-5 rounds; at the reconnect pace there would be ~11
     assert 3 <= len(rounds) <= 6, [r.getMessage() for r in rounds]
+
+
+@pytest.mark.parametrize("kind", ["producer", "consumer", "admin"])
+async def test_a_list_of_names_that_do_not_resolve_is_refused_at_once(kind: str, caplog: pytest.LogCaptureFixture
+                                                                      ) -> None:
+    """As Java's client (ConfigException): a typo is not retried for bootstrap_timeout_ms (10 min here; the
+    guard only keeps a regression from hanging the run), and no bootstrap round is logged."""
+    other = "akresil-no-such-host-2.invalid:9093"
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    with anyio.fail_after(30), pytest.raises(ConfigError) as info:
+        async with client(kind, f"{UNRESOLVABLE},{other}", bootstrap_timeout_ms=600_000):
+            pass
+    message = str(info.value)
+    assert message.startswith("bootstrap_servers: no host name resolves") and UNRESOLVABLE in message \
+        and other in message, message
+    assert not [r for r in caplog.records if "no bootstrap server answered" in r.getMessage()]
+
+
+async def test_names_that_do_not_resolve_next_to_one_that_does_get_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    await start_and_fail("admin", f"{UNRESOLVABLE},{refused_address()}")
+    [warning] = [r.getMessage() for r in caplog.records if "bootstrap_servers:" in r.getMessage()]
+    assert UNRESOLVABLE in warning and "does not resolve" in warning and "trying the others" in warning
