@@ -1,5 +1,8 @@
 """Static types of the clients' keyword arguments: ``Producer(**config: Unpack[ProducerConfig])`` and so on.
 
+One signature per client, not overloads: a checker then reports a misspelt key or a wrong value under the
+key's name ("Unexpected keyword argument "linger_msec" for "Producer"; did you mean "linger_ms"?").
+
 Type checkers (mypy, pyright) then flag an unknown key or a wrong value type in users' code before it runs;
 at run time ``config.resolve`` still checks every value against the table in ``akresil.config`` and raises
 ``ConfigError`` naming the key.  These TypedDicts mirror that table; tests/unit/test_typing.py checks that
@@ -9,14 +12,14 @@ every key, its nullability and its choices agree with it, so the two cannot drif
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Required, Sequence, TypedDict
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from .core.partitioner import Partitioner
 
-__all__ = ["CommonConfig", "ProducerConfig", "ConsumerConfig", "AdminConfig"]
+__all__ = ["CommonConfig", "ProducerConfig", "ConsumerConfig", "ShareConsumerConfig", "AdminConfig"]
 
 
 class CommonConfig(TypedDict, total=False):
@@ -86,6 +89,20 @@ class ConsumerConfig(CommonConfig, total=False):
     check_crcs: bool
     #: bound on prefetched record bytes (default ``fetch_max_bytes``)
     max_buffered_bytes: int
+    default_api_timeout_ms: int
+
+
+class ShareConsumerConfig(CommonConfig, total=False):
+    """The consumer keys a share group uses (the broker keeps positions, locks and assignment)."""
+
+    hooks: Iterable[object]
+    group_id: Required[str]
+    max_poll_interval_ms: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    fetch_max_wait_ms: int
+    max_poll_records: int
+    check_crcs: bool
     default_api_timeout_ms: int
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, overload
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping
 
 import anyio
 
@@ -45,7 +45,7 @@ __all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
 
 #: ListOffsets timestamps for the log start and end
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
-_EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks", "max_buffered_bytes")
+_EXTRA_KEYS = ("hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
 CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
 
@@ -59,32 +59,20 @@ class Consumer(Generic[KeyT, ValueT]):
     snake_case (``akresil.config``) plus ``key_deserializer`` / ``value_deserializer`` (callables on bytes),
     ``hooks`` and ``max_buffered_bytes`` (prefetch bound, default ``fetch_max_bytes``).
     Generic in the record types: with ``value_deserializer=json.loads`` the records are
-    ``ConsumerRecord[bytes, Any]`` (the overloads below); without deserializers ``ConsumerRecord[bytes, bytes]``.
+    ``ConsumerRecord[bytes, Any]``; without deserializers ``ConsumerRecord[bytes, bytes]`` (the TypeVars' defaults).
     """
 
-    @overload
-    def __init__(self: Consumer[bytes, bytes], *topics: str, pattern: str | re.Pattern[str] | None = None,
-                 listener: RebalanceListener | None = None, key_deserializer: None = None,
-                 value_deserializer: None = None, **config: Unpack[ConsumerConfig]) -> None: ...
-    @overload
-    def __init__(self: Consumer[KeyT, bytes], *topics: str, pattern: str | re.Pattern[str] | None = None,
-                 listener: RebalanceListener | None = None, key_deserializer: Callable[[bytes], KeyT],
-                 value_deserializer: None = None, **config: Unpack[ConsumerConfig]) -> None: ...
-    @overload
-    def __init__(self: Consumer[bytes, ValueT], *topics: str, pattern: str | re.Pattern[str] | None = None,
-                 listener: RebalanceListener | None = None, key_deserializer: None = None,
-                 value_deserializer: Callable[[bytes], ValueT], **config: Unpack[ConsumerConfig]) -> None: ...
-    @overload
-    def __init__(self: Consumer[KeyT, ValueT], *topics: str, pattern: str | re.Pattern[str] | None = None,
-                 listener: RebalanceListener | None = None, key_deserializer: Callable[[bytes], KeyT],
-                 value_deserializer: Callable[[bytes], ValueT], **config: Unpack[ConsumerConfig]) -> None: ...
-
     def __init__(self, *topics: str, pattern: str | re.Pattern[str] | None = None,
-                 listener: RebalanceListener | None = None, **config: Any) -> None:
+                 listener: RebalanceListener | None = None,
+                 key_deserializer: Callable[[bytes], KeyT] | None = None,
+                 value_deserializer: Callable[[bytes], ValueT] | None = None,
+                 **config: Unpack[ConsumerConfig]) -> None:
+        # one signature, not overloads per deserializer: a checker's error then names the wrong keyword
         self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
-        for name in ("key_deserializer", "value_deserializer"):
-            if config.get(name) is not None and not callable(config[name]):
-                raise errors.ConfigError(f"{name}: must be callable, got {type(config[name]).__name__}")
+        for name, deserializer in (("key_deserializer", key_deserializer),
+                                   ("value_deserializer", value_deserializer)):
+            if deserializer is not None and not callable(deserializer):
+                raise errors.ConfigError(f"{name}: must be callable, got {type(deserializer).__name__}")
         max_buffered = config.get("max_buffered_bytes")
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):
@@ -116,7 +104,7 @@ class Consumer(Generic[KeyT, ValueT]):
             max_buffered_bytes=max_buffered, auto_offset_reset=cfg.auto_offset_reset,
             isolation_level=cfg.isolation_level, retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms, check_crcs=cfg.check_crcs,
-            key_deserializer=config.get("key_deserializer"), value_deserializer=config.get("value_deserializer"),
+            key_deserializer=key_deserializer, value_deserializer=value_deserializer,
             rng=self._cluster.rng)
         #: the group member (classic or KIP-848) when subscribed with a group_id; with manual assignment a
         #: classic one that never joins, used only for OffsetCommit / OffsetFetch (generation -1)

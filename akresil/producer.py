@@ -18,8 +18,7 @@ import logging
 import time
 from functools import partial
 from contextlib import asynccontextmanager, nullcontext
-from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence,
-                    overload)
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -36,8 +35,7 @@ from .net.cluster import Cluster
 from .net.scheduler import Sender
 from .net.tasks import TaskOwner
 from .net.transaction import TransactionIO
-from .types import (ConsumerGroupMetadata, Header, KeyT_contra, RawBytes, RecordMetadata, SerializedKeyT,
-                    SerializedT, TopicPartition, ValueT_contra)
+from .types import ConsumerGroupMetadata, Header, KeyT_contra, RecordMetadata, TopicPartition, ValueT_contra
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -46,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_EXTRA_KEYS = ("key_serializer", "value_serializer", "hooks")
 _UNKNOWN_TOPIC_ERRORS = {errors.InvalidTopicError.errno, errors.TopicAuthorizationFailedError.errno}
 _NO_HEADERS: list[Header] = []     # shared, never mutated (the encoder only reads header lists)
 _wall_time = time.time
@@ -90,29 +87,25 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
     Keyword arguments are Kafka's producer configs in snake_case (see ``akresil.config``), plus
     ``key_serializer`` / ``value_serializer`` (callables to bytes) and ``hooks`` (event hook objects).
     Generic in what it takes as keys and values: ``Producer(value_serializer=json_bytes)`` with
-    ``json_bytes: Callable[[Order], bytes]`` is a ``Producer[RawBytes, Order]`` (the overloads below).
+    ``json_bytes: Callable[[Order], bytes]`` is a ``Producer[RawBytes, Order]``; without a serializer the
+    parameter defaults to ``RawBytes`` (the TypeVars' defaults).
     """
 
-    @overload
-    def __init__(self: Producer[RawBytes, RawBytes], *, key_serializer: None = None,
-                 value_serializer: None = None, **config: Unpack[ProducerConfig]) -> None: ...
-    @overload
-    def __init__(self: Producer[SerializedKeyT, RawBytes], *, key_serializer: Callable[[SerializedKeyT], bytes],
-                 value_serializer: None = None, **config: Unpack[ProducerConfig]) -> None: ...
-    @overload
-    def __init__(self: Producer[RawBytes, SerializedT], *, key_serializer: None = None,
-                 value_serializer: Callable[[SerializedT], bytes], **config: Unpack[ProducerConfig]) -> None: ...
-    @overload
-    def __init__(self: Producer[SerializedKeyT, SerializedT], *, key_serializer: Callable[[SerializedKeyT], bytes],
-                 value_serializer: Callable[[SerializedT], bytes], **config: Unpack[ProducerConfig]) -> None: ...
-
-    def __init__(self, **config: Any) -> None:
-        self.config = cfg = resolve("producer", config, extra=_EXTRA_KEYS)
-        self._key_serializer = config.get("key_serializer")
-        self._value_serializer = config.get("value_serializer")
-        for name in ("key_serializer", "value_serializer"):
-            if config.get(name) is not None and not callable(config[name]):
-                raise errors.ConfigError(f"{name}: must be callable, got {type(config[name]).__name__}")
+    # One signature, not overloads per serializer: a checker's error then names the wrong keyword.  A serializer
+    # returns bytes, bytearray or memoryview; spelt as a union of two callables, mypy infers an unannotated
+    # lambda's parameter as Any (as for a def taking Any) instead of the TypeVar's bytes-like default.
+    def __init__(self, *,
+                 key_serializer: (Callable[[KeyT_contra], bytes] | Callable[[KeyT_contra], bytearray | memoryview]
+                                  | None) = None,
+                 value_serializer: (Callable[[ValueT_contra], bytes]
+                                    | Callable[[ValueT_contra], bytearray | memoryview] | None) = None,
+                 **config: Unpack[ProducerConfig]) -> None:
+        self.config = cfg = resolve("producer", config, extra=("hooks",))
+        for name, serializer in (("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+            if serializer is not None and not callable(serializer):
+                raise errors.ConfigError(f"{name}: must be callable, got {type(serializer).__name__}")
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
         self.hooks = Hooks(config.get("hooks") or ())
         if cfg.metrics_registry is not None:
             from .metrics import ClientMetrics

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any, AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Literal
 
 import anyio
 
@@ -42,11 +42,16 @@ from .net.tasks import TaskOwner
 from .protocol.api import ApiKey
 from .types import ShareRecord, TopicPartition
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .config_keys import ShareConsumerConfig
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ShareConsumer"]
 
-_EXTRA_KEYS = ("key_deserializer", "value_deserializer", "hooks")
+_EXTRA_KEYS = ("hooks",)
 #: consumer keys that mean nothing to a share group: the broker keeps the group's position (and its
 #: auto-offset-reset), there are no offsets to commit and no client-side assignors
 _NOT_FOR_SHARE = ("auto_offset_reset", "enable_auto_commit", "auto_commit_interval_ms", "group_instance_id",
@@ -65,7 +70,10 @@ class ShareConsumer:
     ``request_timeout_ms``, ``retry_backoff_ms``, ...), plus ``key_deserializer`` / ``value_deserializer``.
     """
 
-    def __init__(self, *topics: str, acknowledgement_mode: str = "implicit", **config: Any) -> None:
+    def __init__(self, *topics: str, acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
+                 key_deserializer: Callable[[bytes], Any] | None = None,
+                 value_deserializer: Callable[[bytes], Any] | None = None,
+                 **config: Unpack[ShareConsumerConfig]) -> None:
         for key in _NOT_FOR_SHARE:
             if key in config:
                 raise errors.ConfigError(f"{key}: not a share consumer setting (share groups keep delivery "
@@ -76,9 +84,10 @@ class ShareConsumer:
         self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
         if cfg.group_id is None:
             raise errors.ConfigError("group_id: a share consumer needs the share group's id")
-        for name in ("key_deserializer", "value_deserializer"):
-            if config.get(name) is not None and not callable(config[name]):
-                raise errors.ConfigError(f"{name}: must be callable, got {type(config[name]).__name__}")
+        for name, deserializer in (("key_deserializer", key_deserializer),
+                                   ("value_deserializer", value_deserializer)):
+            if deserializer is not None and not callable(deserializer):
+                raise errors.ConfigError(f"{name}: must be callable, got {type(deserializer).__name__}")
         from .admin import check_topic_name
         for t in topics:
             check_topic_name(t)
@@ -93,8 +102,8 @@ class ShareConsumer:
         self._state = ShareFetchState(
             cfg.group_id, backoff=backoff, max_wait_ms=cfg.fetch_max_wait_ms,
             min_bytes=max(1, cfg.fetch_min_bytes), max_bytes=cfg.fetch_max_bytes,
-            max_records=cfg.max_poll_records, key_deserializer=config.get("key_deserializer"),
-            value_deserializer=config.get("value_deserializer"))
+            max_records=cfg.max_poll_records, key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer)
         self._state.member_id = self._member.member_id
         self._heartbeat = HeartbeatLoop(self._cluster, self._member, ApiKey.SHARE_GROUP_HEARTBEAT,
                                         on_change=self._on_membership_change, protocol_name="share")

@@ -7,7 +7,7 @@ with serializers takes ``K`` / ``V`` (what the serializers accept).  Without the
 from __future__ import annotations
 
 import sys
-from typing import Any, Generic, Iterable, NamedTuple, Sequence
+from typing import Generic, Iterable, NamedTuple, Sequence
 
 if sys.version_info >= (3, 13):
     from typing import TypeVar
@@ -21,13 +21,10 @@ RawBytes = bytes | bytearray | memoryview
 KeyT = TypeVar("KeyT", default=bytes)
 ValueT = TypeVar("ValueT", default=bytes)
 #: a producer's key / value type: what its serializer accepts (bytes-like without one).  Contravariant: a
-#: producer that takes any bytes-like value is a fine ``Producer[bytes, bytes]``.
+#: producer that takes any bytes-like value is a fine ``Producer[bytes, bytes]``.  A checker cannot read what an
+#: unannotated lambda serializer accepts: it falls back to the default (annotate the variable to widen it).
 KeyT_contra = TypeVar("KeyT_contra", contravariant=True, default=RawBytes)
 ValueT_contra = TypeVar("ValueT_contra", contravariant=True, default=RawBytes)
-#: what a serializer accepts, in the producer's overloads: Any when a checker cannot tell (an unannotated
-#: lambda), instead of the class default, which would reject every value the lambda was written for
-SerializedT = TypeVar("SerializedT", default=Any)
-SerializedKeyT = TypeVar("SerializedKeyT", default=Any)
 
 
 class TopicPartition(NamedTuple):

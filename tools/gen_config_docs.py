@@ -131,13 +131,28 @@ def kip_for(opt: Option) -> str:
     return fallback or ""
 
 
+def _extra_keys() -> set[str]:
+    """The keywords the producer and consumer accept outside the table: their (de)serializer parameters and
+    the keys of their config TypedDicts that the table lacks (``hooks``, ``max_buffered_bytes``)."""
+    import inspect
+
+    from akresil.config_keys import ConsumerConfig, ProducerConfig
+    from akresil.consumer import Consumer
+    from akresil.producer import Producer
+
+    names = {o.name for o in OPTIONS}
+    keys = (set(ProducerConfig.__annotations__) | set(ConsumerConfig.__annotations__)) - names
+    for client in (Producer, Consumer):
+        keys |= {p for p in inspect.signature(client.__init__).parameters if p.endswith("serializer")}
+    return keys
+
+
 def _check_inputs() -> None:
     names = {o.name for o in OPTIONS}
     unknown = sorted(set(RELATED_KIPS) - names)
     if unknown:
         raise SystemExit(f"gen_config_docs: RELATED_KIPS names keys config.py does not have: {unknown}")
-    from akresil import consumer, producer
-    accepted = set(producer._EXTRA_KEYS) | set(consumer._EXTRA_KEYS)
+    accepted = _extra_keys()
     if accepted != set(EXTRA_KEYS):
         raise SystemExit(f"gen_config_docs: EXTRA_KEYS out of step with the clients: "
                          f"undocumented {sorted(accepted - set(EXTRA_KEYS))}, "

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from akresil import config as config_table
-from akresil.config_keys import AdminConfig, ConsumerConfig, ProducerConfig
+from akresil.config_keys import AdminConfig, ConsumerConfig, ProducerConfig, ShareConsumerConfig
 
 mypy_api = pytest.importorskip("mypy.api")
 
@@ -27,12 +27,13 @@ DOC_PAGES = ("getting-started.md", "typing.md")
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 #: user code with its expected verdicts: ``# reveal: TEXT`` (mypy's revealed type contains TEXT) or
-#: ``# error: CODE`` (mypy reports error CODE on that line, pyright an error too); no other line may fail
+#: ``# error: CODE [TEXT]`` (mypy reports error CODE on that line, with TEXT in its message; pyright an error
+#: too); no other line may fail
 API_SAMPLE = '''
 import json
 from typing import Any
 
-from akresil import Consumer, ConsumerRecord, Producer, TopicPartition
+from akresil import Admin, Consumer, ConsumerRecord, Producer, ShareConsumer, TopicPartition
 from akresil.otel import instrument_consumer, instrument_producer
 
 
@@ -52,9 +53,10 @@ async def main() -> None:
     await plain.send_many("orders", [(None, b"v"), (b"k", None)])
     texts = Producer(key_serializer=str.encode, value_serializer=lambda v: json.dumps(v).encode())
     reveal_type(texts)  # reveal: Producer[str, Any]
-    Producer(bootstrap_servers="127.0.0.1:9092", linger_msec=5)  # error: call-overload
-    Producer(acks="some")  # error: call-overload
-    Producer(linger_ms="5")  # error: call-overload
+    Producer(bootstrap_servers="127.0.0.1:9092", linger_msec=5)  # error: call-arg "linger_msec" for "Producer"
+    Producer(acks="some")  # error: arg-type Argument "acks" to "Producer" has incompatible type "Literal['some']"
+    Producer(linger_ms="5")  # error: arg-type Argument "linger_ms" to "Producer" has incompatible type "str"; expected "int"
+    Producer(value_serializer=b"not callable")  # error: arg-type Argument "value_serializer" to "Producer"
 
     typed = Consumer("orders", group_id="g", key_deserializer=bytes.decode, value_deserializer=json.loads)
     record = await typed.getone()
@@ -69,7 +71,14 @@ async def main() -> None:
     first: ConsumerRecord = await untyped.getone()
     typed_first: ConsumerRecord[str, Any] = await typed.getone()
     wrong: ConsumerRecord[str, Any] = await untyped.getone()  # error: assignment
-    Consumer("orders", auto_offset_reset="earliest-ish")  # error: call-overload
+    Consumer("orders", auto_offset_reset="earliest-ish")  # error: arg-type Argument "auto_offset_reset" to "Consumer"
+    Consumer("orders", group_idd="g")  # error: call-arg "group_idd" for "Consumer"; did you mean "group_id"?
+    jobs = ShareConsumer("jobs", group_id="workers", value_deserializer=json.loads, max_poll_records=50)
+    ShareConsumer("jobs", group_id="workers", auto_offset_reset="earliest")  # error: call-arg "auto_offset_reset" for "ShareConsumer"
+    ShareConsumer("jobs", client_id="w1")  # error: call-arg "group_id"
+    ShareConsumer("jobs", group_id="workers", acknowledgement_mode="manual")  # error: arg-type "acknowledgement_mode"
+    Admin(request_timeout_ms=1.5)  # error: arg-type Argument "request_timeout_ms" to "Admin" has incompatible type
+    print(jobs)
     await typed.commit({TopicPartition("orders", 0): 5, TopicPartition("orders", 1): (6, "note")})
     await typed.commit({TopicPartition("orders", 0): "5"})  # error: dict-item
     print(first, typed_first, wrong)
@@ -150,8 +159,19 @@ def test_public_signatures_reveal_precise_types(mypy_report: list[tuple[str, int
         assert expected in revealed.get(line, ""), f"api_sample.py:{line}: {revealed.get(line)!r} lacks {expected!r}"
     found_errors = {line: message for line, severity, message in sample if severity == "error"}
     assert set(found_errors) == set(errors), found_errors
-    for line, code in errors.items():
+    for line, expected in errors.items():
+        code, _, text = expected.partition(" ")
         assert f"[{code}]" in found_errors[line], (line, found_errors[line])
+        assert text in found_errors[line], f"api_sample.py:{line}: {found_errors[line]!r} lacks {text!r}"
+    # one signature per client: a mistake is one line naming the keyword, not a list of overload variants
+    assert not [entry for entry in sample if "overload" in entry[2]]
+    # docs/typing.md's "now it prints" messages are mypy's messages for the same mistakes in the sample
+    page = (ROOT / "docs" / "typing.md").read_text(encoding="utf-8")
+    shown = re.search(r"Now it prints:\n\n```text\n(.*?)```", page, re.S)
+    assert shown is not None
+    for line in shown.group(1).splitlines():
+        message = line.split(": error: ", 1)[1]
+        assert message in found_errors.values(), f"docs/typing.md shows {message!r}, mypy says otherwise"
     extra_notes = [entry for entry in sample if entry[1] == "note" and entry[0] not in revealed
                    and entry[0] not in errors]
     assert extra_notes == []
@@ -186,10 +206,15 @@ def test_pyright_strict_agrees(user_code: Path) -> None:
 @pytest.mark.parametrize(("kind", "typed_dict", "extra"), [
     ("producer", ProducerConfig, {"hooks"}),
     ("consumer", ConsumerConfig, {"hooks", "max_buffered_bytes"}),
+    ("share", ShareConsumerConfig, {"hooks"}),
     ("admin", AdminConfig, set()),
 ])
 def test_config_typed_dicts_match_the_config_table(kind: str, typed_dict: type, extra: set[str]) -> None:
-    options = {o.name: o for o in config_table.options_for(kind)}
+    if kind == "share":     # the consumer's keys but those a share group leaves to the broker
+        from akresil.share_consumer import _NOT_FOR_SHARE
+        options = {o.name: o for o in config_table.options_for("consumer") if o.name not in _NOT_FOR_SHARE}
+    else:
+        options = {o.name: o for o in config_table.options_for(kind)}
     from prometheus_client import CollectorRegistry
 
     from akresil.core.partitioner import Partitioner
@@ -199,6 +224,11 @@ def test_config_typed_dicts_match_the_config_table(kind: str, typed_dict: type, 
     assert set(hints) == set(options) | extra
     for name, option in options.items():
         args = typing.get_args(hints[name])
+        if kind == "share" and name == "group_id":     # nullable for a consumer, required for a share consumer
+            full = typing.get_type_hints(typed_dict, include_extras=True, localns={
+                "CollectorRegistry": CollectorRegistry, "Partitioner": Partitioner})[name]
+            assert typing.get_origin(full) is typing.Required and typing.get_args(full) == (str,)
+            continue
         assert (type(None) in args) == option.nullable, f"{kind}.{name}: nullability differs from the table"
         if option.choices is not None:
             literal = next(a for a in [hints[name], *args] if typing.get_origin(a) is typing.Literal)
