@@ -92,8 +92,6 @@ class Admin:
         self._backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
         #: a created topic that Metadata does not show with leaders yet is not a failure: re-ask soon
         self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
-        #: (key type, group or transactional id) -> coordinator node, until an answer says it moved
-        self._coordinator_cache: dict[tuple[int, str], int] = {}
         #: the metadata refresher's task group (None: not entered, or over another client's cluster)
         self._tasks: TaskOwner | None = None
 
@@ -106,7 +104,6 @@ class Admin:
         self.config = config
         self._cluster = cluster
         self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
-        self._coordinator_cache = {}
         self._tasks = None
         return self
 
@@ -390,61 +387,28 @@ class Admin:
         return plan
 
     async def _coordinators(self, call: AdminCall[Any], keys: dict[Any, str], key_type: int) -> dict[int, list[Any]]:
-        """Route items to the coordinators of their keys (group or transactional ids) with FindCoordinator,
-        batched (v4+) where the broker can; cached until an answer says the coordinator moved."""
+        """Route items to the coordinators of their keys (group or transactional ids): the client's
+        ``CoordinatorLocator`` (batched FindCoordinator v4+, cached until an answer says the coordinator moved)."""
+        locator = self._cluster.coordinators
         for item in call.stale_routes:
-            self._coordinator_cache.pop((key_type, keys[item]), None)
+            locator.forget(keys[item], key_type)
         call.stale_routes.clear()
-        unknown = sorted({keys[item] for item in call.pending
-                          if (key_type, keys[item]) not in self._coordinator_cache})
+        unknown = sorted({keys[item] for item in call.pending if locator.cached(keys[item], key_type) is None})
         if unknown:
-            found = await self._find_coordinators(unknown, key_type)
+            found = await locator.find_many(unknown, key_type)
+            if any(isinstance(o, int) and o not in self._cluster.metadata.snapshot.brokers for o in found.values()):
+                await self._metadata([])   # a coordinator our metadata has not seen: learn its address
             for key, outcome in found.items():
-                if isinstance(outcome, int):
-                    self._coordinator_cache[(key_type, key)] = outcome
-                else:
+                if not isinstance(outcome, int):
                     for item in call.pending:
                         if keys[item] == key:
                             call.answer(item, outcome[0], f"FindCoordinator for {key!r}", message=outcome[1])
         plan: dict[int, list[Any]] = {}
         for item in list(call.pending):
-            node = self._coordinator_cache.get((key_type, keys[item]))
+            node = locator.cached(keys[item], key_type)
             if node is not None:
                 plan.setdefault(node, []).append(item)
         return plan
-
-    async def _find_coordinators(self, keys: list[str], key_type: int) -> dict[str, int | tuple[int, str | None]]:
-        """``{key: node id}`` or ``{key: (error code, message)}`` per key: one batched FindCoordinator (v4+),
-        else one request per key."""
-        out: dict[str, int | tuple[int, str | None]] = {}
-        todo = list(keys)
-        while todo:
-            asked: list[str] = []
-
-            def body(version: int) -> dict[str, Any]:
-                if version >= 4:
-                    asked[:] = todo
-                    return {"key_type": key_type, "coordinator_keys": asked}
-                asked[:] = todo[:1]
-                return {"key": asked[0], "key_type": key_type}
-
-            _, version, response = await self._cluster.request_any(
-                ApiKey.FIND_COORDINATOR, body, min_version=1 if key_type else 0)
-            if version >= 4:
-                entries = {e["key"]: e for e in response.get("coordinators") or ()}
-                for key in asked:
-                    e = entries.get(key)
-                    if e is None:
-                        out[key] = (errors.CoordinatorNotAvailableError.errno, "no answer for this key")
-                    else:
-                        out[key] = e["node_id"] if not e["error_code"] else (e["error_code"], e.get("error_message"))
-            else:
-                code = response.get("error_code", 0)
-                out[asked[0]] = response["node_id"] if not code else (code, response.get("error_message"))
-            todo = [k for k in todo if k not in asked]
-        if any(isinstance(o, int) and o not in self._cluster.metadata.snapshot.brokers for o in out.values()):
-            await self._metadata([])   # a coordinator our metadata has not seen: learn its address
-        return out
 
     async def _all_nodes(self) -> list[int]:
         md = await self._metadata([])
@@ -1111,7 +1075,7 @@ def _items(values: object, call: str, what: str) -> list[Any]:
         raise TypeError(f"{call}: expected an iterable of {what}, got a single {type(values).__name__} "
                         f"{values!r}; wrap it in a list")
     try:
-        return list(values)  # type: ignore[call-overload]
+        return list(values)  # type: ignore[call-overload,no-any-return]
     except TypeError:
         raise TypeError(f"{call}: expected an iterable of {what}, got {type(values).__name__}") from None
 
@@ -1362,9 +1326,9 @@ def check_new_topic(t: object) -> None:
     if t.configs is not None:
         if not isinstance(t.configs, Mapping):
             raise TypeError(f"{where}.configs: expected a dict of str -> str, got {type(t.configs).__name__}")
-        for key, value in t.configs.items():
-            if not isinstance(key, str) or not key or not (value is None or isinstance(value, str)):
-                raise TypeError(f"{where}.configs: {key!r}: {value!r} is not a str -> str (or None) entry")
+        for name, setting in t.configs.items():
+            if not isinstance(name, str) or not name or not (setting is None or isinstance(setting, str)):
+                raise TypeError(f"{where}.configs: {name!r}: {setting!r} is not a str -> str (or None) entry")
 
 
 def _check_assignment(where: str, assignment: object) -> None:

@@ -93,7 +93,7 @@ class Hooks:
         self._dispatch[event] = result
         return result
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, /, **fields: Any) -> None:
         """Deliver ``event`` to every interested hook; exceptions from hooks are logged, never raised."""
         if not self._hooks:
             return

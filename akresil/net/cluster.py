@@ -32,6 +32,7 @@ from ..core.node_state import NodeState
 from ..protocol.api import ApiKey
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
+from .coordinator import CoordinatorLocator
 from .framing import find_frame_too_large
 from .signals import Broadcast
 
@@ -55,6 +56,8 @@ class Cluster:
             retry_backoff_ms=config.retry_backoff_ms, retry_backoff_max_ms=config.retry_backoff_max_ms,
             metadata_max_age_ms=config.metadata_max_age_ms, rng=self.rng, hooks=self.hooks,
             auto_create_topics=allow_auto_topic_creation)
+        #: every coordinator this client talks to (groups, transactions, the admin's), found and cached once
+        self.coordinators = CoordinatorLocator(self)
         self._reconnect_backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=self.rng)
         self._nodes: dict[int, NodeState] = {}

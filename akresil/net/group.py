@@ -33,7 +33,7 @@ from ..core.group_rebalance import (ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION, as
                                     plan_join_prepare, subscription_body)
 from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, GroupMembership, MemberState,
                                 classify_commit_error, classify_find_coordinator_error, classify_join_error,
-                                classify_sync_error, error_for, find_coordinator_body, find_coordinator_result)
+                                classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
 from .cluster import Cluster
@@ -90,6 +90,8 @@ class GroupCoordinator:
         self._run_scope: anyio.CancelScope | None = None
         self._run_done: anyio.Event | None = None
         self._metadata_hooked = False
+        #: the coordinator last found: the next lookup (made only after it failed) must not get it from the cache
+        self._last_coordinator: int | None = None
         self._offsets = GroupOffsets(cluster, self.group_id, request_timeout_ms=config.request_timeout_ms,
                                      backoff=self._backoff, coordinator=self._ensure_coordinator,
                                      coordinator_lost=self._coordinator_dead)
@@ -241,36 +243,22 @@ class GroupCoordinator:
     async def _find_coordinator(self) -> None:
         core = self._core
         group = self.group_id
-
-        body = find_coordinator_body(group)
         try:
-            _, version, response = await self._cluster.request_any(ApiKey.FIND_COORDINATOR, body)
-            code, node_id, host, port = find_coordinator_result(response, version, group)
+            node_id = await self._cluster.coordinators.find(group, stale=self._last_coordinator)
         except (*_TRANSPORT_ERRORS, errors.ProtocolError) as exc:
             backoff = core.coordinator_lookup_failed(self._cluster.clock())
             log.debug("group %s: FindCoordinator failed (%s); next try in %.0f ms", group, exc, backoff)
             return
-        action = classify_find_coordinator_error(code)
-        if action is Action.FATAL:
-            core.fail(error_for(code, f"FindCoordinator for group {group}"))
-            self._notify()
-            raise core.fatal  # type: ignore[misc]
-        if action is not Action.OK:
+        except errors.KafkaError as exc:
+            if classify_find_coordinator_error(exc.errno) is Action.FATAL:
+                core.fail(exc)
+                self._notify()
+                raise
             backoff = core.coordinator_lookup_failed(self._cluster.clock())
-            log.debug("group %s: FindCoordinator error %d; next try in %.0f ms", group, code, backoff)
+            log.debug("group %s: FindCoordinator: %s; next try in %.0f ms", group, exc, backoff)
             return
-        if node_id not in self._cluster.metadata.snapshot.brokers:
-            # the coordinator is a broker our metadata has not seen yet: refresh before connecting to it
-            try:
-                await self._cluster.wait_for_metadata(
-                    timeout_ms=self._config.request_timeout_ms,
-                    until=lambda: node_id in self._cluster.metadata.snapshot.brokers)
-            except TimeoutError:
-                core.coordinator_lookup_failed(self._cluster.clock())
-                log.warning("group %s: coordinator %d (%s:%d) is not in the cluster metadata", group, node_id,
-                            host, port)
-                return
-        log.debug("group %s: coordinator is node %d (%s:%d)", group, node_id, host, port)
+        log.debug("group %s: coordinator is node %d", group, node_id)
+        self._last_coordinator = node_id
         core.coordinator_found(node_id)
         self._notify()
 

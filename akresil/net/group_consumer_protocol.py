@@ -235,6 +235,4 @@ class ConsumerGroupMember:
     def _coordinator_lost(self, why: BaseException) -> None:
         """The coordinator answered that it is not (or not yet) the group's: find it again before retrying."""
         log.debug("group %s: coordinator lost (%r); looking it up again", self.group_id, why)
-        self.core.needs_coordinator = True
-        self._loop.coordinator = None
-        self._loop.wake()
+        self._loop.coordinator_lost()

@@ -16,8 +16,7 @@ import anyio
 
 from .. import errors
 from ..core.group_heartbeat import HeartbeatAction, HeartbeatMembership, MemberPhase
-from ..core.group_state import (Action, classify_find_coordinator_error, find_coordinator_body,
-                                find_coordinator_result)
+from ..core.group_state import Action, classify_find_coordinator_error
 from ..protocol.api import ApiKey
 from .cluster import Cluster
 
@@ -37,6 +36,8 @@ class HeartbeatLoop:
         self._on_change = on_change
         self._protocol = protocol_name
         self.coordinator: int | None = None
+        #: the node last found: passed as ``stale`` to the next lookup (it is only made after a failure)
+        self._last_coordinator: int | None = None
         self._wake = anyio.Event()
         self._stopped = False
         self._change_wanted = False
@@ -87,33 +88,27 @@ class HeartbeatLoop:
 
     async def _find_coordinator(self) -> None:
         m = self.membership
-        group = m.group_id
-
-        body = find_coordinator_body(group)
         try:
-            _, version, response = await self._cluster.request_any(ApiKey.FIND_COORDINATOR, body)
-            code, node_id, _host, _port = find_coordinator_result(response, version, group)
+            node_id = await self._cluster.coordinators.find(m.group_id, stale=self._last_coordinator)
         except (*_TRANSPORT_ERRORS, errors.ProtocolError) as exc:
-            log.debug("group %s: FindCoordinator failed: %s", group, exc)
+            log.debug("group %s: FindCoordinator failed: %s", m.group_id, exc)
             m.on_coordinator_failed(self._cluster.clock())
             return
-        action = classify_find_coordinator_error(code)
-        if action is Action.FATAL:
-            self._fail(errors.error_for_code(code)(f"FindCoordinator for group {group}"))
-            return
-        if action is not Action.OK:
-            m.on_coordinator_failed(self._cluster.clock())
-            return
-        if node_id not in self._cluster.metadata.snapshot.brokers:
-            try:
-                await self._cluster.wait_for_metadata(
-                    timeout_ms=self._cluster.config.request_timeout_ms,
-                    until=lambda: node_id in self._cluster.metadata.snapshot.brokers)
-            except TimeoutError:
+        except errors.KafkaError as exc:
+            if classify_find_coordinator_error(exc.errno) is Action.FATAL:
+                self._fail(exc)
+            else:
                 m.on_coordinator_failed(self._cluster.clock())
-                return
-        self.coordinator = node_id
+            return
+        self.coordinator = self._last_coordinator = node_id
         m.on_coordinator_found()
+
+    def coordinator_lost(self) -> None:
+        """The coordinator answered that it is not (or not yet) the group's, or its connection failed: look it
+        up again (the locator will not hand the same node back from its cache)."""
+        self.coordinator = None
+        self.membership.needs_coordinator = True
+        self._wake.set()
 
     async def _leave_stale(self) -> None:
         """``max_poll_interval_ms`` passed without a poll: leave (best effort, as Java does) so the coordinator

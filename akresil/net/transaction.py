@@ -16,16 +16,15 @@ import anyio
 from .. import errors
 from ..core import events
 from ..core.accumulator import RecordAccumulator
-from ..core.group_state import find_coordinator_body, find_coordinator_result
 from ..core.transaction import Action, Operation, TransactionManager, TxnState, classify, error_from_code
 from ..protocol.api import ApiKey
 from ..types import ConsumerGroupMetadata, TopicPartition
 from .cluster import Cluster
+from .coordinator import GROUP, TRANSACTION
 
 log = logging.getLogger(__name__)
 
 _TRANSPORT = (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError)
-_TXN_KEY, _GROUP_KEY = 1, 0
 #: InitProducerId can carry the current producer id and epoch (KIP-360 epoch bump) from v3
 _BUMP_VERSION = 3
 
@@ -41,6 +40,8 @@ class TransactionIO:
         self._wake = wake
         self._fail_records = fail_records
         acc.drain_gate = core.added
+        #: the transaction coordinator last found (passed as stale to the lookup after the core dropped it)
+        self._txn_node: int | None = None
 
     # ------------------------------------------------------------------ the sender's pass
     def turn(self, now: float, tg: anyio.abc.TaskGroup) -> float | None:
@@ -99,34 +100,27 @@ class TransactionIO:
 
     # ------------------------------------------------------------------ coordinator lookup
     async def _coordinator(self, op: Operation | None) -> int | None:
-        """The transaction coordinator's node id, looked up if unknown; None when the lookup must be retried."""
+        """The transaction coordinator's node id, looked up if unknown; None when the lookup must be retried.
+        ``core.coordinator`` is None only at first or after the coordinator failed (the core drops it on
+        REFIND): then the node last used is stale and the client's locator must not hand it back."""
         if self.core.coordinator is None:
-            self.core.coordinator = await self._find(self.core.transactional_id, _TXN_KEY, op)
+            self.core.coordinator = await self._find(self.core.transactional_id, TRANSACTION, self._txn_node)
+            if self.core.coordinator is not None:
+                self._txn_node = self.core.coordinator
         return self.core.coordinator
 
-    async def _find(self, key: str, key_type: int, op: Operation | None) -> int | None:
-        """FindCoordinator for ``key``; None on a retriable failure; raises a fatal one (authorization)."""
-        body = find_coordinator_body(key, key_type)
+    async def _find(self, key: str, key_type: int, stale: int | None) -> int | None:
+        """The coordinator of ``key`` (from the client's ``CoordinatorLocator``); None on a retriable failure;
+        raises a fatal one (authorization)."""
         try:
-            _, version, response = await self.cluster.request_any(ApiKey.FIND_COORDINATOR, body, min_version=1)
-            code, node_id, _, _ = find_coordinator_result(response, version, key)
-        except (*_TRANSPORT, errors.ProtocolError) as exc:
+            return await self.cluster.coordinators.find(key, key_type, stale=stale)
+        except (*_TRANSPORT, errors.ProtocolError, errors.CoordinatorNotAvailableError) as exc:
             log.debug("FindCoordinator(%s) failed: %s", key, exc)
             return None
-        if code:
-            action = classify(code)
-            if action in (Action.FATAL, Action.ABORTABLE) and code not in (
-                    errors.CoordinatorNotAvailableError.errno,):
-                raise error_from_code(code, f"FindCoordinator for {key!r}")
+        except errors.KafkaError as exc:
+            if classify(exc.errno) in (Action.FATAL, Action.ABORTABLE):
+                raise error_from_code(exc.errno, f"FindCoordinator for {key!r}") from None
             return None
-        if node_id not in self.cluster.metadata.snapshot.brokers:
-            try:
-                await self.cluster.wait_for_metadata(
-                    timeout_ms=self.cluster.config.request_timeout_ms,
-                    until=lambda: node_id in self.cluster.metadata.snapshot.brokers)
-            except TimeoutError:
-                return None
-        return node_id
 
     # ------------------------------------------------------------------ one coordinator call, retried
     async def _call(self, op: Operation, api: ApiKey, body: dict[str, Any] | Callable[[int], dict[str, Any]],
@@ -136,6 +130,7 @@ class TransactionIO:
         operation's deadline; ABORTABLE / FATAL raise (after updating the state machine)."""
         core, cluster = self.core, self.cluster
         group_node: int | None = None
+        group_stale: int | None = None
         while True:
             now = cluster.clock()
             cause: BaseException
@@ -144,7 +139,7 @@ class TransactionIO:
                     node = await self._coordinator(op)
                 else:
                     if group_node is None:
-                        group_node = await self._find(group, _GROUP_KEY, op)
+                        group_node = await self._find(group, GROUP, group_stale)
                     node = group_node
             except errors.KafkaError as exc:
                 # FindCoordinator refused: the transactional id's (fatal) or the group's (abortable) authorization
@@ -164,7 +159,7 @@ class TransactionIO:
                     if group is None:
                         core.coordinator = None
                     else:
-                        group_node = None
+                        group_node, group_stale = None, node
                 else:
                     code = code_of(response)
                     action = classify(code)
@@ -182,7 +177,7 @@ class TransactionIO:
                         if group is None:
                             core.coordinator = None
                         else:
-                            group_node = None
+                            group_node, group_stale = None, node
             now = cluster.clock()
             at = op.retry_at(now, cause)        # raises KafkaTimeoutError past the deadline
             log.debug("%s: %s; retrying in %.0f ms", op.name, cause, at - now)
@@ -250,7 +245,7 @@ class TransactionIO:
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
         def worst_code(response: dict[str, Any]) -> int:
-            codes = [p["error_code"] for t in response.get("topics") or () for p in t["partitions"]]
+            codes = [int(p["error_code"]) for t in response.get("topics") or () for p in t["partitions"]]
             bad = [c for c in codes if c]
             if not bad:
                 return 0

@@ -412,3 +412,30 @@ async def test_delivery_timeout_bounds_records_whose_partition_cannot_be_added_o
             async with p.transaction():
                 md = await p.send("mt7", b"y")
             assert md.offset >= 0 and p.transaction_state == "ready"
+
+
+async def test_the_group_coordinator_of_txn_offsets_is_looked_up_once_on_mock() -> None:
+    """TxnOffsetCommit goes to the group's coordinator: found once through the client's coordinator cache, not
+    before every send_offsets_to_transaction (one FindCoordinator per exactly-once commit before); a
+    NOT_COORDINATOR answer makes it look the group coordinator up again."""
+    with MockCluster(3) as cluster:
+        cluster.create_topic("mt-offsets", 1, 1)
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-offsets",
+                            retry_backoff_ms=10) as p:
+            await p.init_transactions()
+            cluster.start_request_tracking()
+            for i in range(3):
+                p.begin_transaction()
+                await p.send("mt-offsets", b"x")
+                await p.send_offsets_to_transaction({TopicPartition("mt-offsets", 0): i + 1},
+                                                    ConsumerGroupMetadata("g-offsets"))
+                await p.commit_transaction()
+            lookups = [r for r in cluster.stop_request_tracking() if r.api_key == 10]   # FindCoordinator
+            assert len(lookups) == 1, lookups
+            cluster.push_request_errors(28, [errors.NotCoordinatorError.errno])            # TxnOffsetCommit
+            cluster.start_request_tracking()
+            p.begin_transaction()
+            await p.send_offsets_to_transaction({TopicPartition("mt-offsets", 0): 9}, ConsumerGroupMetadata("g-offsets"))
+            await p.commit_transaction()
+            keys = [r.api_key for r in cluster.stop_request_tracking()]
+            assert keys.count(28) == 2 and 10 in keys[keys.index(28):]

@@ -15,6 +15,7 @@ from akresil.config import resolve
 from akresil.core.group_state import MemberState
 from akresil.core.metadata import BrokerInfo, MetadataSnapshot, PartitionInfo
 from akresil.net.group import GroupCoordinator
+from akresil.net.coordinator import CoordinatorLocator
 from akresil.protocol.api import ApiKey, decode_versioned, encode_versioned
 from akresil.types import TopicPartition as TP
 
@@ -40,6 +41,7 @@ class FakeCluster:
         self.log: list[tuple[float, int | None, ApiKey, dict[str, Any]]] = []
         self.added_topics: set[str] = set()
         self.metadata_listeners: list[Callable[[], None]] = []
+        self.coordinators = CoordinatorLocator(self)  # type: ignore[arg-type]
 
     def clock(self) -> float:
         return time.monotonic() * 1000.0

@@ -14,6 +14,7 @@ from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.group_heartbeat import MemberPhase, ShareMembership
 from akresil.net.heartbeat_loop import HeartbeatLoop
+from akresil.net.coordinator import CoordinatorLocator
 from akresil.protocol.api import ApiKey
 
 
@@ -26,6 +27,7 @@ class FakeCluster:
         self.config = SimpleNamespace(request_timeout_ms=1000)
         self.metadata = SimpleNamespace(snapshot=SimpleNamespace(brokers={1: object()}))
         self.now = 0.0
+        self.coordinators = CoordinatorLocator(self)  # type: ignore[arg-type]
 
     def clock(self) -> float:
         return self.now
