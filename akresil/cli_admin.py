@@ -1,6 +1,6 @@
-"""The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete``, ``configs describe|alter``
-and ``topics add-partitions``, printing aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``,
-one JSON object per line.
+"""The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete``, ``configs describe|alter``,
+``topics add-partitions``, ``partitions reassign|list-reassignments`` and ``quotas describe|alter``, printing
+aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
 
 ``groups reset-offsets`` follows kafka-consumer-groups.sh: it only shows the plan unless ``--execute`` is
 given, and target offsets are clamped into each partition's [log start, log end] range. The plan itself is
@@ -10,6 +10,7 @@ given, and target offsets are clamped into each partition's [log start, log end]
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
@@ -110,6 +111,43 @@ def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
     if not partitions or any(p < 0 for p in partitions):
         raise AdminUsageError(f"--topic {spec!r}: expected partitions >= 0 after ':'")
     return topic, partitions
+
+
+def parse_move(spec: str) -> tuple[TopicPartition, list[int] | None]:
+    """``orders:0=3,1,2`` (new replicas, the first preferred as leader) or ``orders:0=cancel``."""
+    where, sep, replicas = spec.rpartition("=")
+    topic, colon, part = where.rpartition(":")
+    if not sep or not colon or not topic or not part.isdigit():
+        raise AdminUsageError(f"{spec!r}: expected TOPIC:PARTITION=BROKER,BROKER,... or TOPIC:PARTITION=cancel")
+    tp = TopicPartition(topic, int(part))
+    if replicas == "cancel":
+        return tp, None
+    try:
+        ids = [int(b) for b in replicas.split(",")]
+    except ValueError:
+        raise AdminUsageError(f"{spec!r}: replicas must be broker ids, e.g. {where}=1,2,3") from None
+    if any(b < 0 for b in ids) or len(set(ids)) != len(ids):
+        raise AdminUsageError(f"{spec!r}: replicas must be distinct broker ids >= 0")
+    return tp, ids
+
+
+#: a quota entity option given without a name (``--user``): any entity of that type, for ``quotas describe``
+ANY_NAME: Any = object()
+
+
+def quota_parts(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"user"|"client_id"|"ip": name, DEFAULT or ANY_NAME}`` from ``--user [NAME]`` / ``--user-default`` etc."""
+    from .admin_types import DEFAULT
+    parts: dict[str, Any] = {}
+    for attr, flag in (("user", "--user"), ("client_id", "--client-id"), ("ip", "--ip")):
+        name, default = getattr(args, attr), getattr(args, attr + "_default")
+        if name is not None and default:
+            raise AdminUsageError(f"quotas: give {flag} or {flag}-default, not both")
+        if name == "":
+            raise AdminUsageError(f"quotas: {flag} needs a non-empty name")
+        if default or name is not None:
+            parts[attr] = DEFAULT if default else name
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -269,6 +307,86 @@ async def cmd_add_partitions(args: argparse.Namespace, config: dict[str, Any]) -
         return _report(args, f"{'validated' if args.dry_run else 'now'} {args.total} partitions", results)
 
 
+async def cmd_partitions(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    if args.partitions_command == "reassign":
+        moves = dict(parse_move(m) for m in args.moves)
+        if len(moves) != len(args.moves):
+            raise AdminUsageError("partitions reassign: a partition is named twice")
+        async with Admin(**config) as admin:
+            results = await admin.alter_partition_reassignments(
+                moves, allow_replication_factor_change=not args.keep_replication_factor)
+        rows = [{"topic": tp.topic, "partition": tp.partition,
+                 "replicas": "cancel" if moves[tp] is None else ",".join(map(str, moves[tp] or ())),
+                 "result": ("cancelled" if moves[tp] is None else "accepted") if tp in results.ok else
+                 f"{type(results.errors[tp]).__name__}: {results.errors[tp]}"} for tp in results]
+        emit(args, ["TOPIC", "PARTITION", "REPLICAS", "RESULT"], rows)
+        return 1 if results.errors else 0
+    specs = [parse_topic_spec(t) for t in args.topic or ()]
+    async with Admin(**config) as admin:
+        wanted: list[TopicPartition] | None = None
+        if specs:
+            wanted = []
+            for topic, parts in specs:
+                if parts is None:
+                    parts = [p.partition for p in (await admin.describe_topics([topic]))[topic].partitions]
+                wanted.extend(TopicPartition(topic, p) for p in parts)
+        found = await admin.list_partition_reassignments(sorted(set(wanted)) if wanted is not None else None)
+    if args.json:
+        for tp, r in found.items():
+            sys.stdout.write(orjson.dumps({"topic": tp.topic, "partition": tp.partition, "replicas": r.replicas,
+                                           "adding": r.adding_replicas, "removing": r.removing_replicas}).decode()
+                             + "\n")
+        return 0
+    print(table(["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"], (
+        [tp.topic, tp.partition, ",".join(map(str, r.replicas)), ",".join(map(str, r.adding_replicas)) or None,
+         ",".join(map(str, r.removing_replicas)) or None] for tp, r in found.items())))
+    return 0
+
+
+async def cmd_quotas(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    from .admin_types import ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
+    parts = quota_parts(args)
+    if args.quotas_command == "describe":
+        flt = ClientQuotaFilter(tuple(ClientQuotaFilterComponent(attr, None if name == ANY_NAME else name)
+                                      for attr, name in parts.items()), strict=args.strict)
+        async with Admin(**config) as admin:
+            quotas = await admin.describe_client_quotas(flt)
+        rows = [(str(entity), key, value) for entity, values in quotas.items() for key, value in sorted(values.items())]
+        rows.sort()
+        if args.json:
+            for entity, values in quotas.items():
+                sys.stdout.write(orjson.dumps({"entity": entity.components(), "quotas": values}).decode()
+                                 + "\n")
+            return 0
+        print(table(["ENTITY", "KEY", "VALUE"], rows))
+        return 0
+    if not parts:
+        raise AdminUsageError("quotas alter: name the entity with --user, --client-id and/or --ip "
+                              "(or their -default forms)")
+    if ANY_NAME in parts.values():
+        raise AdminUsageError("quotas alter: --user/--client-id/--ip need a name here (or use their -default forms)")
+    changes: dict[str, float | None] = {}
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not sep or not key or not math.isfinite(number):
+            raise AdminUsageError(f"--set {item!r}: expected KEY=NUMBER, e.g. producer_byte_rate=1048576")
+        changes[key] = number
+    for key in args.delete or ():
+        changes[key] = None
+    if not changes:
+        raise AdminUsageError("quotas alter: nothing to change (use --set KEY=NUMBER and/or --delete KEY)")
+    entity = ClientQuotaEntity(**parts)
+    async with Admin(**config) as admin:
+        results = await admin.alter_client_quotas({entity: changes}, validate_only=args.dry_run)
+    return _report(args, "validated" if args.dry_run else "altered", results)
+
+
 # ---------------------------------------------------------------------------------------------- parsers
 def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, positive_int: Any) -> None:
     """Register the admin subcommands on ``akresil``'s parser (``topics_sub``: the ``topics`` actions)."""
@@ -309,6 +427,36 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
             c.add_argument("--set", action="append", metavar="NAME=VALUE", help="repeatable")
             c.add_argument("--delete", action="append", metavar="NAME", help="back to the default (repeatable)")
             c.add_argument("--dry-run", action="store_true", help="let the broker validate, change nothing")
+
+    parts = sub.add_parser("partitions", help="move partitions to other brokers, list moves in progress")
+    psub = parts.add_subparsers(dest="partitions_command", metavar="ACTION", required=True)
+    p = psub.add_parser("reassign", parents=[client, out],
+                        help="new replicas per partition (the first is the preferred leader), or cancel a move")
+    p.add_argument("moves", nargs="+", metavar="TOPIC:P=B,B,...|TOPIC:P=cancel")
+    p.add_argument("--keep-replication-factor", action="store_true",
+                   help="refuse a move that changes a partition's replica count (Kafka 4.1+)")
+    p = psub.add_parser("list-reassignments", parents=[client, out], help="reassignments in progress")
+    p.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="only these partitions (repeatable)")
+
+    quotas = sub.add_parser("quotas", help="describe or alter client quotas (users, client ids, IPs)")
+    qsub = quotas.add_subparsers(dest="quotas_command", metavar="ACTION", required=True)
+    for action, text in (("describe", "quotas of matching entities (all without entity options)"),
+                         ("alter", "set or remove quotas of one entity (other keys keep their values)")):
+        q = qsub.add_parser(action, parents=[client, out], help=text)
+        for flag, what in (("--user", "user"), ("--client-id", "client id"), ("--ip", "IP")):
+            if action == "describe":
+                q.add_argument(flag, nargs="?", const=ANY_NAME, metavar="NAME",
+                               help=f"this {what} (without NAME: any {what})")
+            else:
+                q.add_argument(flag, metavar="NAME", help=f"the {what}")
+            q.add_argument(flag + "-default", action="store_true", help=f"the default {what} entity")
+        if action == "describe":
+            q.add_argument("--strict", action="store_true", help="only entities with exactly these entity types")
+        else:
+            q.add_argument("--set", action="append", metavar="KEY=NUMBER",
+                           help="e.g. producer_byte_rate=1048576 (repeatable)")
+            q.add_argument("--delete", action="append", metavar="KEY", help="remove a quota (repeatable)")
+            q.add_argument("--dry-run", action="store_true", help="let the broker validate, change nothing")
 
     t = topics_sub.add_parser("add-partitions", parents=[client, out], help="raise a topic's partition count")
     t.add_argument("name", metavar="TOPIC")

@@ -5,6 +5,7 @@ from finishing and then cancelled, and a client quota that makes the broker thro
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, cast
 
@@ -13,6 +14,7 @@ import pytest
 from akresil import Admin, NewTopic, Producer, TopicPartition, errors
 from akresil.admin_types import (DEFAULT, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent,
                                  ConfigResource, PartitionReassignment)
+from akresil.cli import main
 from akresil.testing import KafkaCluster
 
 from .conftest import TopicMaker
@@ -211,3 +213,48 @@ async def test_the_cluster_helpers_built_on_these_calls(kafka_cluster: KafkaClus
             return await admin.describe_client_quotas(only_this) == {}
 
         await kafka_cluster.wait_for(no_quota)
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {timeout_s} s: {condition.__name__}"
+        time.sleep(0.1)
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, Any]]]:
+    """Run ``akresil ARGV --json``: (exit code, the JSON lines it printed)."""
+    code = main(argv + ["--json"])
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+def test_the_cli_moves_partitions_and_sets_quotas(kafka_cluster: KafkaCluster, unique: Callable[[str], str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    bs = ["-b", kafka_cluster.bootstrap_servers]
+    topic, client = unique("cli"), unique("cli-client")
+    assert main(["topics", "create", topic, "-r", "3"] + bs) == 0
+    assert main(["topics", "describe", topic] + bs) == 0
+    replicas = json.loads(capsys.readouterr().out)["partitions"][0]["replicas"]
+    order = replicas[1:] + replicas[:1]
+
+    code, rows = _cli(["partitions", "reassign", f"{topic}:0={','.join(map(str, order))}", "no-such-topic:0=1"] + bs,
+                      capsys)
+    assert code == 1                                         # one partition failed
+    assert rows[0] == {"topic": topic, "partition": 0, "replicas": ",".join(map(str, order)), "result": "accepted"}
+    assert rows[1]["result"].startswith("UnknownTopicOrPartitionError")
+    def reordered() -> bool:                                 # a reorder copies nothing: done once brokers know it
+        assert main(["topics", "describe", topic] + bs) == 0
+        return bool(json.loads(capsys.readouterr().out)["partitions"][0]["replicas"] == order)
+
+    _until(reordered)
+    assert _cli(["partitions", "list-reassignments", "--topic", topic] + bs, capsys) == (0, [])
+
+    code, rows = _cli(["quotas", "alter", "--client-id", client, "--set", "producer_byte_rate=1024",
+                       "--set", "consumer_byte_rate=2048"] + bs, capsys)
+    assert (code, [r["result"] for r in rows]) == (0, ["altered"])
+    want = [{"entity": {"client-id": client}, "quotas": {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}}]
+    _until(lambda: _cli(["quotas", "describe", "--client-id", client] + bs, capsys) == (0, want))
+    assert _cli(["quotas", "alter", "--client-id", client, "--delete", "producer_byte_rate",
+                 "--delete", "consumer_byte_rate"] + bs, capsys)[0] == 0
+    code, rows = _cli(["quotas", "alter", "--user-default", "--set", "no_such_quota=1", "--dry-run"] + bs, capsys)
+    assert code == 1 and rows[0]["result"].startswith("InvalidRequestError")

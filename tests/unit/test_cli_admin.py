@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from akresil.cli import build_parser, main
-from akresil.cli_admin import AdminUsageError, parse_datetime_ms, parse_topic_spec, plan_reset, table
+from akresil.admin_types import DEFAULT
+from akresil.cli_admin import (ANY_NAME, AdminUsageError, parse_datetime_ms, parse_move, parse_topic_spec, plan_reset,
+                               quota_parts, table)
 from akresil.types import TopicPartition
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -72,3 +74,42 @@ def test_parser_knows_the_admin_commands() -> None:
     assert (args.topics_command, args.name, args.total, args.json) == ("add-partitions", "t", 4, True)
     args = build_parser().parse_args(["groups", "describe", "g1", "g2"])
     assert args.groups == ["g1", "g2"]
+
+
+def test_parse_move() -> None:
+    assert parse_move("orders:0=3,1,2") == (TopicPartition("orders", 0), [3, 1, 2])
+    assert parse_move("a:b:7=1") == (TopicPartition("a:b", 7), [1])
+    assert parse_move("orders:2=cancel") == (TopicPartition("orders", 2), None)
+    for bad, message in (("orders=1", "expected TOPIC:PARTITION="), ("orders:x=1", "expected TOPIC:PARTITION="),
+                         (":0=1", "expected TOPIC:PARTITION="), ("orders:0", "expected TOPIC:PARTITION="),
+                         ("orders:0=1,b", "replicas must be broker ids"), ("orders:0=", "replicas must be broker ids"),
+                         ("orders:0=1,1", "distinct broker ids"), ("orders:0=-1", "distinct broker ids >= 0")):
+        with pytest.raises(AdminUsageError, match=message):
+            parse_move(bad)
+
+
+def test_quota_entity_options() -> None:
+    args = build_parser().parse_args(["quotas", "describe", "--user", "--client-id-default", "--strict"])
+    assert quota_parts(args) == {"user": ANY_NAME, "client_id": DEFAULT} and args.strict
+    args = build_parser().parse_args(["quotas", "alter", "--user", "alice", "--ip-default", "--set", "x=1"])
+    assert quota_parts(args) == {"user": "alice", "ip": DEFAULT}
+    with pytest.raises(AdminUsageError, match="--user or --user-default, not both"):
+        quota_parts(build_parser().parse_args(["quotas", "describe", "--user", "a", "--user-default"]))
+    with pytest.raises(AdminUsageError, match="--client-id needs a non-empty name"):
+        quota_parts(build_parser().parse_args(["quotas", "alter", "--client-id", ""]))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["quotas", "alter", "--set", "producer_byte_rate=1"], "name the entity with --user"),
+    (["quotas", "alter", "--user", "a"], "nothing to change"),
+    (["quotas", "alter", "--user", "a", "--set", "producer_byte_rate=fast"], "expected KEY=NUMBER"),
+    (["quotas", "alter", "--user", "a", "--set", "producer_byte_rate"], "expected KEY=NUMBER"),
+    (["quotas", "alter", "--user", "a", "--set", "producer_byte_rate=inf"], "expected KEY=NUMBER"),
+    (["partitions", "reassign", "t=1"], "expected TOPIC:PARTITION="),
+    (["partitions", "reassign", "t:0=1", "t:0=2"], "a partition is named twice"),
+    (["partitions", "list-reassignments", "--topic", "t:x"], "--topic"),
+])
+def test_quota_and_reassignment_usage_errors_exit_2_before_connecting(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv + ["-b", "127.0.0.1:1"]) == 2          # nothing listens there: refused before dialling
+    assert message in capsys.readouterr().err
