@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, cast
 
 import anyio
 
@@ -397,7 +397,8 @@ class Consumer(Generic[KeyT, ValueT]):
         while True:
             event = fetcher.data_event()
             buffered = {tp: st.buffered_bytes for tp, st in state.partitions.items()} if self.hooks else None
-            result = state.drain(max_records, parts)
+            # the fetch state is not generic: its records carry what this consumer's deserializers made
+            result = cast("dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]", state.drain(max_records, parts))
             if result:
                 if buffered is not None:
                     self._emit_consumed(result, buffered)

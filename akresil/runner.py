@@ -25,7 +25,7 @@ import time
 from collections import deque
 from itertools import islice
 from typing import (AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Protocol,
-                    Sequence)
+                    Sequence, cast)
 
 import anyio
 
@@ -35,7 +35,7 @@ from .errors import (BufferFullError, CommitFailedError, ConfigError, DeliveryTi
                      IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError,
                      RequestTimeoutError, TaskTimeoutError, UnknownMemberIdError)
 from .net.tasks import TaskOwner
-from .runner_txn import ExactlyOnce, check_exactly_once
+from .runner_txn import ExactlyOnce, GroupConsumer, TransactionalProducer, check_exactly_once, pending_offsets
 from .types import ConsumerRecord, Header, TopicPartition
 
 __all__ = ["Runner", "HandlerContext", "PartitionStatus", "RunnerConsumer", "RunnerProducer", "RunnerRebalanceListener",
@@ -454,7 +454,10 @@ class Runner:
             raise TypeError("rebalance_listener: must be a RunnerRebalanceListener")
         self._listener = rebalance_listener if rebalance_listener is not None else RunnerRebalanceListener()
         self._listener._bind(self)
-        self._eos: ExactlyOnce | None = ExactlyOnce(self) if processing_guarantee == "exactly_once" else None
+        # check_exactly_once (above) made sure both have what the transaction needs
+        self._eos: ExactlyOnce | None = (ExactlyOnce(cast(TransactionalProducer, producer),
+                                                     cast(GroupConsumer, consumer))
+                                         if processing_guarantee == "exactly_once" else None)
         self._commit_due = False
 
     # ------------------------------------------------------------------ public surface
@@ -627,8 +630,7 @@ class Runner:
 
     # ------------------------------------------------------------------ commits
     def _pending_offsets(self, tasks: Iterable[_PartitionTask]) -> dict[TopicPartition, int]:
-        return {task.tp: task.processed for task in tasks
-                if task.processed is not None and task.processed != task.committed}
+        return pending_offsets(tasks)
 
     def _commit_now(self) -> None:
         """Exactly-once: a task failed; the loop aborts and rewinds at once instead of after the interval."""
@@ -642,7 +644,7 @@ class Runner:
             if force or self._commit_due or self._last_commit_at is None \
                     or now - self._last_commit_at >= self.commit_interval_ms:
                 self._commit_due = False
-                await self._eos.commit_point()
+                await self._eos.commit_point(list(self._tasks.values()))
                 self._last_commit_at = self._clock()
             return
         if not force:
@@ -725,7 +727,7 @@ class Runner:
         if self._eos is not None:
             try:
                 if graceful:
-                    await self._eos.commit_point()
+                    await self._eos.commit_point(tasks)
                 else:
                     await self._eos.abort_only()
             except Exception as exc:  # noqa: BLE001
@@ -819,7 +821,7 @@ class RunnerRebalanceListener:
         if runner._eos is not None:
             try:
                 # the transaction holds every partition's progress: commit it (or abort) before they move
-                await runner._eos.commit_point()
+                await runner._eos.commit_point(list(runner._tasks.values()))
             except Exception as exc:  # noqa: BLE001 - aborted by the coordinator; the new owner re-reads
                 log.warning("transaction commit on revoke failed: %r", exc)
             for task in tasks:

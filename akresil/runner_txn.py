@@ -12,17 +12,57 @@ next transaction, and read_committed readers never see the aborted outputs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Iterable, Mapping, Protocol, Sequence
 
 import anyio
 
 from .errors import ConfigError, KafkaError, ProducerFencedError
-from .types import TopicPartition
-
-if TYPE_CHECKING:
-    from .runner import Runner
+from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+class TransactionalProducer(Protocol):
+    """What the exactly-once runner needs of its producer (``check_exactly_once`` checks it at run time)."""
+
+    @property
+    def transaction_state(self) -> str | None: ...
+
+    def begin_transaction(self) -> Any: ...
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                          group_metadata: ConsumerGroupMetadata) -> None: ...
+
+    async def commit_transaction(self) -> None: ...
+
+    async def abort_transaction(self) -> None: ...
+
+
+class GroupConsumer(Protocol):
+    """What the exactly-once runner needs of its consumer: the group's generation (or KIP-848 member epoch) and
+    member id for TxnOffsetCommit, and seek to rewind after an abort (either may be sync or async)."""
+
+    def group_metadata(self) -> ConsumerGroupMetadata | Awaitable[ConsumerGroupMetadata]: ...
+
+    def seek(self, partition: TopicPartition, offset: int) -> Any: ...
+
+
+class TransactionTask(Protocol):
+    """One partition's progress as a transaction sees it: what was handled (``processed``), what the last
+    transaction committed, and where to rewind to (the first offset handled in the open transaction)."""
+
+    tp: TopicPartition
+    processed: int | None
+    committed: int | None
+    rewind_to: int | None
+
+    def rewind(self, offset: int) -> None: ...
+
+
+def pending_offsets(tasks: Iterable[TransactionTask]) -> dict[TopicPartition, int]:
+    """The offsets handled since the last commit, per partition."""
+    return {task.tp: task.processed for task in tasks
+            if task.processed is not None and task.processed != task.committed}
 
 #: errors after which the producer cannot go on (another instance took over the transactional id)
 _FATAL = (ProducerFencedError,)
@@ -51,11 +91,12 @@ def check_exactly_once(consumer: Any, producer: Any) -> None:
 
 
 class ExactlyOnce:
-    """The barrier and the transaction of one exactly-once runner."""
+    """The barrier and the transaction of one exactly-once runner; the runner passes its partition tasks to each
+    commit point."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.producer: Any = runner.producer
+    def __init__(self, producer: TransactionalProducer, consumer: GroupConsumer) -> None:
+        self.producer = producer
+        self.consumer = consumer
         self._active = 0
         self._closed = False
         self._opened = anyio.Event()
@@ -113,29 +154,26 @@ class ExactlyOnce:
         self._opened.set()
 
     # ------------------------------------------------------------------ commit points
-    async def commit_point(self) -> bool:
-        """Commit the open transaction with the processed offsets (or abort and rewind after a failure).
-        Returns False when the transaction was aborted."""
+    async def commit_point(self, tasks: Sequence[TransactionTask]) -> bool:
+        """Commit the open transaction with the offsets ``tasks`` processed (or abort and rewind them after a
+        failure). Returns False when the transaction was aborted."""
         await self._quiesce()
         try:
             if self.abort_wanted:
-                await self._abort_and_rewind("a task failed in the transaction")
+                await self._abort_and_rewind("a task failed in the transaction", tasks)
                 return False
             if not self.in_transaction:
                 return True
-            runner = self.runner
-            consumer: Any = runner.consumer         # checked by check_exactly_once: has group_metadata()
-            tasks = list(runner._tasks.values())
-            offsets = runner._pending_offsets(tasks)
+            offsets = pending_offsets(tasks)
             try:
                 if offsets:
                     await self.producer.send_offsets_to_transaction(
-                        offsets, await _maybe_await(consumer.group_metadata()))
+                        offsets, await _maybe_await(self.consumer.group_metadata()))
                 await self.producer.commit_transaction()
             except _FATAL:
                 raise
             except KafkaError as exc:
-                await self._abort_and_rewind(f"commit failed: {exc!r}")
+                await self._abort_and_rewind(f"commit failed: {exc!r}", tasks)
                 return False
             self.in_transaction = False
             self.commits += 1
@@ -153,20 +191,18 @@ class ExactlyOnce:
             await self.producer.abort_transaction()
         self.in_transaction = False
 
-    async def _abort_and_rewind(self, why: str) -> None:
-        runner = self.runner
-        consumer: Any = runner.consumer             # checked by check_exactly_once: has seek()
+    async def _abort_and_rewind(self, why: str, tasks: Sequence[TransactionTask]) -> None:
         self.abort_wanted = False
         if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
             await self.producer.abort_transaction()
         self.in_transaction = False
         self.aborts += 1
         rewound: dict[TopicPartition, int] = {}
-        for task in runner._tasks.values():
+        for task in tasks:
             if task.rewind_to is None:
                 continue
             offset = task.rewind_to
-            await _maybe_await(consumer.seek(task.tp, offset))
+            await _maybe_await(self.consumer.seek(task.tp, offset))
             task.rewind(offset)
             rewound[task.tp] = offset
         log.warning("exactly-once runner: transaction aborted (%s); rewound %s", why, rewound)

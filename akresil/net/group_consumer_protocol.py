@@ -2,10 +2,12 @@
 
 ``ConsumerGroupMember`` implements ``net.group_member.GroupMember``, as the classic ``GroupCoordinator``
 does, so the consumer switches protocols in one place; offsets go through the same ``GroupOffsets``.
-Heartbeats run in ``net.heartbeat_loop``; after each answer that changed the target, this module reconciles step by step as ``core.consumer_membership`` says: revoke
-(commit the revoked positions when auto-commit is on, then ``on_partitions_revoked``), assign
-(``on_partitions_assigned``), report what is owned with the next heartbeat, which goes at once. A fenced
-member's partitions are lost (``on_partitions_lost``, no commit) and it joins again.
+Heartbeats run in ``net.heartbeat_loop``; after each answer that changed the target, this module
+reconciles step by step as ``core.consumer_membership`` says: revoke (commit the revoked positions when
+auto-commit is on, then ``on_partitions_revoked``), assign (``on_partitions_assigned``), report what is
+owned with the next heartbeat, which goes at once. A fenced member's partitions are lost
+(``on_partitions_lost``, no commit) and it joins again; so are a member's that stopped polling for
+``max_poll_interval_ms`` (it left with epoch -1 and joins again at the next poll).
 
 Offsets are committed with the member epoch as the generation (OffsetCommit v9 ``GenerationIdOrMemberEpoch``);
 STALE_MEMBER_EPOCH retries with the epoch the next heartbeat brings, UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH

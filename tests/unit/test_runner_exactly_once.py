@@ -261,3 +261,37 @@ async def test_revoke_commits_the_open_transaction_before_the_partition_leaves()
     assert committed_on_revoke[P1] == 1
     assert outputs(producer)[1] == [b"v0"]
     assert outputs(producer)[0] == [b"v0", b"v1", b"v2"]
+
+
+class _Task:
+    """A partition's progress, as the transaction sees it (``runner_txn.TransactionTask``)."""
+
+    def __init__(self, tp: TopicPartition, processed: int | None, committed: int | None,
+                 rewind_to: int | None) -> None:
+        self.tp, self.processed, self.committed, self.rewind_to = tp, processed, committed, rewind_to
+        self.rewound: list[int] = []
+
+    def rewind(self, offset: int) -> None:
+        self.rewound.append(offset)
+        self.processed, self.rewind_to = self.committed, None
+
+
+async def test_the_transaction_works_on_what_it_is_given_not_on_a_runner() -> None:
+    """ExactlyOnce takes its producer, consumer and the partition tasks as arguments: it commits the tasks'
+    offsets with the consumer's group metadata, and an abort rewinds exactly those tasks."""
+    from akresil.runner_txn import ExactlyOnce
+
+    clock, consumer, producer = setup()
+    eos = ExactlyOnce(producer, consumer)
+    moved, idle = _Task(P0, 12, 5, 5), _Task(P1, 7, 7, None)
+    await eos.enter()
+    eos.exit()
+    assert await eos.commit_point([moved, idle]) is True
+    assert consumer.committed == {P0: 12} and (moved.committed, moved.rewind_to) == (12, None)
+    moved.processed, moved.rewind_to = 20, 12
+    await eos.enter()
+    eos.request_abort()
+    eos.exit()
+    assert await eos.commit_point([moved, idle]) is False
+    assert moved.rewound == [12] and consumer.positions[P0] == 12 and idle.rewound == []
+    assert (eos.commits, eos.aborts, producer.aborts) == (1, 1, 1)
