@@ -24,8 +24,10 @@ from .events import Hooks
 
 #: API key -> first response version for which ``throttle_time_ms > 0`` means the client must mute
 #: (from the message specs' "Starting in version N, on quota violation, brokers send out responses before
-#: throttling"). APIs introduced after KIP-219 (e.g. DescribeCluster) throttle client-side in every version.
-#: An API missing here never mutes: not muting costs one extra throttled request; muting wrongly doubles it.
+#: throttling"). An API missing here mutes in every version whose response has the field, as the Java client
+#: does (``AbstractResponse.shouldClientThrottle``: any schema with ``throttle_time_ms``, unless the response
+#: class names a version): every API added after KIP-219 (ElectLeaders, OffsetDelete, DescribeProducers, ...)
+#: is answered at once and expects the client to stay quiet.
 MUTE_FROM_VERSION: dict[int, int] = {
     0: 6,    # Produce
     1: 8,    # Fetch
@@ -73,8 +75,7 @@ MUTE_FROM_VERSION: dict[int, int] = {
 
 def should_mute(api_key: int, version: int) -> bool:
     """True when a throttled response of this API version asks the client to mute (KIP-219)."""
-    threshold = MUTE_FROM_VERSION.get(int(api_key))
-    return threshold is not None and version >= threshold
+    return version >= MUTE_FROM_VERSION.get(int(api_key), 0)
 
 
 class ConnectionState(enum.Enum):

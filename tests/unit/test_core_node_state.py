@@ -44,16 +44,18 @@ def test_throttle_is_version_gated(api_key: int, threshold: int) -> None:
     assert not new.can_send(499) and new.can_send(500)
 
 
-@pytest.mark.parametrize("api_key", [45, 46, 48, 49])
-def test_reassignment_and_quota_apis_mute_from_v0(api_key: int) -> None:
+@pytest.mark.parametrize("api_key", [45, 46, 48, 49, 43, 44, 47, 50, 51, 61, 65, 66])
+def test_apis_newer_than_kip219_mute_from_v0(api_key: int) -> None:
     # introduced after KIP-219 with throttle_time_ms in every version: Kafka's client throttles on all of them
     node = connected()
     assert node.on_response(api_key, 0, throttle_time_ms=500, now=0)
     assert not node.can_send(499) and node.can_send(500)
 
 
-def test_unknown_api_never_mutes_and_table_matches_design() -> None:
-    assert not should_mute(9999, 100)
+def test_an_api_not_in_the_table_mutes_as_javas_client_does_and_the_table_matches_design() -> None:
+    # a throttle_time_ms > 0 can only come in a response whose schema has the field: Java then mutes
+    assert should_mute(9999, 0) and should_mute(43, 0)
+    assert not should_mute(0, 5) and should_mute(0, 6)
     assert {k: MUTE_FROM_VERSION[k] for k in (0, 3, 1, 2, 11, 19, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 22, 21, 37)} \
         == {0: 6, 3: 6, 1: 8, 2: 3, 11: 3, 19: 3, 8: 4, 9: 4, 10: 2, 12: 2, 13: 2, 14: 2, 15: 2, 16: 2, 18: 2,
             20: 2, 22: 1, 21: 1, 37: 1}
