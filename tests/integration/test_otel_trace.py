@@ -59,7 +59,7 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
                                             auto_offset_reset="earliest", fetch_max_wait_ms=50),
                                    tracer_provider=tracing, meter_provider=meters, propagator=w3c)
     async with consumer:
-        consumer.consumer.assign([TopicPartition(topic, md.partition)])
+        consumer.assign([TopicPartition(topic, md.partition)])
         got = await consumer.getmany(timeout_ms=5_000)
         records = got[TopicPartition(topic, md.partition)]
         assert [r.value for r in records] == [b"order-1", b"order-2", b"order-3"]
@@ -77,11 +77,15 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
     # the send span: a child of the request, PRODUCER kind, semantic-convention attributes
     assert send.kind is SpanKind.PRODUCER and send.parent is not None
     assert send.context.trace_id == trace_id and send.parent.span_id == request_span.get_span_context().span_id
-    assert dict(send.attributes or {}) == {
+    async with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
+        brokers = {(b.host, b.port) for b in (await admin.describe_cluster()).brokers}
+    send_attributes = dict(send.attributes or {})
+    assert (send_attributes.pop("server.address"), send_attributes.pop("server.port")) in brokers
+    assert send_attributes == {
         "messaging.system": "kafka", "messaging.operation.type": "send", "messaging.operation.name": "send",
         "messaging.destination.name": topic, "messaging.client.id": "otel-p",
         "messaging.kafka.message.key": "alice", "messaging.destination.partition.id": str(md.partition),
-        "messaging.kafka.offset": md.offset}
+        "messaging.kafka.offset": md.offset, "messaging.message.body.size": len(b"order-1")}
     assert (send_many.attributes or {})["messaging.batch.message_count"] == 2
 
     # the traceparent went through the broker in the record's headers, next to the application's header
@@ -101,6 +105,8 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
     attrs = dict(process.attributes or {})
     assert attrs["messaging.kafka.offset"] == first.offset and attrs["messaging.client.id"] == "otel-c"
     assert attrs["messaging.operation.type"] == "process" and attrs["app.handled"] is True
+    assert (attrs["server.address"], attrs["server.port"]) in brokers
+    assert attrs["messaging.message.body.size"] == len(b"order-1")
 
     # metrics through the OpenTelemetry API
     points = otel_points(reader)

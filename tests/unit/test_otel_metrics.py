@@ -24,7 +24,8 @@ from akresil.core import events as ev
 from akresil.core.events import Hooks
 from akresil.errors import IllegalStateError
 from akresil.metrics import ClientMetrics
-from akresil.otel import METRIC_NAMES, HeadersGetter, HeadersSetter, OTelMetrics, TracedConsumer, TracedProducer
+from akresil.otel import (METRIC_NAMES, HeadersGetter, HeadersSetter, OTelMetrics, instrument_consumer,
+                          instrument_producer)
 from akresil.types import Header, TopicPartition
 
 
@@ -159,8 +160,8 @@ async def test_a_failed_send_is_an_error_span() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    traced = TracedProducer(Producer(bootstrap_servers="127.0.0.1:1", client_id="p1"), tracer_provider=provider,
-                            propagator=TraceContextTextMapPropagator())
+    traced = instrument_producer(Producer(bootstrap_servers="127.0.0.1:1", client_id="p1"),
+                                 tracer_provider=provider, propagator=TraceContextTextMapPropagator(), metrics=False)
     with pytest.raises(IllegalStateError):
         await traced.send("orders", b"v", key=b"k")       # never started
     [span] = exporter.get_finished_spans()
@@ -180,8 +181,8 @@ def test_process_spans_continue_the_producers_trace_and_record_failures() -> Non
     headers: list[Header] = []
     with tracer.start_as_current_span("send t") as send:
         w3c.inject(headers, setter=HeadersSetter())
-    traced = TracedConsumer(Consumer(bootstrap_servers="127.0.0.1:1", client_id="c9", group_id="g"),
-                            tracer_provider=provider, propagator=w3c)
+    traced = instrument_consumer(Consumer(bootstrap_servers="127.0.0.1:1", client_id="c9", group_id="g"),
+                                 tracer_provider=provider, propagator=w3c, metrics=False)
     carried = ConsumerRecord("t", 2, 41, b"k", None, headers, 0)
     with pytest.raises(ValueError):
         with traced.process(carried):

@@ -34,11 +34,20 @@ import json
 from typing import Any
 
 from akresil import Admin, Consumer, ConsumerRecord, Producer, ShareConsumer, TopicPartition
-from akresil.otel import instrument_consumer, instrument_producer
+from akresil.otel import instrument_consumer, instrument_producer, instrument_share_consumer
 
 
 def to_json(order: dict[str, int]) -> bytes:
     return json.dumps(order).encode()
+
+
+async def publish(producer: Producer[bytes, dict[str, int]]) -> None:
+    await producer.send("orders", {"amount": 4})
+
+
+async def drain(consumer: Consumer[str, Any], jobs: ShareConsumer) -> None:
+    await consumer.getmany(timeout_ms=0)
+    await jobs.getmany(timeout_ms=0)
 
 
 async def main() -> None:
@@ -86,7 +95,10 @@ async def main() -> None:
     traced = instrument_producer(orders)
     reveal_type(traced)  # reveal: TracedProducer[bytes | bytearray | memoryview[int], dict[str, int]]
     await traced.send("orders", {"amount": 2})
+    await publish(traced)  # a traced producer is the producer: it goes where one is annotated
     traced_consumer = instrument_consumer(typed)
+    reveal_type(traced_consumer)  # reveal: TracedConsumer[str, Any]
+    await drain(traced_consumer, instrument_share_consumer(jobs))
     with traced_consumer.process(await traced_consumer.getone()) as span:
         span.set_attribute("handled", True)
 '''
