@@ -26,6 +26,7 @@ from . import errors
 from .config import resolve
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
+from .core.missing_topics import MissingTopicWarnings
 from .net.cluster import Cluster
 from .net.fetcher import Fetcher
 from .net.group_member import RebalanceListener
@@ -124,6 +125,8 @@ class Consumer(Generic[KeyT, ValueT]):
         self._pending_index = 0
         self._last_committed: dict[TopicPartition, int] = {}
         self._max_poll_records = cfg.max_poll_records
+        self._missing_topics = MissingTopicWarnings()
+        self._missing_topics_seen = False
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -158,6 +161,8 @@ class Consumer(Generic[KeyT, ValueT]):
                     self._offsets = GroupCoordinator(cluster, self.config, subscription=set, listener=None,
                                                      on_assignment_changed=_nothing)
             await tg.start(self._fetcher.run)
+            cluster.on_metadata_change(self._warn_missing_topics)
+            self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
             if self._subscribed:
                 cluster.on_metadata_change(self._on_metadata)
                 if self._group is not None:
@@ -225,6 +230,22 @@ class Consumer(Generic[KeyT, ValueT]):
         if self._pattern is None:
             return set(self._topics)
         return set(self._matched_topics())
+
+    def _warn_missing_topics(self) -> None:
+        """One WARNING per topic this consumer names (subscribed by name or assigned) that the cluster says
+        does not exist, then one a minute while it still does not: it gets no records from it, no error."""
+        if self._closed:
+            return
+        errors_by_topic = self._cluster.metadata.snapshot.topic_errors
+        named = self._topics if self._subscribed else {tp.topic for tp in self._state.partitions}
+        missing = [t for t in named if errors_by_topic.get(t) == errors.UnknownTopicOrPartitionError.errno]
+        if not missing and not self._missing_topics_seen:
+            return
+        self._missing_topics_seen = bool(missing)
+        for topic, first in self._missing_topics.due(missing, self._cluster.clock()):
+            log.warning("topic %r does not exist%s: this consumer gets no records from it until it is created "
+                        "(%s)", topic, "" if first else " (still)",
+                        "subscribed" if self._subscribed else "assigned")
 
     def _matched_topics(self) -> frozenset[str]:
         match = self._pattern.search if self._pattern is not None else None
