@@ -6,7 +6,8 @@ Exit codes: 0 success, 1 a runtime failure (broker unreachable, delivery failed,
 
 JSON lines (``produce --json`` input, ``consume`` output) use one shape both ways, so ``consume | produce
 --json`` copies records: ``{"key": str|null, "value": str|null, "headers": [[name, str|null], ...],
-"partition": int}``; bytes that are not UTF-8 appear as ``{"base64": "..."}``.  ``consume`` adds topic, offset
+"partition": int}``; bytes that are not UTF-8 appear as ``{"base64": "..."}``, and a JSON object or array given
+as a value is stored as its compact JSON text and comes back from ``consume`` as that object or array.  ``consume`` adds topic, offset
 and timestamp_ms, which ``produce`` ignores.
 """
 
@@ -41,10 +42,21 @@ class UsageError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- encoding
-def encode_bytes(data: bytes | None) -> str | dict[str, str] | None:
-    """Bytes for a JSON line: text when UTF-8, else ``{"base64": ...}`` (round-trips through produce)."""
+def encode_bytes(data: bytes | None) -> Any:
+    """Bytes for a JSON line: a JSON object or array when they are one in compact form (what ``produce --json``
+    stores for such a value), else text when UTF-8, else ``{"base64": ...}``; each round-trips through produce
+    to the same bytes."""
     if data is None:
         return None
+    if data[:1] in (b"{", b"["):
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = None
+        # only the compact form (re-encoding gives these very bytes), and never a {"base64": ...} look-alike
+        if (isinstance(value, (dict, list)) and orjson.dumps(value) == data
+                and not (isinstance(value, dict) and set(value) == {"base64"})):
+            return value
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -227,27 +239,34 @@ async def cmd_produce(args: argparse.Namespace) -> int:
     async with Producer(**_client_config(args)) as producer:
         pending: list[Any] = []
         lineno = 0
-        while True:
-            lines = await anyio.to_thread.run_sync(stdin.readlines, READ_CHUNK)
-            if not lines:
-                break
-            for raw in lines:
-                lineno += 1
-                line = raw.rstrip(b"\r\n")
-                if args.json:
-                    if not line.strip():
-                        continue
-                    rec = parse_json_line(line, lineno)
-                    rec_key = rec.key if rec.key is not None else key
-                    fut = await producer.enqueue(args.topic, rec.value, rec_key, partition=rec.partition,
-                                                 headers=headers + rec.headers)
-                else:
-                    fut = await producer.enqueue(args.topic, line, key, partition=args.partition,
-                                                 headers=headers)
-                pending.append(fut)
-            if len(pending) >= AWAIT_EVERY:
-                sent += await _await_all(pending)
-                pending = []
+        try:
+            while True:
+                lines = await anyio.to_thread.run_sync(stdin.readlines, READ_CHUNK)
+                if not lines:
+                    break
+                for raw in lines:
+                    lineno += 1
+                    line = raw.rstrip(b"\r\n")
+                    if args.json:
+                        if not line.strip():
+                            continue
+                        rec = parse_json_line(line, lineno)
+                        rec_key = rec.key if rec.key is not None else key
+                        fut = await producer.enqueue(args.topic, rec.value, rec_key, partition=rec.partition,
+                                                     headers=headers + rec.headers)
+                    else:
+                        fut = await producer.enqueue(args.topic, line, key, partition=args.partition,
+                                                     headers=headers)
+                    pending.append(fut)
+                if len(pending) >= AWAIT_EVERY:
+                    sent += await _await_all(pending)
+                    pending = []
+        except UsageError as exc:
+            # the records of the lines before the bad one are on their way: deliver them and say so, so the
+            # user knows what a re-run from the top would duplicate
+            sent += await _await_all(pending)
+            raise UsageError(f"{exc}; stopped there: the {sent} record(s) before it were produced to "
+                             f"{args.topic}, the rest of stdin was not") from None
         sent += await _await_all(pending)
     print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
     return EXIT_OK

@@ -157,7 +157,7 @@ async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
         _reset_mode(args)   # bad usage is refused before connecting
     async with Admin(**config) as admin:
         if args.groups_command == "list":
-            groups = await admin.list_consumer_groups(states=args.state or None)
+            groups = await _listed_groups(admin, args.state)
             emit(args, ["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE", "COORDINATOR"], [
                 {"group": g.group_id, "state": g.state, "type": g.group_type, "protocol_type": g.protocol_type,
                  "coordinator": g.coordinator} for g in groups])
@@ -168,6 +168,24 @@ async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
             results = await admin.delete_consumer_groups(args.groups)
             return _report(args, "deleted", results)
         return await _reset_offsets(admin, args)
+
+
+async def _listed_groups(admin: Any, states: list[str] | None) -> list[Any]:
+    """ListGroups, with each state the broker did not give asked from the group's coordinator.
+
+    Before ListGroups v4 a broker gives no state; Tansu gives "Unknown" for every group.  DescribeGroups knows
+    it, so the states are filled in before ``--state`` filters (which therefore runs here, not on the broker)."""
+    from dataclasses import replace
+    groups = await admin.list_consumer_groups()
+    unknown = [g.group_id for g in groups if g.state in (None, "", "Unknown")]
+    if unknown:
+        described = await admin.describe_consumer_groups(unknown)
+        groups = [replace(g, state=described.ok[g.group_id].state) if g.group_id in described.ok else g
+                  for g in groups]
+    if states:
+        wanted = {s.lower() for s in states}
+        groups = [g for g in groups if (g.state or "").lower() in wanted]
+    return list(groups)
 
 
 def _report(args: argparse.Namespace, verb: str, results: Any) -> int:
