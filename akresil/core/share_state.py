@@ -18,8 +18,9 @@ records out (``poll``) and keeps the acknowledgements. The rules it enforces:
 * one request per leader at a time (the session epoch orders them);
 * a session error (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH) or a broken connection resets
   the session: the next fetch opens a new one; records held under the old one are void;
-* failures back off per leader (KIP-580), leader errors request a metadata refresh and carry the KIP-951
-  hint when the answer has one.
+* failures back off per leader (KIP-580), except a session error for a request inside a session: the new
+  session is opened at once; leader errors request a metadata refresh and carry the KIP-951 hint when the
+  answer has one.
 
 Times are monotonic milliseconds passed in as ``now``. Reference for behaviour: the Java client's
 ``ShareConsumeRequestManager`` / ``ShareSessionHandler`` (no code taken from it).
@@ -412,7 +413,14 @@ class ShareFetchState:
     def _request_failed(self, plan: SharePlan, err: KafkaError, now: float) -> None:
         s = self._session(plan.node_id)
         assert s.retry is not None
-        s.retry.on_failure(now)
+        if getattr(err, "errno", None) in _SESSION_CODES and plan.body.get("share_session_epoch", 0) > 0:
+            # the broker forgot the session (evicted, restarted, or librdkafka's mock dropping every session of a
+            # node whenever any connection to it closes): the next request opens a new one (epoch 0), which
+            # cannot meet this error, so it goes at once, as in the Java client; waiting only lets other members
+            # take the records this one would have fetched
+            s.retry.on_success()
+        else:
+            s.retry.on_failure(now)
         self._fail(plan.acks, err)
         self._request_done(plan)
         if plan.kind is PlanKind.CLOSE:

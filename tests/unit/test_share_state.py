@@ -189,10 +189,27 @@ def test_session_error_resets_the_epoch_voids_held_records_and_fails_their_acks(
     assert st.buffered == 0                                # the buffered third record went with the session
     st.acknowledge(TP0, b.offset, AckType.ACCEPT, 60)      # delivered under the lost session: reported, not sent
     assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
-    # KIP-580: the leader backs off before the new session is opened
-    assert 1 not in plan(st, 149)                          # failed at 50, first backoff 100 ms
-    p3 = plan(st, 150)[1]
+    # the broker forgot the session: the new one is opened at once (no backoff), without the void acks
+    p3 = plan(st, 50)[1]
     assert p3.body["share_session_epoch"] == 0 and p3.body["topics"][0]["partitions"][0]["acknowledgement_batches"] == []
+
+
+@pytest.mark.parametrize("code", [errors.ShareSessionNotFoundError.errno, errors.InvalidShareSessionEpochError.errno])
+def test_a_lost_session_is_reopened_at_once_but_a_failing_new_session_backs_off(code: int) -> None:
+    """Issue 28: librdkafka's mock drops every member's session on a node whenever any client's connection to it
+    closes; akresil waited a retry backoff before reopening, while other members fetched the records."""
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0), 10)                  # session open, epoch 1
+    p = plan(st, 10)[1]
+    assert p.body["share_session_epoch"] == 1
+    st.on_fetch_response(p, fetch_answer(0, error=code), 20)
+    p = plan(st, 20)[1]                                            # same instant
+    assert p.body["share_session_epoch"] == 0
+    # a new session's request (epoch 0) answered with a session error is the broker's fault: back off
+    st.on_fetch_response(p, fetch_answer(0, error=code), 30)
+    assert 1 not in plan(st, 129)
+    assert plan(st, 130)[1].body["share_session_epoch"] == 0
 
 
 def test_transport_failure_backs_off_exponentially_and_reopens_the_session() -> None:
