@@ -26,6 +26,46 @@ def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) 
                               "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
 
 
+def run_with(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, runner: str, *args: str
+             ) -> pytest.RunResult:
+    """Like a fresh user project with only akresil and one async test runner installed."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    return pytester.runpytest("-p", PLUGIN, "-p", runner, "-p", "no:cacheprovider",
+                              "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+
+
+def section_blocks(page: str, heading: str) -> list[str]:
+    """The python blocks of one section of a docs page (up to the next heading of the same or a higher level)."""
+    start = page.index(heading + "\n") + len(heading) + 1
+    level = len(heading.split(" ")[0])
+    end = re.search(r"^#{1,%d} " % level, page[start:], re.M)
+    section = page[start:start + end.start()] if end else page[start:]
+    return re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+
+
+RUNNERS = {"pytest-asyncio": "pytest_asyncio.plugin", "anyio": "anyio.pytest_plugin"}
+
+
+@pytest.mark.parametrize("runner", ["pytest-asyncio", "anyio"])
+def test_the_first_test_on_the_testing_page_runs_as_it_stands(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch, runner: str) -> None:
+    page = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    blocks = dict(zip(RUNNERS, section_blocks(page, "### Your first test")))
+    assert list(blocks) == list(RUNNERS), "the section shows one file per runner"
+    name = "test_first_" + runner.replace("pytest-", "")
+    pytester.makepyfile(**{name: blocks[runner]})
+    run_with(pytester, monkeypatch, RUNNERS[runner], "-q").assert_outcomes(passed=1)
+
+
+def test_the_own_fixtures_example_on_the_testing_page_runs_as_it_stands(pytester: pytest.Pytester,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    page = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    # the async file, then the blocking-form test that goes with it (it uses that file's ``broker`` fixture)
+    async_file, sync_test = section_blocks(page, "## Without the plugin: your own fixtures")
+    pytester.makepyfile(test_own_fixtures=async_file + "\n\n" + sync_test)
+    run_with(pytester, monkeypatch, RUNNERS["pytest-asyncio"], "-q").assert_outcomes(passed=2)
+
+
 def test_the_entry_point_names_the_plugin_module() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["entry-points"]["pytest11"] == {"akresil": PLUGIN}
