@@ -34,7 +34,7 @@ from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing import Self, Unpack
 
     from .config_keys import ConsumerConfig
     from .net.group_consumer_protocol import ConsumerGroupMember
@@ -179,7 +179,7 @@ class Consumer(Generic[KeyT, ValueT]):
             await tasks.close()
             raise
 
-    async def __aenter__(self) -> Consumer[KeyT, ValueT]:
+    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
         await self.start()
         return self
 

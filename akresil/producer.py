@@ -38,7 +38,7 @@ from .net.transaction import TransactionIO
 from .types import ConsumerGroupMetadata, Header, KeyT_contra, RecordMetadata, TopicPartition, ValueT_contra
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing import Self, Unpack
 
     from .config_keys import ProducerConfig
 
@@ -171,7 +171,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             await tasks.close()
             raise
 
-    async def __aenter__(self) -> Producer[KeyT_contra, ValueT_contra]:
+    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
         await self.start()
         return self
 

@@ -43,7 +43,7 @@ from .protocol.api import ApiKey
 from .types import ShareRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing import Self, Unpack
 
     from .config_keys import ShareConsumerConfig
 
@@ -142,7 +142,7 @@ class ShareConsumer:
             await tasks.close()
             raise
 
-    async def __aenter__(self) -> "ShareConsumer":
+    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
         await self.start()
         return self
 

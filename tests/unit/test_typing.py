@@ -99,6 +99,10 @@ async def main() -> None:
     traced_consumer = instrument_consumer(typed)
     reveal_type(traced_consumer)  # reveal: TracedConsumer[str, Any]
     await drain(traced_consumer, instrument_share_consumer(jobs))
+    async with instrument_consumer(Consumer("orders")) as entered:
+        reveal_type(entered)  # reveal: TracedConsumer[bytes, bytes]
+        with entered.process(await entered.getone()):
+            pass
     with traced_consumer.process(await traced_consumer.getone()) as span:
         span.set_attribute("handled", True)
 '''
