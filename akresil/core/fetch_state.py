@@ -22,6 +22,12 @@ Rules worth knowing:
   re-planned at once on the cached leader, without backoff or refresh. A hint that only repeats what the cache
   knows is not accepted (it does not advance), so without this the partition waited a full backoff for a leader
   it already knew (issue 28).
+* UNKNOWN_LEADER_EPOCH says the leader has not applied the epoch we know yet: brokers replay the metadata log
+  at their own pace, and a hint (or a Metadata answer) from one that was ahead reaches us before the new leader
+  has caught up. It does within milliseconds, so the partition is fetched again on the short doubling schedule
+  of a topic being created (``pending_topic_backoff``: ~1, 2, 4 ... ms, capped at ``retry_backoff_max_ms``),
+  with no metadata refresh; an answer resets it. With ``retry_backoff_ms`` it waited a whole backoff after
+  every leader move on Apache Kafka. Java's consumer refetches on its next poll.
 * Records are decoded lazily, one batch at a time, only when ``drain`` hands them out: data that is
   buffered but never returned (a seek, a revoke) costs no per-record work.
 * Control batches are always skipped; with ``read_committed`` the records of aborted transactions are skipped
@@ -54,7 +60,7 @@ from .. import errors
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
-from .metadata import ZERO_UUID, BrokerInfo, MetadataCache, MetadataSnapshot
+from .metadata import ZERO_UUID, BrokerInfo, MetadataCache, MetadataSnapshot, pending_topic_backoff
 
 EARLIEST, LATEST = "earliest", "latest"
 #: ListOffsets timestamp sentinels
@@ -64,6 +70,7 @@ TOPIC_ID_VERSION = 13
 
 _LEADER_ERRORS = frozenset({errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno})
 _OFFSET_OUT_OF_RANGE = errors.OffsetOutOfRangeError.errno
+_UNKNOWN_LEADER_EPOCH = errors.UnknownLeaderEpochError.errno
 _ABORT_MARKER = 0
 _CONTROL_KEY = struct.Struct(">hh")
 
@@ -243,9 +250,9 @@ class PartitionFetchState:
 
     __slots__ = ("tp", "position", "position_epoch", "fetch_offset", "paused", "reset", "awaiting_committed",
                  "lookup_in_flight", "in_flight", "generation", "chunks", "buffered_bytes", "error", "retry",
-                 "high_watermark", "last_stable_offset", "log_start_offset")
+                 "behind", "high_watermark", "last_stable_offset", "log_start_offset")
 
-    def __init__(self, tp: TopicPartition, backoff: ExponentialBackoff) -> None:
+    def __init__(self, tp: TopicPartition, backoff: ExponentialBackoff, behind_backoff: ExponentialBackoff) -> None:
         self.tp = tp
         #: next offset handed to the application; None until known (committed offset or reset)
         self.position: int | None = None
@@ -267,9 +274,18 @@ class PartitionFetchState:
         #: raised to the application on the next poll that reaches this partition
         self.error: BaseException | None = None
         self.retry = RetryState(backoff)
+        #: the leader answered UNKNOWN_LEADER_EPOCH: it is behind our metadata (short schedule, module notes)
+        self.behind = RetryState(behind_backoff)
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
+
+    def next_try_at(self) -> float | None:
+        """When the partition may be fetched again after errors (None: now)."""
+        at, behind_at = self.retry.next_allowed_at, self.behind.next_allowed_at
+        if behind_at is None:
+            return at
+        return behind_at if at is None or behind_at > at else at
 
     def caught_up(self, read_committed: bool) -> bool:
         """The last answer said the broker has nothing past ``fetch_offset`` (False while unknown)."""
@@ -310,6 +326,7 @@ class FetchState:
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rng=rng)
+        self._behind_backoff = pending_topic_backoff(retry_backoff_max_ms, rng)
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self.buffered_bytes = 0
         #: nodes with a Fetch outstanding (one per node)
@@ -337,7 +354,7 @@ class FetchState:
         for tp in removed:
             self._drop_buffer(self.partitions.pop(tp))
         for tp in sorted(added):
-            self.partitions[tp] = PartitionFetchState(tp, self._backoff)
+            self.partitions[tp] = PartitionFetchState(tp, self._backoff, self._behind_backoff)
         return added, removed
 
     def assignment(self) -> frozenset[TopicPartition]:
@@ -388,6 +405,7 @@ class FetchState:
         st.awaiting_committed = False
         st.error = None
         st.retry.on_success()
+        st.behind.on_success()
 
     def _drop_buffer(self, st: PartitionFetchState) -> None:
         self.buffered_bytes -= st.buffered_bytes
@@ -503,7 +521,7 @@ class FetchState:
                     if lead is not None:
                         held_nodes.add(lead[0])
                 continue
-            retry_at = st.retry.next_allowed_at
+            retry_at = st.next_try_at()
             if retry_at is not None and now < retry_at:
                 if wake_at is None or retry_at < wake_at:
                     wake_at = retry_at
@@ -626,6 +644,10 @@ class FetchState:
                         data = True
                         self.starved = False    # records for the application: it is about to drain
                     st.retry.on_success()
+                    st.behind.on_success()
+                    continue
+                if code == _UNKNOWN_LEADER_EPOCH:
+                    st.behind.on_failure(now)   # the leader is behind our metadata: again in ~1, 2, 4 ... ms
                     continue
                 if code in _LEADER_ERRORS:
                     hint = part.get("current_leader")

@@ -335,6 +335,45 @@ def test_a_stale_error_without_leader_epochs_compares_nodes() -> None:
     assert [r.node for r in st.plan_fetches(20.0, cache.snapshot).requests] == [3]
 
 
+# Apache Kafka: the leader a hint named has not applied that epoch yet (brokers replay the metadata log at their
+# own pace, and the hint came from one that was ahead) and answers UNKNOWN_LEADER_EPOCH. It catches up within
+# milliseconds: the partition is fetched again on the short doubling schedule of a topic being created (about
+# 1, 2, 4 ... ms, capped at retry_backoff_max_ms), not after retry_backoff_ms, and no Metadata is asked for
+# (the cache is ahead of that broker, not behind). Java's consumer refetches on its next poll.
+def test_unknown_leader_epoch_refetches_on_a_short_schedule_without_metadata() -> None:
+    cache = metadata({0: (2, 4)})
+    st = fetch_state(retry_backoff_ms=2000, retry_backoff_max_ms=4000)
+    st.assign([TP0])
+    st.seek(TP0, 0)
+    now = 1000.0
+    waits = []
+    for _ in range(4):
+        req = only_request(st, now, cache)
+        assert (req.node, req.partitions[0].current_leader_epoch) == (2, 4)
+        out = st.on_fetch_response(req, response({TP0: {"error_code": errors.UnknownLeaderEpochError.errno,
+                                                        "high_watermark": -1}}), now, cache)
+        assert out.refresh is None and not out.data
+        plan = st.plan_fetches(now, cache.snapshot)
+        assert plan.requests == [] and plan.wake_at is not None and not plan.needs_metadata
+        waits.append(plan.wake_at - now)
+        now = plan.wake_at
+    assert 0.8 <= waits[0] <= 1.2 and 1.6 <= waits[1] <= 2.4 and 3.2 <= waits[2] <= 4.8 and 6.4 <= waits[3] <= 9.6
+    # an answer resets the schedule, and did not touch the ordinary retry backoff either
+    req = only_request(st, now, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"])}}), now, cache)
+    assert [r.value for r in st.drain(10).get(TP0, [])] == [b"a"]
+    req = only_request(st, now, cache)
+    st.on_fetch_response(req, response({TP0: {"error_code": errors.UnknownLeaderEpochError.errno}}), now, cache)
+    assert 0.8 <= st.plan_fetches(now, cache.snapshot).wake_at - now <= 1.2
+    # a broker that stays behind is asked at most every retry_backoff_max_ms
+    for _ in range(20):
+        now = st.plan_fetches(now, cache.snapshot).wake_at
+        req = only_request(st, now, cache)
+        st.on_fetch_response(req, response({TP0: {"error_code": errors.UnknownLeaderEpochError.errno}}), now,
+                             cache)
+    assert 3200.0 <= st.plan_fetches(now, cache.snapshot).wake_at - now <= 4800.0
+
+
 def test_unknown_topic_backs_off_and_refreshes_and_success_resets_backoff() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()
