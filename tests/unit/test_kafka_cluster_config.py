@@ -77,3 +77,32 @@ def test_no_maven_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(KafkaUnavailable, match="apt-get install -y maven"):
         kafka_jars.resolve_kafka_jars("4.4.0", cache_dir=tmp_path)
+
+
+def test_a_node_whose_owner_is_gone_is_killed_even_if_it_ignores_sigterm() -> None:
+    """The watchdog's stdin closes when the test process dies. A broker's SIGTERM is a controlled shutdown that
+    waits for the controller, which is going away at the same moment: brokers of a killed run hung there (seen:
+    three JVMs still up minutes later). The watchdog kills what is left after the grace period."""
+    import subprocess
+    import time
+
+    from akresil.testing.kafka_cluster import _watchdog
+
+    child = "trap '' TERM; echo $$; while :; do sleep 0.05; done"   # a JVM stuck in its shutdown
+    proc = subprocess.Popen(["/bin/sh", "-c", _watchdog(0.3), "watchdog", "/bin/sh", "-c", child],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        assert proc.stdin is not None
+        proc.stdin.close()                                           # the owner is gone
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if proc.poll() is None:
+            import os
+            import signal
+            os.killpg(proc.pid, signal.SIGKILL)
