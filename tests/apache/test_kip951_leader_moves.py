@@ -32,7 +32,7 @@ BACKOFF_MS = 2000
 BACKOFF_FLOOR_MS = BACKOFF_MS * 0.8      # KIP-580 jitter: nothing backed off comes sooner
 NOT_LEADER = NotLeaderOrFollowerError.errno
 FENCED = FencedLeaderEpochError.errno
-SLOW_PATH = dict(retry_backoff_ms=BACKOFF_MS, retry_backoff_max_ms=BACKOFF_MS)
+SLOW_PATH: dict[str, Any] = dict(retry_backoff_ms=BACKOFF_MS, retry_backoff_max_ms=BACKOFF_MS)
 
 
 def run(backend: str, scenario: Callable[[], Awaitable[None]]) -> None:
