@@ -45,6 +45,16 @@ class FrameTooLargeError(ProtocolError):
         self.limit = limit
 
 
+TLS_ANSWER = ("the broker answered with a TLS record, not a Kafka response: the listener expects TLS "
+              "(security_protocol='SSL', or 'SASL_SSL' with SASL)")
+
+
+def looks_like_tls_record(header: bytes | bytearray) -> bool:
+    """A TLS record header (content type 20..23, protocol version 3.0..3.4): what a Kafka SSL listener sends a
+    plaintext client (an alert).  As a frame size these bytes read as 335..403 MB, beyond any sane limit."""
+    return len(header) >= 3 and 20 <= header[0] <= 23 and header[1] == 3 and header[2] <= 4
+
+
 def frame_too_large(size: int, limit: int) -> FrameTooLargeError:
     return FrameTooLargeError(
         f"frame size {size} is outside 0..{limit}: larger than {MAX_FRAME_SETTING}={limit}. If the broker "
@@ -103,6 +113,8 @@ class FrameDecoder:
         while end - pos >= 4:
             size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if size < 0 or size > self.max_frame_bytes:
+                if looks_like_tls_record(buf[pos:pos + 3]):
+                    raise ProtocolError(TLS_ANSWER)
                 if size > 0:
                     raise frame_too_large(size, self.max_frame_bytes)
                 raise ProtocolError(

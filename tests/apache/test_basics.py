@@ -142,3 +142,18 @@ async def test_acls_deny_then_allow_a_user(kafka_cluster: KafkaCluster, make_top
         consumer.assign([TopicPartition(topic, 0)])
         got = await consume_n(consumer, 1)
     assert [r.value for r in got] == [b"allowed"]
+
+
+@pytest.mark.parametrize("listener, client, says", [
+    ("SASL_PLAINTEXT", {}, "closed by the peer during or right after ApiVersions: the listener may require SASL"),
+    ("SSL", {}, "answered with a TLS record, not a Kafka response: the listener expects TLS"),
+    ("SSL", {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+             "sasl_plain_password": "x"}, "answered with a TLS record"),
+], ids=["plaintext-on-sasl", "plaintext-on-ssl", "sasl-on-ssl"])
+async def test_a_client_on_the_wrong_listener_is_told_what_it_needs(kafka_cluster: KafkaCluster, listener: str,
+                                                                     client: dict[str, Any], says: str) -> None:
+    from akresil.errors import NoBrokersAvailableError
+    with pytest.raises(NoBrokersAvailableError, match=says):
+        async with Producer(bootstrap_servers=kafka_cluster.bootstrap(listener), bootstrap_timeout_ms=2_000,
+                            **client):
+            pass

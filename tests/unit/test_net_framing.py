@@ -173,3 +173,15 @@ def test_find_frame_too_large_sees_through_rewrapping() -> None:
     assert find_frame_too_large(KafkaConnectionError("connection closed by the peer")) is None
     assert find_frame_too_large(ProtocolError("frame size -3 is outside 0..1000 (corrupt stream)")) is None
     assert find_frame_too_large(None) is None
+
+
+@pytest.mark.parametrize("record", [b"\x15\x03\x03\x00\x02\x02\x0a",       # a TLS 1.2 alert (Kafka's SSL listener)
+                                    b"\x16\x03\x01\x00\x5c\x02\x00"])      # a handshake record
+def test_a_tls_record_where_a_frame_belongs_is_named(record: bytes) -> None:
+    with pytest.raises(ProtocolError, match="answered with a TLS record.*security_protocol='SSL'"):
+        FrameDecoder().feed(record)
+
+
+def test_a_frame_size_that_is_not_a_tls_record_is_still_too_large() -> None:
+    with pytest.raises(FrameTooLargeError):
+        FrameDecoder(max_frame_bytes=1000).feed(struct.pack(">i", 5000))
