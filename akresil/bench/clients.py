@@ -47,6 +47,8 @@ class Settings:
     delivery_timeout_ms: int | None = None
     #: per-request timeout (None: each client's default)
     request_timeout_ms: int | None = None
+    #: acknowledgements asked of the broker (None: each client's default; aiokafka's is 1, the others' "all")
+    acks: str | None = None
 
 
 #: the load idioms of the failure scenarios (``--load``): ``tasks``, one task per record awaiting the client's
@@ -107,6 +109,8 @@ def settings_for(client: str, settings: Settings) -> dict[str, Any]:
             out["delivery_timeout_ms"] = settings.delivery_timeout_ms
         if settings.request_timeout_ms is not None:
             out["request_timeout_ms"] = settings.request_timeout_ms
+        if settings.acks is not None:
+            out["acks"] = settings.acks
         return out
     if client == "aiokafka":
         # aiokafka has no delivery timeout: a batch expires request_timeout_ms after it was created, so that
@@ -115,6 +119,8 @@ def settings_for(client: str, settings: Settings) -> dict[str, Any]:
         timeout = settings.delivery_timeout_ms or settings.request_timeout_ms
         if timeout is not None:
             out["request_timeout_ms"] = timeout
+        if settings.acks is not None:
+            out["acks"] = settings.acks if settings.acks == "all" else int(settings.acks)
         return out
     if client == "java":
         from .java_client import java_settings
@@ -125,6 +131,8 @@ def settings_for(client: str, settings: Settings) -> dict[str, Any]:
             out["message.timeout.ms"] = settings.delivery_timeout_ms
         if settings.request_timeout_ms is not None:
             out["request.timeout.ms"] = settings.request_timeout_ms
+        if settings.acks is not None:
+            out["acks"] = settings.acks
         return out
     raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})")
 
@@ -350,6 +358,17 @@ def make_producer(client: str, bootstrap: str, client_id: str, settings: Setting
 
 
 # ---------------------------------------------------------------------------------------------- consumers
+async def consume_timed(client: str, bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
+                        timeout_s: float) -> tuple[int, float]:
+    """``consume_all`` and the seconds it took; the Java client times itself, so its JVM start is left out."""
+    if client == "java":
+        from .java_client import consume_java
+        return await consume_java(bootstrap, client_id, topic, partitions, expected, timeout_s)
+    t0 = time.perf_counter()
+    got = await consume_all(client, bootstrap, client_id, topic, partitions, expected, timeout_s)
+    return got, time.perf_counter() - t0
+
+
 async def consume_all(client: str, bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
                       timeout_s: float) -> int:
     """Read ``topic`` from the beginning with manual assignment until ``expected`` records arrived (or the
@@ -363,7 +382,7 @@ async def consume_all(client: str, bootstrap: str, client_id: str, topic: str, p
                                        timeout_s)
     if client == "java":
         from .java_client import consume_java
-        return await consume_java(bootstrap, client_id, topic, partitions, expected, timeout_s)
+        return (await consume_java(bootstrap, client_id, topic, partitions, expected, timeout_s))[0]
     raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENT_NAMES)})")
 
 

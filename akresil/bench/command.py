@@ -152,6 +152,9 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
                             scenario = cfg.as_dict()
                         else:
                             sc = build(name, quick=args.quick, seed=seed, load=args.load, gc_freeze=args.gc_freeze)
+                            if args.harness == "apache":
+                                from .apache_runner import for_apache
+                                sc = for_apache(sc)
                             summary, series = await _run_failure(args, broker, sc, c, seed, progress)
                             if r == 0:    # the first seed's script is the one described and plotted
                                 scenario = sc.as_dict()

@@ -37,6 +37,8 @@ def java_settings(settings: Settings) -> list[str]:
         out.append(f"request.timeout.ms={settings.request_timeout_ms}")
     if settings.delivery_timeout_ms is not None:
         out.append(f"delivery.timeout.ms={settings.delivery_timeout_ms}")
+    if settings.acks is not None:
+        out.append(f"acks={settings.acks}")
     return out
 
 
@@ -124,9 +126,12 @@ class JavaProducer(ProducerAdapter):
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         await self._command(f"B {topic} {count} {len(value)}\n", 180.0)
 
-    async def consume(self, topic: str, partitions: int, expected: int, timeout_s: float) -> int:
-        return int(await self._command(f"C {topic} {partitions} {expected} {int(timeout_s * 1000)}\n",
-                                       timeout_s + 30.0))
+    async def consume(self, topic: str, partitions: int, expected: int, timeout_s: float) -> tuple[int, float]:
+        """(records read, seconds from creating the KafkaConsumer to the last one: the JVM's start is not
+        counted, as no Python client's interpreter start is)."""
+        got, seconds = (await self._command(f"C {topic} {partitions} {expected} {int(timeout_s * 1000)}\n",
+                                            timeout_s + 30.0)).split(" ")
+        return int(got), float(seconds)
 
     async def close(self) -> None:
         proc = self._proc
@@ -148,8 +153,9 @@ class JavaProducer(ProducerAdapter):
 
 
 async def consume_java(bootstrap: str, client_id: str, topic: str, partitions: int, expected: int,
-                       timeout_s: float) -> int:
-    """``consume_all`` for the Java client: its KafkaConsumer reads the topic from the beginning."""
+                       timeout_s: float) -> tuple[int, float]:
+    """``consume_all`` for the Java client: its KafkaConsumer reads the topic from the beginning; returns the
+    count and the seconds the Java side measured."""
     client = JavaProducer(bootstrap, client_id, Settings())
     await client.start()
     try:

@@ -80,7 +80,8 @@ class Scenario:
                 "value_size": self.value_size, "partitions": self.partitions, "nodes": self.nodes, "producers": self.producers,
                 "settings": {"linger_ms": self.settings.linger_ms,
                              "delivery_timeout_ms": self.settings.delivery_timeout_ms,
-                             "request_timeout_ms": self.settings.request_timeout_ms},
+                             "request_timeout_ms": self.settings.request_timeout_ms,
+                             "acks": self.settings.acks},
                 "drain_s": self.drain_s, "params": self.params, "script": self.script.as_dict()}
 
 

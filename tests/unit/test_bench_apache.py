@@ -83,3 +83,17 @@ def test_the_java_client_joins_by_default_only_on_apache_kafka() -> None:
     settings = Settings(linger_ms=5, delivery_timeout_ms=2500, request_timeout_ms=1500)
     assert java_settings(settings) == ["linger.ms=5", "request.timeout.ms=1500", "delivery.timeout.ms=2500"]
     assert settings_for("java", settings)["delivery.timeout.ms"] == "2500"
+
+
+def test_on_apache_every_client_asks_acks_all_and_a_bounce_leaves_time_for_the_restart() -> None:
+    from akresil.bench.apache_runner import RESTART_ALLOWANCE_S, for_apache
+    from akresil.bench.clients import settings_for
+    bounce = build("broker-bounce", quick=True, seed=1)
+    adapted = for_apache(bounce)
+    assert adapted.script.duration_s == bounce.script.duration_s + RESTART_ALLOWANCE_S
+    assert adapted.script.steps == bounce.script.steps
+    assert settings_for("aiokafka", adapted.settings)["acks"] == "all"
+    assert settings_for("confluent", adapted.settings)["acks"] == "all"
+    move = for_apache(build("leader-move", quick=True, seed=1))
+    assert move.script.duration_s == build("leader-move", quick=True, seed=1).script.duration_s
+    assert move.as_dict()["settings"]["acks"] == "all"

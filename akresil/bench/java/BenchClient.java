@@ -4,7 +4,8 @@
 // Commands (one per line, space-separated):
 //   S idx topic partition size      send one record; its outcome comes back as "A idx partition" or "E idx kind"
 //   B topic count size              send count records (default partitioner), wait for all; "D seconds"
-//   C topic partitions expected ms  read topic from the beginning (assign), until expected or ms; "D count"
+//   C topic partitions expected ms  read topic from the beginning (assign), until expected or ms;
+//                                   "D count seconds" (from creating the consumer to the last record)
 //   Q                               flush, close, exit
 // Outcome lines are written by the producer's I/O thread as acknowledgements arrive; stdout is line-buffered
 // under one lock so lines never interleave.
@@ -108,6 +109,7 @@ public class BenchClient {
                     cp.put("enable.auto.commit", "false");
                     cp.put("auto.offset.reset", "earliest");
                     long got = 0;
+                    long c0 = System.nanoTime();
                     try (KafkaConsumer<byte[], byte[]> consumer =
                              new KafkaConsumer<>(cp, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
                         List<TopicPartition> tps = new ArrayList<>();
@@ -119,7 +121,7 @@ public class BenchClient {
                             got += records.count();
                         }
                     }
-                    emit("D " + got);
+                    emit("D " + got + " " + (System.nanoTime() - c0) / 1e9);
                     break;
                 }
                 case "Q": {
