@@ -61,7 +61,7 @@ def java_command() -> str:
         else shutil.which("java")
     if java is None:
         raise KafkaUnavailable("Apache Kafka needs a Java 17+ runtime and none was found (JAVA_HOME / PATH): "
-                               "install one, e.g. `apt-get install -y openjdk-17-jre-headless`")
+                               "install one, e.g. `apt-get install -y openjdk-17-jdk-headless`")
     done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
     major = int(match.group(1)) if match else 0
@@ -69,7 +69,7 @@ def java_command() -> str:
         major = int(match.group(2))
     if major < 17:
         raise KafkaUnavailable(f"Apache Kafka 4 needs Java 17 or newer; {java} is Java {major or 'unknown'}: "
-                               "install one, e.g. `apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME")
+                               "install one, e.g. `apt-get install -y openjdk-17-jdk-headless`, or set JAVA_HOME")
     return java
 
 

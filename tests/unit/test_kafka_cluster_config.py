@@ -69,7 +69,7 @@ def test_bad_arguments_name_the_problem() -> None:
 def test_no_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(KafkaUnavailable, match="apt-get install -y openjdk-17-jre-headless"):
+    with pytest.raises(KafkaUnavailable, match="apt-get install -y openjdk-17-jdk-headless"):
         kafka_jars.java_command()
 
 
