@@ -17,8 +17,9 @@ must wrap the public calls and headers must be added before the producer seriali
 event can do; untraced clients keep their hot paths as they are.
 
 ``OTelMetrics`` records the metrics of ``akresil.metrics.ClientMetrics`` (the Prometheus hook) through the
-OpenTelemetry metrics API: same events, same label names as attributes, same histogram buckets; names are
-dotted (``METRIC_NAMES`` maps each Prometheus name to its OpenTelemetry name).
+OpenTelemetry metrics API; both are derived from one table (``core.series.SERIES``): same events, same label
+names as attributes, same histogram buckets; names are dotted (``METRIC_NAMES`` maps each Prometheus name to its
+OpenTelemetry name).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import threading
 import weakref
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar, Token
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar, cast
 
 from opentelemetry import context as otel_context
@@ -37,8 +39,7 @@ from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from . import __version__
-from .metrics import (COUNT_BUCKETS, KINDS, LATENCY_BUCKETS, REBALANCE_BUCKETS, SIZE_BUCKETS, WAIT_BUCKETS,
-                      api_name)
+from .core.series import SERIES, Labels, Series, SeriesHook
 from .net.clock import Clock, monotonic_ms
 from .consumer import Consumer
 from .delivery import DeliveryCallback, DeliveryFuture
@@ -564,123 +565,33 @@ def instrument_share_consumer(consumer: ShareConsumer, *, tracer_provider: Trace
 
 
 # ============================================================================================ metrics
-#: Prometheus name (akresil.metrics) -> OpenTelemetry instrument name
-METRIC_NAMES: dict[str, str] = {
-    "akresil_request_duration_seconds": "akresil.request.duration",
-    "akresil_requests_in_flight": "akresil.requests.in_flight",
-    "akresil_throttle_seconds": "akresil.throttle.duration",
-    "akresil_throttle_mute_seconds": "akresil.throttle.mute_remaining",
-    "akresil_backoff_seconds": "akresil.backoff.duration",
-    "akresil_connections": "akresil.connections",
-    "akresil_connects_total": "akresil.connects",
-    "akresil_disconnects_total": "akresil.disconnects",
-    "akresil_sent_bytes_total": "akresil.sent_bytes",
-    "akresil_received_bytes_total": "akresil.received_bytes",
-    "akresil_metadata_refreshes_total": "akresil.metadata.refreshes",
-    "akresil_metadata_refresh_requests_total": "akresil.metadata.refresh_requests",
-    "akresil_metadata_refresh_failures_total": "akresil.metadata.refresh_failures",
-    "akresil_stale_metadata_ignored_total": "akresil.metadata.stale_ignored",
-    "akresil_leader_hints_total": "akresil.leader_hints",
-    "akresil_producer_records_sent_total": "akresil.producer.records_sent",
-    "akresil_producer_record_errors_total": "akresil.producer.record_errors",
-    "akresil_producer_record_retries_total": "akresil.producer.record_retries",
-    "akresil_producer_batch_retries_total": "akresil.producer.batch_retries",
-    "akresil_producer_immediate_retries_total": "akresil.producer.immediate_retries",
-    "akresil_producer_records_expired_total": "akresil.producer.records_expired",
-    "akresil_producer_batch_size_bytes": "akresil.producer.batch_size",
-    "akresil_producer_batch_records": "akresil.producer.batch_records",
-    "akresil_producer_record_queue_time_seconds": "akresil.producer.record_queue_time",
-    "akresil_producer_buffer_exhausted_total": "akresil.producer.buffer_exhausted",
-    "akresil_consumer_records_consumed_total": "akresil.consumer.records_consumed",
-    "akresil_consumer_consumed_bytes_total": "akresil.consumer.consumed_bytes",
-    "akresil_consumer_lag_records": "akresil.consumer.lag",
-    "akresil_consumer_rebalances_total": "akresil.consumer.rebalances",
-    "akresil_consumer_rebalance_failures_total": "akresil.consumer.rebalance_failures",
-    "akresil_consumer_rebalance_duration_seconds": "akresil.consumer.rebalance_duration",
-    "akresil_consumer_assigned_partitions": "akresil.consumer.assigned_partitions",
-}
-
-_Attrs = tuple[tuple[str, str], ...]
+#: Prometheus name (akresil.metrics) -> OpenTelemetry instrument name, from the one table (core.series)
+METRIC_NAMES: dict[str, str] = {series.name: series.otel for series in SERIES}
 
 
 class _Instruments:
-    """Every akresil instrument on one meter, created once; gauges are observed from the live hooks."""
+    """Every akresil instrument on one meter, created once from ``SERIES``; gauges are observed from the
+    live hooks."""
 
     def __init__(self, meter: Meter) -> None:
-        n = METRIC_NAMES
-        self.hooks: weakref.WeakSet[OTelMetrics] = weakref.WeakSet()
+        self.live: weakref.WeakSet[SeriesHook] = weakref.WeakSet()
+        self.instruments: dict[Series, Any] = {}
+        for series in SERIES:
+            if series.kind == "counter":
+                self.instruments[series] = meter.create_counter(series.otel, unit=series.unit,
+                                                                description=series.help)
+            elif series.kind == "histogram":
+                self.instruments[series] = meter.create_histogram(
+                    series.otel, unit=series.unit, description=series.help,
+                    explicit_bucket_boundaries_advisory=list(series.buckets))
+            else:
+                meter.create_observable_gauge(series.otel, callbacks=[self._observer(series)], unit=series.unit,
+                                              description=series.help)
 
-        def hist(prom: str, unit: str, buckets: Sequence[float], doc: str) -> Any:
-            return meter.create_histogram(n[prom], unit=unit, description=doc,
-                                          explicit_bucket_boundaries_advisory=list(buckets))
-
-        def count(prom: str, unit: str, doc: str) -> Any:
-            return meter.create_counter(n[prom], unit=unit, description=doc)
-
-        def gauge(prom: str, unit: str, doc: str) -> None:
-            meter.create_observable_gauge(n[prom], callbacks=[self._observer(prom)], unit=unit, description=doc)
-
-        self.request_duration = hist("akresil_request_duration_seconds", "s", LATENCY_BUCKETS,
-                                     "Time from writing a request to its response, by API and node")
-        self.throttle = hist("akresil_throttle_seconds", "s", WAIT_BUCKETS,
-                             "throttle_time_ms the broker reported in responses (> 0 only)")
-        self.backoff = hist("akresil_backoff_seconds", "s", WAIT_BUCKETS,
-                            "Backoffs chosen by the client (KIP-580), by what backed off")
-        self.connects = count("akresil_connects_total", "{connection}", "Connections established")
-        self.disconnects = count("akresil_disconnects_total", "{connection}",
-                                 "Connections closed, by whether a failure closed them")
-        self.bytes_sent = count("akresil_sent_bytes_total", "By", "Bytes written to broker connections")
-        self.bytes_received = count("akresil_received_bytes_total", "By", "Bytes read from broker connections")
-        self.metadata_refreshes = count("akresil_metadata_refreshes_total", "{refresh}",
-                                        "Completed metadata refreshes, once per cause they served")
-        self.metadata_refresh_requests = count("akresil_metadata_refresh_requests_total", "{request}",
-                                               "Metadata refreshes asked for, by cause")
-        self.metadata_refresh_failures = count("akresil_metadata_refresh_failures_total", "{failure}",
-                                               "Metadata requests that failed")
-        self.stale_metadata = count("akresil_stale_metadata_ignored_total", "{partition}",
-                                    "Partitions whose Metadata leader epoch was older than the cached one")
-        self.leader_hints = count("akresil_leader_hints_total", "{hint}",
-                                  "KIP-951 leader hints, by outcome (accepted/ignored) and reason")
-        self.records_sent = count("akresil_producer_records_sent_total", "{record}",
-                                  "Records acknowledged by the broker")
-        self.record_errors = count("akresil_producer_record_errors_total", "{record}",
-                                   "Records that failed for good, by error class")
-        self.record_retries = count("akresil_producer_record_retries_total", "{record}",
-                                    "Records sent again after a failed attempt, by reason")
-        self.batch_retries = count("akresil_producer_batch_retries_total", "{batch}",
-                                   "Batches sent again after a failed attempt, by reason")
-        self.immediate_retries = count("akresil_producer_immediate_retries_total", "{batch}",
-                                       "Batch retries sent without backoff after a KIP-951 epoch rise")
-        self.records_expired = count("akresil_producer_records_expired_total", "{record}",
-                                     "Records failed by delivery_timeout_ms (KIP-91), by stage")
-        self.batch_size = hist("akresil_producer_batch_size_bytes", "By", SIZE_BUCKETS,
-                               "Encoded size of each batch sent (retries included)")
-        self.batch_records = hist("akresil_producer_batch_records", "{record}", COUNT_BUCKETS,
-                                  "Records in each batch sent (retries included)")
-        self.queue_time = hist("akresil_producer_record_queue_time_seconds", "s", LATENCY_BUCKETS,
-                               "Time a batch waited in the accumulator before its first send")
-        self.buffer_exhausted = count("akresil_producer_buffer_exhausted_total", "{append}",
-                                      "Appends that had to wait for buffer_memory")
-        self.records_consumed = count("akresil_consumer_records_consumed_total", "{record}",
-                                      "Records handed to the application")
-        self.bytes_consumed = count("akresil_consumer_consumed_bytes_total", "By",
-                                    "Bytes of the fetched record batches handed to the application (as fetched)")
-        self.rebalances = count("akresil_consumer_rebalances_total", "{rebalance}", "Completed group rebalances")
-        self.rebalance_failures = count("akresil_consumer_rebalance_failures_total", "{rebalance}",
-                                        "Rebalances that failed, by error class")
-        self.rebalance_duration = hist("akresil_consumer_rebalance_duration_seconds", "s", REBALANCE_BUCKETS,
-                                       "Time from JoinGroup to the new assignment")
-        gauge("akresil_requests_in_flight", "{request}", "Requests written to a node and not yet answered")
-        gauge("akresil_throttle_mute_seconds", "s", "Time left in a node's KIP-219 mute window")
-        gauge("akresil_connections", "{connection}", "Open broker connections")
-        gauge("akresil_consumer_lag_records", "{record}",
-              "Records between the position and the high watermark (last stable offset under read_committed)")
-        gauge("akresil_consumer_assigned_partitions", "{partition}", "Partitions currently assigned")
-
-    def _observer(self, prom: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def _observer(self, series: Series) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(value, dict(attrs)) for hook in list(self.hooks)
-                    for attrs, value in hook._gauge_values(prom)]
+            return [Observation(value, {"client_id": hook.client_id, **dict(zip(series.labels, labels))})
+                    for hook in list(self.live) for labels, value in hook.gauge_samples(series)]
         return observe
 
 
@@ -696,185 +607,22 @@ def _instruments(meter: Meter) -> _Instruments:
         return found
 
 
-class OTelMetrics:
+class OTelMetrics(SeriesHook):
     """The OpenTelemetry twin of ``akresil.metrics.ClientMetrics``: ``hooks=[OTelMetrics(client_id=..., kind=...)]``.
 
     ``meter_provider``: None uses the global one.  Attributes carry the Prometheus label names (``client_id``,
     ``node_id``, ``topic``, ...).  Gauges are observable: each collection reads the current values, and
-    ``close()`` (or a rebalance that takes a partition away) makes their series disappear, as in Prometheus.
+    ``close()`` (called when the client closes, or a rebalance that takes a partition away) makes their series
+    disappear, as in Prometheus.
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None, *, client_id: str, kind: str,
                  clock: Clock = monotonic_ms) -> None:
-        if not isinstance(client_id, str) or not client_id:
-            raise ValueError(f"client_id: expected a non-empty string, got {client_id!r}")
-        if kind not in KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-        self.client_id = client_id
-        self.kind = kind
-        self._clock = clock
         meter = otel_metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
         self._m = _instruments(meter)
-        self._attrs: dict[tuple[str, ...], Mapping[str, str]] = {}
-        self._in_flight: dict[int, float] = {}
-        self._muted_until: dict[int, float] = {}
-        self._node_states: dict[int, str] = {}
-        self._connections = 0
-        self._lag: dict[tuple[str, int], float] = {}
-        self._assigned: int | None = None
-        self._m.hooks.add(self)
+        super().__init__(self._m.live, client_id=client_id, kind=kind, clock=clock)
 
-    def _a(self, *pairs: str) -> Mapping[str, str]:
-        """Attributes ``client_id`` + ``pairs`` (name, value, name, value, ...), cached per combination."""
-        found = self._attrs.get(pairs)
-        if found is None:
-            found = self._attrs[pairs] = {"client_id": self.client_id,
-                                          **{pairs[i]: pairs[i + 1] for i in range(0, len(pairs), 2)}}
-        return found
-
-    def _gauge_values(self, prom: str) -> list[tuple[_Attrs, float]]:
-        c = ("client_id", self.client_id)
-        if prom == "akresil_requests_in_flight":
-            return [((c, ("node_id", str(n))), v) for n, v in self._in_flight.items()]
-        if prom == "akresil_throttle_mute_seconds":
-            return [((c, ("node_id", str(n))), self.mute_seconds(n)) for n in self._muted_until]
-        if prom == "akresil_connections":
-            return [((c,), float(self._connections))] if self._node_states else []
-        if prom == "akresil_consumer_lag_records":
-            return [((c, ("topic", t), ("partition", str(p))), v) for (t, p), v in self._lag.items()]
-        if prom == "akresil_consumer_assigned_partitions":
-            return [((c,), float(self._assigned))] if self._assigned is not None else []
-        raise KeyError(prom)
-
-    def mute_seconds(self, node_id: int) -> float:
-        return max(0.0, self._muted_until.get(node_id, 0.0) - self._clock()) / 1000.0
-
-    # ------------------------------------------------------------------ requests
-    def on_request_sent(self, *, node_id: int, in_flight: int, **_: Any) -> None:
-        self._in_flight[node_id] = in_flight
-
-    def on_request_done(self, *, node_id: int, in_flight: int, **_: Any) -> None:
-        self._in_flight[node_id] = in_flight
-
-    def on_response_received(self, *, node_id: int | None, api_key: Any, latency_ms: float, **_: Any) -> None:
-        self._m.request_duration.record(latency_ms / 1000.0,
-                                        self._a("node_id", _node(node_id), "api", api_name(api_key)))
-
-    def on_throttled(self, *, node_id: int, api_key: Any, throttle_ms: float, muted: bool = False,
-                     muted_until: float = 0.0, **_: Any) -> None:
-        self._m.throttle.record(throttle_ms / 1000.0, self._a("node_id", str(node_id), "api", api_name(api_key)))
-        if muted and muted_until > self._muted_until.get(node_id, 0.0):
-            self._muted_until[node_id] = muted_until
-
-    # ------------------------------------------------------------------ connections
-    def on_node_state(self, *, node_id: int, state: str, **_: Any) -> None:
-        previous = self._node_states.get(node_id)
-        self._node_states[node_id] = state
-        if state == "connected" and previous != "connected":
-            self._m.connects.add(1, self._a("node_id", str(node_id)))
-            self._connections += 1
-        elif previous == "connected" and state != "connected":
-            self._m.disconnects.add(1, self._a("node_id", str(node_id),
-                                               "failed", "true" if state == "backing-off" else "false"))
-            self._connections -= 1
-
-    def on_reconnect_backoff(self, *, backoff_ms: float, **_: Any) -> None:
-        self._m.backoff.record(backoff_ms / 1000.0, self._a("source", "reconnect"))
-
-    def on_connection_bytes_sent(self, *, node_id: int | None, nbytes: int, **_: Any) -> None:
-        self._m.bytes_sent.add(nbytes, self._a("node_id", _node(node_id)))
-
-    def on_connection_bytes_received(self, *, node_id: int | None, nbytes: int, **_: Any) -> None:
-        self._m.bytes_received.add(nbytes, self._a("node_id", _node(node_id)))
-
-    # ------------------------------------------------------------------ metadata
-    def on_metadata_refresh_requested(self, *, cause: str, **_: Any) -> None:
-        self._m.metadata_refresh_requests.add(1, self._a("cause", cause))
-
-    def on_metadata_refresh(self, *, causes: Iterable[str] = (), **_: Any) -> None:
-        for cause in tuple(causes) or ("periodic",):
-            self._m.metadata_refreshes.add(1, self._a("cause", cause))
-
-    def on_metadata_refresh_failed(self, *, backoff_ms: float, **_: Any) -> None:
-        self._m.metadata_refresh_failures.add(1, self._a())
-        self._m.backoff.record(backoff_ms / 1000.0, self._a("source", "metadata"))
-
-    def on_stale_metadata_ignored(self, *, topic: str, **_: Any) -> None:
-        self._m.stale_metadata.add(1, self._a("topic", topic))
-
-    def on_leader_hint(self, *, topic: str, accepted: bool, reason: str, **_: Any) -> None:
-        self._m.leader_hints.add(1, self._a("topic", topic, "outcome", "accepted" if accepted else "ignored",
-                                            "reason", reason))
-
-    # ------------------------------------------------------------------ producer
-    def on_batch_completed(self, *, topic: str, records: int, error: str | None, **_: Any) -> None:
-        if error is None:
-            self._m.records_sent.add(records, self._a("topic", topic))
-        else:
-            self._m.record_errors.add(records, self._a("topic", topic, "error", error))
-
-    def on_batch_retry(self, *, topic: str, reason: str, skip_backoff: bool, backoff_ms: float,
-                       records: int | None = None, **_: Any) -> None:
-        self._m.batch_retries.add(1, self._a("topic", topic, "reason", reason))
-        if records is not None:
-            self._m.record_retries.add(records, self._a("topic", topic, "reason", reason))
-        if skip_backoff:
-            self._m.immediate_retries.add(1, self._a("topic", topic))
-        else:
-            self._m.backoff.record(max(0.0, backoff_ms) / 1000.0, self._a("source", "retry"))
-
-    def on_batch_expired(self, *, topic: str, stage: str, records: int, **_: Any) -> None:
-        self._m.records_expired.add(records, self._a("topic", topic, "stage", stage))
-
-    def on_batch_sent(self, *, topic: str, records: int, size_bytes: int, attempt: int = 0,
-                      queue_ms: float | None = None, **_: Any) -> None:
-        self._m.batch_size.record(size_bytes, self._a("topic", topic))
-        self._m.batch_records.record(records, self._a("topic", topic))
-        if attempt == 0 and queue_ms is not None:
-            self._m.queue_time.record(max(0.0, queue_ms) / 1000.0, self._a())
-
-    def on_buffer_exhausted(self, **_: Any) -> None:
-        self._m.buffer_exhausted.add(1, self._a())
-
-    # ------------------------------------------------------------------ consumer
-    def on_records_consumed(self, *, topic: str, partition: int, records: int, bytes: int = 0,
-                            lag: int | None = None, **_: Any) -> None:
-        self._m.records_consumed.add(records, self._a("topic", topic))
-        if bytes:
-            self._m.bytes_consumed.add(bytes, self._a("topic", topic))
-        if lag is not None and lag >= 0:
-            self._lag[(topic, partition)] = lag
-
-    def on_rebalance(self, *, assigned: Iterable[Any] = (), revoked: Iterable[Any] = (),
-                     duration_ms: float | None = None, **_: Any) -> None:
-        self._m.rebalances.add(1, self._a())
-        if duration_ms is not None:
-            self._m.rebalance_duration.record(max(0.0, duration_ms) / 1000.0, self._a())
-        now_assigned = {(str(tp[0]), int(tp[1])) for tp in assigned}
-        self._assigned = len(now_assigned)
-        gone = {(str(tp[0]), int(tp[1])) for tp in revoked} | (set(self._lag) - now_assigned)
-        for key in gone:
-            self._lag.pop(key, None)
-
-    def on_rebalance_failed(self, *, error: str, **_: Any) -> None:
-        self._m.rebalance_failures.add(1, self._a("error", error))
-
-    # ------------------------------------------------------------------ lifecycle
-    def on_client_closed(self, **_: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop reporting this client's gauges (connections, in-flight, mute windows, lag); counters stay.
-
-        The client calls it when it closes (the ``client_closed`` event)."""
-        self._lag.clear()
-        self._in_flight.clear()
-        self._muted_until.clear()
-        self._node_states.clear()
-        self._connections = 0
-        self._assigned = None
-        self._m.hooks.discard(self)
-
-
-def _node(node_id: int | None) -> str:
-    return "bootstrap" if node_id is None else str(node_id)
+    def _sink(self, series: Series, labels: Labels) -> Callable[[float], object]:
+        instrument = self._m.instruments[series]
+        record = instrument.add if series.kind == "counter" else instrument.record
+        return partial(record, attributes={"client_id": self.client_id, **dict(zip(series.labels, labels))})
