@@ -41,6 +41,25 @@ log = logging.getLogger(__name__)
 ZERO_UUID = bytes(16)
 BodyBuilder = Callable[[int], dict[str, Any]]
 
+#: Group-coordinator traffic (heartbeats, offset commits) goes on a connection of its own to the coordinator's
+#: broker, named by a lane id far above any broker id (as the Java client and librdkafka keep one too): a broker
+#: answers one connection's requests in order, so a heartbeat behind a long-poll Fetch or ShareFetch on the shared
+#: connection waited up to ``fetch_max_wait_ms``, and with it every rebalance step (acknowledging a revocation).
+_LANE_BASE = 2**31 - 1
+_LANE_FLOOR = 2**30
+
+
+def coordinator_lane(node_id: int) -> int:
+    """The id under which ``Cluster`` keeps the separate coordinator connection to broker ``node_id``."""
+    if node_id < 0 or node_id >= _LANE_FLOOR:
+        raise ValueError(f"coordinator_lane: {node_id} is not a broker id")
+    return _LANE_BASE - node_id
+
+
+def broker_of(node_id: int) -> int:
+    """The broker a connection id reaches: itself, or the broker behind a ``coordinator_lane`` id."""
+    return _LANE_BASE - node_id if node_id >= _LANE_FLOOR else node_id
+
 
 class Cluster:
     """Connections, node states and metadata shared by one client's tasks."""
@@ -110,6 +129,7 @@ class Cluster:
         return state
 
     def _address(self, node_id: int) -> tuple[str, int]:
+        node_id = broker_of(node_id)
         if node_id < 0:
             return self._bootstrap[-node_id - 1]
         broker = self.metadata.snapshot.brokers.get(node_id)
@@ -156,7 +176,7 @@ class Cluster:
                 request_timeout_ms=self.config.request_timeout_ms,
                 max_in_flight=self.config.max_in_flight_requests_per_connection,
                 max_frame_bytes=self.config.receive_message_max_bytes,
-                node_id=node_id, hooks=self.hooks, clock=self.clock)
+                node_id=broker_of(node_id), hooks=self.hooks, clock=self.clock)
         except errors.AuthenticationError as exc:
             state.on_disconnected(self.clock(), failed=True)
             self._set_fatal(exc)
@@ -167,8 +187,9 @@ class Cluster:
         except (OSError, errors.KafkaError) as exc:
             state.on_disconnected(self.clock(), failed=True)
             reason = str(exc) or type(exc).__name__
-            raise errors.KafkaConnectionError(f"cannot connect to node {node_id} at {host}:{port}: {reason}",
-                                              reason=reason) from exc
+            raise errors.KafkaConnectionError(
+                f"cannot connect to node {broker_of(node_id)} at {host}:{port}: {reason}",
+                reason=reason) from exc
         state.on_connected(self.clock())
         self._conns[node_id] = conn
         return conn
@@ -215,7 +236,7 @@ class Cluster:
         version = conn.versions.get(api_key)
         if version is None or version < min_version:
             raise errors.UnsupportedVersionError(
-                f"node {node_id} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
+                f"node {broker_of(node_id)} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
         if max_version is not None and version > max_version:
             version = max_version
         payload = body(version) if callable(body) else body

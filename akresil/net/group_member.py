@@ -6,10 +6,10 @@ consumer is typed against it, so a capability one protocol lacks is a type error
 the first exactly-once commit.
 
 ``GroupOffsets`` is the one OffsetCommit / OffsetFetch path of both: it finds the coordinator through the
-member, retries within ``request_timeout_ms`` (KIP-580 backoff) and tells the member when the coordinator
-moved. What an OffsetCommit error means for the membership (a classic generation that moved on, a KIP-848
-epoch that is stale or fenced) is the member's ``judge``; the request and response shapes are
-``core.group_state``'s.
+member, sends on the coordinator's own connection (``coordinator_lane``), retries within ``request_timeout_ms``
+(KIP-580 backoff) and tells the member when the coordinator moved. What an OffsetCommit error means for the
+membership (a classic generation that moved on, a KIP-848 epoch that is stale or fenced) is the member's
+``judge``; the request and response shapes are ``core.group_state``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..core.group_state import (Action, classify_commit_error, error_for, offset
                                 read_offset_fetch, settle_offset_fetch_errors)
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
-from .cluster import Cluster
+from .cluster import Cluster, coordinator_lane
 
 __all__ = ["GroupMember", "GroupOffsets", "RebalanceListener", "CommitOffsets"]
 
@@ -145,7 +145,7 @@ class GroupOffsets:
             generation, member_id = identity()
             try:
                 _, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
+                    coordinator_lane(coordinator), ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
                         v, self.group_id, generation, member_id, instance_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 self._coordinator_lost(exc)
@@ -196,7 +196,7 @@ class GroupOffsets:
             asked = pending
             try:
                 version, response = await self._cluster.request(
-                    coordinator, ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, asked))
+                    coordinator_lane(coordinator), ApiKey.OFFSET_FETCH, lambda v: offset_fetch_body(v, self.group_id, asked))
             except _TRANSPORT_ERRORS as exc:
                 self._coordinator_lost(exc)
                 last = exc

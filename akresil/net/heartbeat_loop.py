@@ -2,8 +2,9 @@
 
 ``HeartbeatLoop`` asks its ``HeartbeatMembership`` (core) when the next heartbeat is due, finds the group
 coordinator when the core says it must, sends the heartbeat through the ``Cluster`` (so KIP-219 mutes and
-reconnect backoff apply) and hands the answer back. Every decision (epochs, intervals, what an error
-means, KIP-580 backoff) is the core's; this loop only sleeps and sends. ``on_change`` is called after
+reconnect backoff apply) on the coordinator's own connection (``coordinator_lane``: never queued behind a
+long-poll fetch) and hands the answer back. Every decision (epochs, intervals, what an error means, KIP-580
+backoff) is the core's; this loop only sleeps and sends. ``on_change`` is called after
 every answer that changed the member's target assignment or epoch, so the client can reconcile.
 """
 
@@ -18,7 +19,7 @@ from .. import errors
 from ..core.group_heartbeat import HeartbeatAction, HeartbeatMembership, MemberPhase
 from ..core.group_state import Action, classify_find_coordinator_error
 from ..protocol.api import ApiKey
-from .cluster import Cluster
+from .cluster import Cluster, coordinator_lane
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class HeartbeatLoop:
         if self.coordinator is not None:
             with anyio.move_on_after(self._cluster.config.request_timeout_ms / 1000.0):
                 try:
-                    await self._cluster.request(self.coordinator, self._api, body)
+                    await self._cluster.request(coordinator_lane(self.coordinator), self._api, body)
                 except errors.KafkaError as exc:
                     log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         await self._on_change()
@@ -137,7 +138,7 @@ class HeartbeatLoop:
         before = (m.target_version, m.member_epoch)
         body = m.build_heartbeat(self._cluster.clock())
         try:
-            _, response = await self._cluster.request(self.coordinator, self._api, body)
+            _, response = await self._cluster.request(coordinator_lane(self.coordinator), self._api, body)
         except errors.UnsupportedVersionError as exc:
             m.on_failure(self._cluster.clock())
             self._fail(errors.UnsupportedVersionError(
@@ -167,7 +168,7 @@ class HeartbeatLoop:
         body = m.leave_body()
         with anyio.move_on_after(timeout_ms / 1000.0):
             try:
-                await self._cluster.request(self.coordinator, self._api, body)
+                await self._cluster.request(coordinator_lane(self.coordinator), self._api, body)
             except errors.KafkaError as exc:
                 log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         m.on_left()

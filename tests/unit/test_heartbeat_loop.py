@@ -13,6 +13,7 @@ from anyio import wait_all_tasks_blocked
 from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.group_heartbeat import MemberPhase, ShareMembership
+from akresil.net.cluster import broker_of, coordinator_lane
 from akresil.net.heartbeat_loop import HeartbeatLoop
 from akresil.net.coordinator import CoordinatorLocator
 from akresil.protocol.api import ApiKey
@@ -24,6 +25,7 @@ class FakeCluster:
     def __init__(self, answers: list[dict[str, Any] | BaseException]) -> None:
         self.answers = answers
         self.sent: list[dict[str, Any]] = []
+        self.nodes: list[int] = []
         self.config = SimpleNamespace(request_timeout_ms=1000)
         self.metadata = SimpleNamespace(snapshot=SimpleNamespace(brokers={1: object()}))
         self.now = 0.0
@@ -37,6 +39,7 @@ class FakeCluster:
 
     async def request(self, node: int, api: ApiKey, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, Any]]:
         self.sent.append(body)
+        self.nodes.append(node)
         answer = self.answers.pop(0) if self.answers else {"error_code": 0, "member_epoch": 1,
                                                            "heartbeat_interval_ms": 60_000}
         if isinstance(answer, BaseException):
@@ -128,3 +131,33 @@ def test_a_poll_timeout_sends_one_leave_heartbeat_then_nothing_until_the_next_po
             loop.stop()
 
     anyio.run(main)
+
+
+def test_heartbeats_go_on_the_coordinators_own_connection() -> None:
+    """A broker answers one connection's requests in order: a heartbeat sent on the connection that carries a
+    long-poll (Share)Fetch would wait up to fetch_max_wait_ms behind it, and every rebalance step with it."""
+    async def main() -> None:
+        cluster = FakeCluster([ok(1)])
+        loop = HeartbeatLoop(cluster, member(), ApiKey.SHARE_GROUP_HEARTBEAT,  # type: ignore[arg-type]
+                             on_change=_nothing, protocol_name="share")
+        member_ = loop.membership
+        member_.subscribe(frozenset({"t"}), cluster.now)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            await wait_all_tasks_blocked()
+            loop.stop()
+        assert cluster.nodes == [coordinator_lane(1)]
+        assert broker_of(cluster.nodes[0]) == 1 and broker_of(1) == 1
+
+    anyio.run(main)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def test_coordinator_lane_refuses_what_is_not_a_broker_id() -> None:
+    with pytest.raises(ValueError, match="not a broker id"):
+        coordinator_lane(-1)
+    with pytest.raises(ValueError, match="not a broker id"):
+        coordinator_lane(coordinator_lane(1))
