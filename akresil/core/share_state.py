@@ -180,6 +180,12 @@ class ShareFetchState:
                 continue
             names = wanted.get(node, {})
             if s.pending and (node in self._commit_nodes or not names):
+                if names and self._fetch_may_carry_commit(s, names, now, topic_id_of):
+                    # the fetch these acknowledgements unblock goes now and carries them, asking for an answer
+                    # at once (max_wait 0): commit() waits one round trip, not a ShareAcknowledge and then a
+                    # ShareFetch (the records it brings are the next poll's)
+                    plans.append(self._fetch_plan(node, s, names, now, topic_id_of, max_wait_ms=0))
+                    continue
                 # commit() waits for these: a ShareAcknowledge answers at once, a fetch may wait max_wait_ms
                 plan = self._ack_plan(node, s, PlanKind.ACKNOWLEDGE, now, topic_id_of)
                 if plan is not None:
@@ -189,6 +195,15 @@ class ShareFetchState:
         for plan in plans:
             self._sessions[plan.node_id].in_flight = True
         return plans
+
+    def _fetch_may_carry_commit(self, s: _Session, names: Mapping[TpKey, TopicPartition], now: float,
+                                topic_id_of: Callable[[str], bytes | None]) -> bool:
+        """A commit's acknowledgements may ride a fetch when that fetch is due anyway once they are settled
+        (nothing from this leader buffered or handed out unsettled) and it can carry every one of them (an
+        open session; each partition still fetched from this leader)."""
+        if s.epoch == INITIAL_EPOCH or s.buffered or self._awaiting(s, now):
+            return False
+        return all((topic_id_of(tp.topic), tp.partition) in names for tp in s.pending)
 
     @staticmethod
     def _awaiting(s: _Session, now: float) -> bool:
@@ -217,7 +232,7 @@ class ShareFetchState:
         return out
 
     def _fetch_plan(self, node: int, s: _Session, names: dict[TpKey, TopicPartition], now: float,
-                    topic_id_of: Callable[[str], bytes | None]) -> SharePlan:
+                    topic_id_of: Callable[[str], bytes | None], *, max_wait_ms: int | None = None) -> SharePlan:
         full = s.epoch == INITIAL_EPOCH
         carried = {tp: a for tp, a in s.pending.items() if (topic_id_of(tp.topic), tp.partition) in names}
         if not full:
@@ -236,8 +251,9 @@ class ShareFetchState:
             for tid, p in s.partitions - set(names):
                 forgotten.setdefault(tid, []).append(p)
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
-                "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
-                "max_records": self.max_records, "batch_size": self.max_records,
+                "max_wait_ms": self.max_wait_ms if max_wait_ms is None else max_wait_ms,
+                "min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "max_records": self.max_records,
+                "batch_size": self.max_records,
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()],
                 "forgotten_topics_data": [{"topic_id": tid, "partitions": sorted(ps)}
                                           for tid, ps in forgotten.items()]}

@@ -275,8 +275,8 @@ def test_close_sends_final_acks_at_epoch_minus_one_only_for_open_sessions() -> N
 def test_commit_waits_for_in_flight_acks_and_settles() -> None:
     st = state()
     p = plan(st, 0)[1]
-    st.on_fetch_response(p, fetch_answer(0, batch(0, 1), [(0, 0, 1)]), 10)
-    (rec,) = st.poll(10, 20)
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    rec, _ = st.poll(10, 20)                     # offset 1 stays handed out and unsettled: no fetch is due
     st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
     nodes = st.request_commit()
     assert nodes == {1} and not st.settled(nodes)
@@ -285,6 +285,30 @@ def test_commit_waits_for_in_flight_acks_and_settles() -> None:
     assert not st.settled(nodes)                 # in flight
     st.on_ack_response(p2, ack_answer(0), 50)
     assert st.settled(nodes)
+
+
+def test_a_commit_that_unblocks_the_next_fetch_rides_it_and_asks_for_an_answer_at_once() -> None:
+    """Issue 27: a commit of everything a leader handed out went as a ShareAcknowledge, and the fetch it
+    unblocked only after that answer: two round trips per poll-acknowledge-commit loop instead of one."""
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 3), [(0, 2, 1)]), 10)
+    for rec in st.poll(10, 20):
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    nodes = st.request_commit()
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.FETCH and p2.body["share_session_epoch"] == 1
+    assert p2.body["max_wait_ms"] == 0            # commit() waits for this answer: no long poll
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1]}]
+    assert not st.settled(nodes)
+    out = st.on_fetch_response(p2, fetch_answer(0, batch(3, 2), [(3, 4, 1)]), 50)
+    assert st.settled(nodes) and st.take_results() == {TP0: None}
+    assert out.records == 2                       # the next poll's records came with the same answer
+    for rec in st.poll(10, 60):
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 70)
+    p3 = plan(st, 80)[1]                          # no commit asked: the usual long-poll fetch carries them
+    assert p3.kind is PlanKind.FETCH and p3.body["max_wait_ms"] == st.max_wait_ms > 0
 
 
 def test_an_old_delivery_of_a_reacquired_offset_is_refused_without_touching_the_new_one() -> None:
