@@ -3,7 +3,11 @@
 1. Share groups (KIP-932): records acknowledged per second while 1, 2 and 4 share consumers drain one
    topic (8 partitions, 100-byte values) and accept every record; the clock stops when the last record's
    acknowledgement has been committed. confluent-kafka's ShareConsumers run in threads of this process
-   (explicit mode, ``commit_sync`` after each poll); akresil's run as tasks on one event loop.
+   (explicit mode, ``commit_sync`` after each poll); akresil's run as tasks on one event loop, in explicit
+   mode (``acknowledge()`` each record, ``commit()`` after each poll: the same loop) and in implicit mode
+   (``commit()`` accepts the poll). For akresil also the CPU time of its event-loop thread per acknowledged
+   record (``cpu_us_per_ack``, median of the rounds): far less sensitive to other load on the machine than the
+   rate. (confluent-kafka's CPU cannot be told apart from the mock's threads in this process.)
 2. Rebalance time, KIP-848 (``group_protocol="consumer"``) vs classic: two members own 6 partitions; a third
    starts; the clock stops when the three hold disjoint, non-empty assignments covering every partition.
 
@@ -53,24 +57,39 @@ async def fill(mock: MockCluster, topic: str, records: int, partitions: int) -> 
 
 
 # ------------------------------------------------------------------------------------------ share groups
-async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int) -> float:
+#: akresil's CPU seconds (its event-loop thread only: the mock's threads share the process) per share round
+CPU_S: list[float] = []
+
+
+async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int,
+                        mode: str = "explicit") -> float:
+    """``explicit``: each record accepted with ``acknowledge()``, then ``commit()`` (the confluent-kafka loop);
+    ``implicit``: ``commit()`` accepts what the poll handed out."""
     done = 0
     start = time.perf_counter()
+    cpu = time.thread_time()
 
     async def member() -> None:
         nonlocal done
         async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id="bench",
-                                 fetch_max_wait_ms=100) as c:
+                                 fetch_max_wait_ms=100, acknowledgement_mode=mode) as c:  # type: ignore[arg-type]
             while done < records:
                 batch = await c.getmany(timeout_ms=100)
-                n = sum(map(len, batch.values()))
+                n = 0
+                for recs in batch.values():
+                    if mode == "explicit":
+                        for r in recs:
+                            c.acknowledge(r)
+                    n += len(recs)
                 if n:
-                    await c.commit()          # implicit mode: accepts the batch
+                    await c.commit()
                     done += n
     async with anyio.create_task_group() as tg:
         for _ in range(consumers):
             tg.start_soon(member)
-    return records / (time.perf_counter() - start)
+    rate = records / (time.perf_counter() - start)
+    CPU_S.append(time.thread_time() - cpu)
+    return rate
 
 
 def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int) -> float:
@@ -240,14 +259,22 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(), "platform": platform.platform(),
         "librdkafka": librdkafka_version(), "records": args.records, "partitions": PARTITIONS,
         "share_acks_per_s": {}, "rebalance_s": {}}
-    for client, fn in (("akresil", share_akresil), ("confluent-kafka", share_confluent)):
+    share_runs: list[tuple[str, Callable[..., Any]]] = [
+        ("akresil explicit", lambda m, t, n: share_akresil(m, t, args.records, n, "explicit")),
+        ("akresil implicit", lambda m, t, n: share_akresil(m, t, args.records, n, "implicit")),
+        ("confluent-kafka explicit", lambda m, t, n: share_confluent(m, t, args.records, n))]
+    for client, fn in share_runs:
         for n in counts:
+            CPU_S.clear()
             r = rounds(args.rounds, lambda fn=fn, n=n: on_fresh_mock(  # type: ignore[misc]
-                lambda m, t: fn(m, t, args.records, n), args.records, PARTITIONS))
+                lambda m, t: fn(m, t, n), args.records, PARTITIONS))
             if r["rounds"]:
                 r["worst"] = min(r["rounds"])
+            if CPU_S:
+                r["cpu_us_per_ack"] = statistics.median(CPU_S) / args.records * 1e6
             report["share_acks_per_s"][f"{client} x{n}"] = r
-            print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s", file=sys.stderr)
+            print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s"
+                  + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else ""), file=sys.stderr)
     for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
         for protocol in args.protocols.split(","):
             r = rounds(args.rounds, lambda fn=fn, p=protocol: on_fresh_mock(  # type: ignore[misc]
