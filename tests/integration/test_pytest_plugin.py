@@ -142,21 +142,23 @@ def test_fixtures_under_pytest_asyncio_and_anyio_on_asyncio_and_trio(pytester: p
 
 def test_a_group_consumer_with_default_settings_gets_its_first_record_in_seconds(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Tansu holds every JoinGroup for half the group's session timeout: 22.5 s with the default 45 s before the
-    # plugin's broker capped what Tansu sees (a 3 s hold now); 20 s is generous for that, too short for the old
+    # Tansu holds every JoinGroup for half the group's session timeout: 22.5 s with the default 45 s. The plugin's
+    # broker caps what Tansu sees (a 3 s hold); no wall-clock bound here (the cap itself is unit-tested in
+    # test_session_cap.py): the test checks the plugin's broker has the cap and a default group gets its record
     pytester.makepyfile(test_group='''
         import anyio
         import pytest
         from akresil import Consumer, Producer
 
         @pytest.mark.asyncio
-        async def test_group_start(kafka_bootstrap, kafka_topic_factory):
+        async def test_group_start(kafka_broker, kafka_bootstrap, kafka_topic_factory):
+            assert kafka_broker.group_session_cap_ms == 6000
             topic = await kafka_topic_factory()
             async with Producer(bootstrap_servers=kafka_bootstrap) as producer:
                 await producer.send(topic, b"first")
             async with Consumer(topic, bootstrap_servers=kafka_bootstrap, group_id="g-defaults",
                                 auto_offset_reset="earliest") as consumer:
-                with anyio.fail_after(20):
+                with anyio.fail_after(120):      # a hang guard, not a speed bound
                     record = await consumer.getone()
             assert record.value == b"first"
     ''')
