@@ -97,6 +97,10 @@ class ProducerAdapter(ABC):
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
         """Produce ``count`` records by the client's fastest documented path and wait until all are acked."""
 
+    async def prepare(self, topic: str, value: bytes) -> None:
+        """Untimed work before a timed bulk produce: nothing for the Python clients (the bench's warm-up phase
+        warms the interpreter); the Java client warms its JIT in the JVM that will be timed."""
+
     @abstractmethod
     async def close(self) -> None: ...
 

@@ -292,6 +292,7 @@ async def _produce_then_consume(bootstrap: str, partitions: int, client: str, la
     producer = make_producer(client, bootstrap, f"bench-{client}", Settings())
     await producer.start()
     try:
+        await producer.prepare(topic, value)
         step("produce", 0.0, 0)
         t0 = time.perf_counter()
         await producer.produce_bulk(topic, value, records)
