@@ -236,11 +236,12 @@ class KafkaCluster:
             for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
                         "share.coordinator.state.topic.replication.factor"):
                 props[key] = replication
-            props.update(_TEST_DEFAULTS)
+        # the controller too: IncrementalAlterConfigs on a GROUP resource is forwarded to it, and it checks the
+        # group's values against its own group.* bounds (a 2 s share lock would be refused by its 15 s minimum)
+        props.update(_TEST_DEFAULTS)
         if self.security:
             props.update(self._security_properties(node))
-        if node.is_broker:
-            props.update(self.broker_config)
+        props.update({k: v for k, v in self.broker_config.items() if node.is_broker or k.startswith("group.")})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _security_properties(self, node: KafkaNode) -> dict[str, str]:
@@ -654,10 +655,15 @@ class KafkaCluster:
         return total / 1024
 
 
-def _kafka_cluster_id() -> str:
-    """A cluster id as Kafka makes them: 16 random bytes, URL-safe base64 without padding."""
+def _kafka_cluster_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
+    """A cluster id as Kafka makes them: 16 random bytes, URL-safe base64 without padding, and (like Kafka's
+    ``Uuid.randomUuid``) never starting with "-", which ``kafka-storage format -t`` would take for an option
+    (1 start in 64 failed with "argument --cluster-id/-t: expected one argument")."""
     import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _roundtrip(host: str, port: int, api_key: ApiKey, version: int, body: Mapping[str, Any],

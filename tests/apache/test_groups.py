@@ -1,6 +1,6 @@
 """Consumer groups on Apache Kafka, classic and KIP-848 (``group_protocol="consumer"``): rebalances when members
 join and leave, a killed member's partitions moving to the survivor with its commits kept, and mixed groups where
-the other member is confluent-kafka or the Java client (kafka-clients, ``akresil.testing.JavaPeer``).
+the other member is confluent-kafka or the Java client (kafka-clients, ``akresil.testing.java_peer.JavaPeer``).
 
 "Consumed once" in a mixed group holds because every member commits what it handed out before giving a
 partition up (after each batch and on revoke); the checks are on (partition, offset) pairs.

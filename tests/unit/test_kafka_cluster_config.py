@@ -106,3 +106,23 @@ def test_a_node_whose_owner_is_gone_is_killed_even_if_it_ignores_sigterm() -> No
             import os
             import signal
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_cluster_id_never_starts_with_a_dash() -> None:
+    """kafka-storage's argument parser reads "-t -abc" as a missing value: such an id is drawn again."""
+    from akresil.testing.kafka_cluster import _kafka_cluster_id
+    draws = iter([b"\xf8" + bytes(15), b"\x01" * 16])   # the first encodes to "-A...", the second to "AQE..."
+    assert _kafka_cluster_id(lambda n: next(draws)) == "AQEBAQEBAQEBAQEBAQEBAQ"
+
+
+def test_the_controller_checks_group_configs_against_the_same_bounds_as_the_brokers(tmp_path: Path) -> None:
+    """IncrementalAlterConfigs on a GROUP resource is forwarded to the controller, which validates it with its
+    own group.* settings: without them a 2 s share lock is refused (Kafka's 15 s minimum)."""
+    cluster = KafkaCluster(3, broker_config={"group.share.max.record.lock.duration.ms": 90_000,
+                                             "num.io.threads": 2})
+    cluster.workdir = tmp_path
+    cluster._layout()
+    controller = properties(cluster._node_properties(cluster.nodes[100], 9999))
+    assert controller["group.share.min.record.lock.duration.ms"] == "1000"
+    assert controller["group.share.max.record.lock.duration.ms"] == "90000"
+    assert "num.io.threads" not in controller        # other broker settings stay the brokers'
