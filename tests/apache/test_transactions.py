@@ -1,0 +1,276 @@
+"""Transactions on Apache Kafka (transactions v2 in 4.x): commits seen and aborts hidden by read_committed
+readers (akresil and confluent-kafka, each reading the other's transactions), fencing by a second producer with
+the same transactional id, offsets committed only with their transaction (and a stale generation refused: KIP-447),
+and the runner's exactly-once copy under both group protocols.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import anyio
+import pytest
+
+from akresil import Consumer, Producer, TopicPartition, errors
+from akresil.runner import HandlerContext, Runner
+from akresil.testing import KafkaCluster
+from akresil.types import ConsumerRecord
+
+from .conftest import TopicMaker
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def ck_read_committed(bootstrap: str, topic: str, expect: int, *, settle_s: float = 2.0,
+                      limit_s: float = 60) -> list[bytes]:
+    """What confluent-kafka's read_committed consumer sees: until ``expect`` arrived, then ``settle_s`` more
+    (so records that must not appear have the time to)."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{topic}-{time.monotonic_ns()}",
+                            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                            "enable.auto.commit": False, "log_level": 3})
+    consumer.subscribe([topic])
+    out: list[bytes] = []
+    deadline = time.monotonic() + limit_s
+    settle_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if len(out) >= expect and settle_until is None:
+                settle_until = time.monotonic() + settle_s
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+async def read_committed(bootstrap: str, topic: str, partitions: int, expect: int, *, settle_s: float = 2.0
+                         ) -> dict[int, list[bytes]]:
+    """akresil's read_committed reader, per partition, from the beginning."""
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed", fetch_max_wait_ms=100,
+                        auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        with anyio.move_on_after(60):
+            while sum(map(len, out.values())) < expect:
+                for tp, recs in (await c.getmany(timeout_ms=200)).items():
+                    out[tp.partition].extend(r.value for r in recs)
+        with anyio.move_on_after(settle_s):     # anything beyond ``expect`` (a duplicate, an aborted record)
+            while True:
+                for tp, recs in (await c.getmany(timeout_ms=200)).items():
+                    out[tp.partition].extend(r.value for r in recs)
+    return out
+
+
+async def test_commit_is_seen_abort_is_not_by_either_read_committed_reader(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = await make_topic(partitions=2)
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx")) as producer:
+        await producer.init_transactions()
+        async with producer.transaction():
+            for i in range(20):
+                await producer.enqueue(topic, b"commit-%d" % i, partition=i % 2)
+        producer.begin_transaction()
+        sent = [await producer.enqueue(topic, b"abort-%d" % i, partition=i % 2) for i in range(10)]
+        await producer.flush()                   # written to the log, then aborted: the markers must hide them
+        await producer.abort_transaction()
+        assert all(f.done() for f in sent)
+        producer.begin_transaction()
+        pending = [await producer.enqueue(topic, b"never-%d" % i) for i in range(5)]
+        await producer.abort_transaction()       # never sent: they fail as aborted
+        for fut in pending:
+            with pytest.raises(errors.TransactionAbortedError):
+                await fut
+        with pytest.raises(RuntimeError, match="boom"):
+            async with producer.transaction():   # an exception in the block aborts
+                await producer.send(topic, b"raised", partition=0)
+                raise RuntimeError("boom")
+        async with producer.transaction():
+            await producer.send(topic, b"commit-last", partition=0)
+        assert producer.transaction_state == "ready"
+    expected = sorted([b"commit-%d" % i for i in range(20)] + [b"commit-last"])
+    seen = await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, len(expected))
+    assert sorted(seen) == expected
+    ours = await read_committed(bootstrap, topic, 2, len(expected))
+    assert sorted(ours[0] + ours[1]) == expected
+    assert ours[1] == [b"commit-%d" % i for i in range(1, 20, 2)]    # in order within the partition
+
+
+def ck_transactions(bootstrap: str, topic: str, transactional_id: str) -> None:
+    """confluent-kafka's transactional producer: committed, aborted, committed, and one left open."""
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                            "log_level": 3})
+    producer.init_transactions(30)
+    for label, commit in (("c1", True), ("a1", False), ("c2", True)):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, b"%s-%d" % (label.encode(), i), partition=0)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open-0", partition=0)
+    producer.flush(30)
+
+
+async def test_akresil_read_committed_skips_aborted_and_stops_at_the_lso(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = await make_topic(partitions=1)
+    await anyio.to_thread.run_sync(ck_transactions, bootstrap, topic, unique("ck-tx"))
+    tp = TopicPartition(topic, 0)
+    expected = [b"c1-%d" % i for i in range(5)] + [b"c2-%d" % i for i in range(5)]
+    async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed", fetch_max_wait_ms=100) as rc:
+        rc.assign([tp])
+        rc.seek(tp, 0)
+        seen: list[bytes] = []
+        with anyio.move_on_after(5):
+            while True:
+                for recs in (await rc.getmany(timeout_ms=300)).values():
+                    seen.extend(r.value for r in recs)
+        assert seen == expected                   # aborted skipped, control batches skipped, the open one not read
+        # the position stops at the LSO, the first offset of the open transaction (3 transactions of 5 records
+        # and a marker each: 18), below the end of the log
+        assert await rc.position(tp) == 18
+        assert rc.last_stable_offset(tp) == 18 and rc.highwater(tp) == 19
+    async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted",
+                        fetch_max_wait_ms=100) as ru:
+        ru.assign([tp])
+        ru.seek(tp, 0)
+        raw: list[bytes] = []
+        with anyio.fail_after(30):
+            while len(raw) < 16:
+                for recs in (await ru.getmany(timeout_ms=300)).values():
+                    raw.extend(r.value for r in recs)
+        assert b"a1-0" in raw and b"open-0" in raw
+
+
+async def test_second_producer_with_the_same_id_fences_the_first(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, txn_id = await make_topic(partitions=1), unique("tx-fence")
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as old:
+        await old.init_transactions()
+        old.begin_transaction()
+        await old.send(topic, b"zombie-open")            # its transaction is open when the new one starts
+        async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as new:
+            await new.init_transactions()                 # aborts the old producer's open transaction
+            with pytest.raises(errors.ProducerFencedError):
+                await old.commit_transaction()
+            assert old.transaction_state == "fatal error"
+            for call in (old.begin_transaction, old.abort_transaction):
+                with pytest.raises(errors.ProducerFencedError):
+                    result = call()
+                    if result is not None:
+                        await result
+            async with new.transaction():
+                await new.send(topic, b"new")
+    assert await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, 1) == [b"new"]
+
+
+async def committed(cluster: KafkaCluster, group: str) -> dict[TopicPartition, int | None]:
+    async with cluster.admin() as admin:
+        offsets = await admin.list_consumer_group_offsets(group)
+    return {tp: o.committed for tp, o in offsets.items()}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_offsets_sent_to_a_transaction_commit_only_with_it(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    src, dst, group = await make_topic(partitions=1), await make_topic(partitions=1), unique("g")
+    tp = TopicPartition(src, 0)
+    async with Producer(bootstrap_servers=bootstrap) as plain:
+        await plain.send_many(src, [(None, b"in-%d" % i) for i in range(10)])
+    async with Consumer(src, bootstrap_servers=bootstrap, group_id=group, group_protocol=protocol,
+                        auto_offset_reset="earliest", enable_auto_commit=False,
+                        isolation_level="read_committed") as consumer, \
+            Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx-copy")) as producer:
+        await producer.init_transactions()
+        got: list[Any] = []
+        with anyio.fail_after(60):
+            while len(got) < 10:
+                for recs in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(recs)
+        meta = consumer.group_metadata()
+        assert meta.generation_id > 0 and meta.member_id
+        # aborted: neither the outputs nor the offsets
+        producer.begin_transaction()
+        for rec in got[:5]:
+            await producer.enqueue(dst, rec.value)
+        await producer.send_offsets_to_transaction({tp: got[4].offset + 1}, meta)
+        await producer.abort_transaction()
+        assert (await committed(kafka_cluster, group)).get(tp) is None
+        # committed: both
+        async with producer.transaction():
+            for rec in got:
+                await producer.enqueue(dst, rec.value)
+            await producer.send_offsets_to_transaction({tp: got[-1].offset + 1}, meta)
+        assert (await committed(kafka_cluster, group))[tp] == 10
+        # a stale generation (a zombie that lost its partitions, KIP-447) is refused by the group coordinator:
+        # an abortable error, and the abort leaves the group's offsets as they were
+        producer.begin_transaction()
+        stale = meta._replace(generation_id=meta.generation_id + 5)
+        with pytest.raises(errors.IllegalGenerationError):   # for a KIP-848 group too: the member epoch
+            await producer.send_offsets_to_transaction({tp: 3}, stale)
+        assert producer.transaction_state == "abortable error"
+        await producer.abort_transaction()
+        assert (await committed(kafka_cluster, group))[tp] == 10
+        async with producer.transaction():     # the producer goes on after the abort
+            await producer.send(dst, b"after")
+    seen = await anyio.to_thread.run_sync(ck_read_committed, bootstrap, dst, 11)
+    assert sorted(seen) == sorted([b"in-%d" % i for i in range(10)] + [b"after"])
+
+
+N = 60
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_exactly_once_runner_copies_every_record_once(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
+    """The runner's exactly_once copy, its handler timing out in two different transactions: the read_committed
+    output holds every input record once, in order per partition, and the group's offsets end at the input's."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    src, dst, group = await make_topic(partitions=2), await make_topic(partitions=2), unique("eos-g")
+    async with Producer(bootstrap_servers=bootstrap) as plain:
+        for p in (0, 1):
+            await plain.send_many(src, [(None, b"p%d-%03d" % (p, i)) for i in range(N)], partition=p)
+    attempts: dict[tuple[int, int], int] = {}
+    failed_later: list[tuple[int, int]] = []
+
+    async def handler(rec: ConsumerRecord, ctx: HandlerContext) -> None:
+        key = (rec.partition, rec.offset)
+        attempts[key] = attempts.get(key, 0) + 1
+        await ctx.send(dst, rec.value, partition=rec.partition)
+        if key == (0, 25) and attempts[key] == 1:
+            raise TimeoutError("slow downstream")        # the outputs of this transaction so far are aborted
+        await anyio.sleep(0.005)                          # spread the copy over several commit intervals
+        eos = runner._eos
+        if eos is not None and eos.aborts >= 1 and eos.commits >= 1 and not failed_later:
+            failed_later.append(key)
+            raise TimeoutError("slow again, in a later transaction")
+
+    async with Consumer(src, bootstrap_servers=bootstrap, group_id=group, group_protocol=protocol,
+                        enable_auto_commit=False, auto_offset_reset="earliest", isolation_level="read_committed",
+                        fetch_max_wait_ms=50) as consumer, \
+            Producer(bootstrap_servers=bootstrap, transactional_id=unique("eos-tx"), linger_ms=2) as producer:
+        await producer.init_transactions()
+        runner = Runner(consumer, handler, producer=producer, processing_guarantee="exactly_once",
+                        commit_interval_ms=100, retry_backoff_ms=20, task_timeout_ms=30_000)
+        async with runner:
+            with anyio.fail_after(90):
+                while len(runner.partitions()) < 2 or any(
+                        s.committed_offset != N for s in runner.partitions().values()):
+                    await anyio.sleep(0.05)
+        assert runner._eos is not None and runner._eos.aborts >= 2 and runner._eos.commits >= 1
+    assert attempts[(0, 25)] >= 2 and failed_later and attempts[failed_later[0]] >= 2   # handled again
+    out = await read_committed(bootstrap, dst, 2, 2 * N)
+    for p in (0, 1):
+        assert out[p] == [b"p%d-%03d" % (p, i) for i in range(N)]      # exactly once, in order
+    assert {tp.partition: o for tp, o in (await committed(kafka_cluster, group)).items()} == {0: N, 1: N}
