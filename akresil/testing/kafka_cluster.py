@@ -60,6 +60,11 @@ _TEST_DEFAULTS: dict[str, str] = {
     "share.coordinator.state.topic.num.partitions": "10",
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    # KIP-848 and share-group heartbeats every second (Kafka: 5 s): an assignment change takes a few heartbeats
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "1000",
     "group.consumer.min.session.timeout.ms": "6000",
     "group.consumer.session.timeout.ms": "10000",
     "group.share.min.session.timeout.ms": "6000",
