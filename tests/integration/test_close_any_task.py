@@ -239,3 +239,37 @@ def test_pytest_asyncio_fixture_that_yields_a_client(mock: MockCluster, pytester
     result = pytester.runpytest("-p", "pytest_asyncio.plugin", "-p", "no:cacheprovider",
                                 "-o", "asyncio_default_fixture_loop_scope=function", "-q")
     result.assert_outcomes(passed=1)
+
+
+@BACKENDS
+def test_a_background_tasks_failure_surfaces_in_the_next_call_and_in_close(mock: MockCluster, backend: str) -> None:
+    """No caller's task hosts the background tasks any more, so a failure there cannot cancel the caller: the
+    client's next call raises ``ClientClosedError`` from it, and ``close()`` re-raises it."""
+    topic = unique_topic("any-task-crash")
+    mock.create_topic(topic, 1)
+
+    async def crash() -> None:
+        raise ZeroDivisionError("bug in a background task")
+
+    async def scenario() -> None:
+        producer = Producer(bootstrap_servers=mock.bootstrap_servers, linger_ms=0)
+        consumer: Consumer[bytes, bytes] = Consumer(bootstrap_servers=mock.bootstrap_servers, **FAST)
+        for client in (producer, consumer):
+            await client.start()
+            assert client._tasks is not None and client._tasks._tg is not None
+            client._tasks._tg.start_soon(crash)
+        consumer.assign([TopicPartition(topic, 0)])
+        calls = (lambda: producer.send(topic, b"x", partition=0), lambda: consumer.getmany(timeout_ms=50))
+        for call in calls:
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        await call()
+                    except errors.ClientClosedError as exc:
+                        assert isinstance(exc.__cause__, ZeroDivisionError)
+                        break
+        for client in (producer, consumer):
+            with pytest.raises(ZeroDivisionError, match="bug in a background task"):
+                await client.close()
+
+    run(backend, scenario)
