@@ -233,7 +233,7 @@ class ShareConsumer:
     def _accept_last_poll(self) -> None:
         now = self._cluster.clock()
         for rec in self._last_poll:
-            self._state.acknowledge(TopicPartition(rec.topic, rec.partition), rec.offset, AckType.ACCEPT, now,
+            self._state.acknowledge((rec.topic, rec.partition), rec.offset, AckType.ACCEPT, now,
                                     delivery_count=rec.delivery_count, implicit=True)
         self._last_poll = []
 
@@ -311,7 +311,7 @@ class ShareConsumer:
             raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
         if not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
-        self._state.acknowledge(TopicPartition(record.topic, record.partition), record.offset, ack,
+        self._state.acknowledge((record.topic, record.partition), record.offset, ack,
                                 self._cluster.clock(), delivery_count=record.delivery_count)
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:

@@ -535,35 +535,41 @@ class ShareFetchState:
             out.append(rec)
         return out
 
-    def acknowledge(self, tp: TopicPartition, offset: int, ack: AckType, now: float, *,
+    def acknowledge(self, tp: tuple[str, int], offset: int, ack: AckType, now: float, *,
                     delivery_count: int | None = None, implicit: bool = False) -> None:
         """Settle a delivered record. Raises ``IllegalStateError`` for a record this consumer was not given
         (or already settled) unless ``implicit``; a record whose lock ran out or whose session was lost is
         not sent and is reported as failed by ``take_results``. ``delivery_count`` (the record's) tells an
-        old delivery from a newer acquisition of the same offset: acknowledging the old one is refused."""
-        held = self._held.get(tp)
+        old delivery from a newer acquisition of the same offset: acknowledging the old one is refused.
+        ``tp`` may be a plain ``(topic, partition)`` tuple (it hashes as the ``TopicPartition``): this runs once
+        per record, so nothing is built here that the first acknowledgement of a partition does not need."""
+        held = self._held.get(tp)   # type: ignore[call-overload]
         h = None if held is None else held.get(offset)
         if h is not None and delivery_count is not None and h.delivery_count != delivery_count:
             if not implicit:
-                self._record(tp, errors.AcquisitionLockExpiredError(
-                    f"record {tp.topic}[{tp.partition}]@{offset} (delivery {delivery_count}) not acknowledged: "
+                self._record(TopicPartition(*tp), errors.AcquisitionLockExpiredError(
+                    f"record {tp[0]}[{tp[1]}]@{offset} (delivery {delivery_count}) not acknowledged: "
                     f"its lock expired and the offset was acquired again (delivery {h.delivery_count})"))
             return
         if h is None or not h.delivered:
             if implicit:
                 return
             raise errors.IllegalStateError(
-                f"record {tp.topic}[{tp.partition}]@{offset} is not held by this share consumer "
+                f"record {tp[0]}[{tp[1]}]@{offset} is not held by this share consumer "
                 f"(never delivered to it, or already acknowledged)")
         del held[offset]   # type: ignore[union-attr]
-        self._session(h.node_id).awaiting.discard(h)
+        s = self._sessions[h.node_id]
+        s.awaiting.discard(h)
         if h.lost or now >= h.deadline:
             why = "its share session was lost" if h.lost else "its acquisition lock expired"
-            self._record(tp, errors.AcquisitionLockExpiredError(
-                f"record {tp.topic}[{tp.partition}]@{offset} not acknowledged: {why}; the broker delivers "
+            self._record(TopicPartition(*tp), errors.AcquisitionLockExpiredError(
+                f"record {tp[0]}[{tp[1]}]@{offset} not acknowledged: {why}; the broker delivers "
                 f"it again"))
             return
-        self._session(h.node_id).pending.setdefault(tp, {})[offset] = int(ack)
+        pending = s.pending.get(tp)   # type: ignore[call-overload]
+        if pending is None:
+            pending = s.pending[TopicPartition(*tp)] = {}
+        pending[offset] = int(ack)
 
     def held_count(self) -> int:
         return sum(1 for held in self._held.values() for h in held.values() if h.delivered)

@@ -357,3 +357,23 @@ def test_timers_already_past_are_not_returned() -> None:
     st.on_request_failed(p, errors.KafkaConnectionError("reset"), 10)     # backoff until 110
     assert st.next_timer_at(50) == 110
     assert st.next_timer_at(110) is None      # due now: the turn acts on it; returning it would spin the loop
+
+
+def test_a_plain_topic_partition_tuple_settles_like_the_named_one() -> None:
+    """The consumer passes ``(topic, partition)`` (no TopicPartition built per record); what the state keeps
+    and reports is still keyed by TopicPartition."""
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 2), [(0, 1, 1)]), 10)
+    first, second = st.poll(10, 20)
+    st.acknowledge(("t", 0), first.offset, AckType.ACCEPT, 30, delivery_count=1)
+    st.acknowledge(("t", 0), second.offset, AckType.ACCEPT, 1500, delivery_count=1)   # lock ran out at 1010
+    results = st.take_results()
+    assert list(results) == [TP0] and isinstance(next(iter(results)), TopicPartition)
+    assert isinstance(results[TP0], errors.AcquisitionLockExpiredError)
+    with pytest.raises(errors.IllegalStateError, match=r"t\[0\]@0 is not held"):
+        st.acknowledge(("t", 0), first.offset, AckType.ACCEPT, 40)
+    p2 = plan(st, 1500)[1]
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+    assert {type(tp) for tp in p2.acks} == {TopicPartition}
