@@ -241,6 +241,29 @@ def on_fresh_mock(body: Callable[[MockCluster, str], Awaitable[float] | float], 
         return anyio.run(wait)
 
 
+def profile_share(records: int) -> int:
+    """Where akresil's CPU goes per acknowledged record: the mock's threads and other processes do not count."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.thread_time)
+
+    def body(mock: MockCluster, topic: str) -> float:
+        async def run() -> float:
+            profiler.enable()
+            try:
+                return await share_akresil(mock, topic, records, 1, "explicit")
+            finally:
+                profiler.disable()
+        return anyio.run(run)
+
+    rate = on_fresh_mock(body, records, PARTITIONS)
+    print(f"explicit x1: {rate:,.0f} acks/s (profiled), {CPU_S[-1] / records * 1e6:.1f} CPU us/ack (profiled)",
+          file=sys.stderr)
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
@@ -249,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", default="classic,consumer",
                         help="group protocols for the rebalance measurement (classic takes ~45 s a round on the mock)")
     parser.add_argument("--settle-timeout", type=float, default=60.0, help="seconds a rebalance may take")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: one akresil share consumer, explicit mode, under cProfile timed by its thread's "
+                             "CPU (time.thread_time); prints the top functions by cumulative CPU to stderr")
     args = parser.parse_args(argv)
+    if args.profile:
+        return profile_share(args.records)
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (the report gives medians and the worst)")
     counts = [int(x) for x in args.consumers.split(",")]
