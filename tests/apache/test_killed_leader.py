@@ -1,6 +1,9 @@
-"""A broker that leads partitions is killed (SIGKILL) under a steady idempotent load, on Apache Kafka.
+"""Leader moves, then a killed broker that leads partitions (SIGKILL), under a steady idempotent load, on Apache
+Kafka.
 
-Replication factor 3, acks=all, enable_idempotence: the controller fences the dead broker when its session ends
+Replication factor 3, acks=all, enable_idempotence.  Every partition's leader moves twice (reassignment +
+preferred election: in-flight batches are refused NOT_LEADER_OR_FOLLOWER and retried with their sequence numbers
+on the new leader); then the leader of partition 0 is killed: the controller fences it when its session ends
 and elects new leaders from the in-sync replicas.  Records keyed so that each key has one partition and a
 sequence number in its value.  Checked: every record acknowledged, and the log holds each key's records once,
 in order, with no gap, each at the offset its acknowledgement reported (a retried batch that the new leader
@@ -26,7 +29,7 @@ KEYS = 6                 # key k goes to partition k % PARTITIONS
 EVERY_S = 0.005          # one record every 5 ms, keys in turn
 
 
-async def test_killed_leader_idempotent_keys_stay_ordered_and_the_consumer_follows(
+async def test_leader_moves_and_a_killed_leader_keep_idempotent_keys_in_order_and_the_consumer_follows(
         kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
     topic = await make_topic(partitions=PARTITIONS, replication_factor=3)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -79,6 +82,15 @@ async def test_killed_leader_idempotent_keys_stay_ordered_and_the_consumer_follo
             with anyio.fail_after(15):
                 while not all(read_from(p, 0.0) for p in range(PARTITIONS)):
                     await anyio.sleep(0.05)
+            for _ in range(2):
+                leaders = {p: (await kafka_cluster.leader(topic, p))[0] for p in range(PARTITIONS)}
+                ids = kafka_cluster.broker_ids
+                await kafka_cluster.move_leaders(topic, {p: ids[(ids.index(node) + 1) % len(ids)]
+                                                         for p, node in leaders.items()})
+                moved_at = monotonic_ms()
+                with anyio.fail_after(30):               # records written after the move are read back
+                    while not all(read_from(p, moved_at) for p in range(PARTITIONS)):
+                        await anyio.sleep(0.05)
             victim, _ = await kafka_cluster.leader(topic, 0)
             async with broker_down(kafka_cluster, victim):
                 new_leader, _ = await wait_leader(kafka_cluster, topic, 0, not_on=victim)
