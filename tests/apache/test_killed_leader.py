@@ -18,11 +18,12 @@ from typing import Any, Callable
 
 import anyio
 from akresil import Consumer, Producer, TopicPartition
+from akresil.core import events
 from akresil.net.clock import monotonic_ms
 from akresil.testing import KafkaCluster
 
 from .conftest import TopicMaker, broker_down
-from .resilience import wait_leader
+from .resilience import TimedHook, wait_leader
 
 PARTITIONS = 3
 KEYS = 6                 # key k goes to partition k % PARTITIONS
@@ -47,8 +48,9 @@ async def test_leader_moves_and_a_killed_leader_keep_idempotent_keys_in_order_an
                 acked[value] = (monotonic_ms(), md.partition, md.offset)
         return done
 
+    hook = TimedHook()
     async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, linger_ms=2, acks="all",
-                        enable_idempotence=True, client_id=unique("killed-p")) as producer, \
+                        enable_idempotence=True, client_id=unique("killed-p"), hooks=[hook]) as producer, \
             Consumer(bootstrap_servers=kafka_cluster.bootstrap_servers, client_id=unique("killed-c"),
                      auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
         consumer.assign(tps)
@@ -110,6 +112,9 @@ async def test_leader_moves_and_a_killed_leader_keep_idempotent_keys_in_order_an
             tg.cancel_scope.cancel()
 
     assert not failed, failed[:5]
+    # the moves did reach the producer: batches refused by the old leaders, retried under their sequence numbers
+    reasons = {f["reason"] for _, f in hook.named(events.BATCH_RETRY, topic=topic)}
+    assert "NotLeaderOrFollowerError" in reasons, reasons
     assert len(acked) == sent
     assert read_while_down < resumed_at and new_leader != victim
     # the log, as the consumer read it: every acknowledged record once, where its acknowledgement said
