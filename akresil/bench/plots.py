@@ -24,7 +24,7 @@ THIRD_PANEL: dict[str, tuple[str, str]] = {
 #: librdkafka's mock logs no connection attempts: its bounce panel shows Produce requests to the bounced node
 MOCK_THIRD_PANEL: dict[str, tuple[str, str]] = {
     **THIRD_PANEL, "broker-bounce": ("produce_requests_to_node_per_s", "Produce requests/s to the bounced node")}
-COLORS = {"akresil": "tab:blue", "aiokafka": "tab:orange", "confluent": "tab:green"}
+COLORS = {"akresil": "tab:blue", "aiokafka": "tab:orange", "confluent": "tab:green", "java": "tab:purple"}
 
 
 class PlotsUnavailable(RuntimeError):
@@ -49,7 +49,9 @@ def _pyplot() -> Any:
 def plot_failure(name: str, result: Mapping[str, Any], path: Path, harness: str = "proxy") -> Path:
     plt = _pyplot()
     key, label = (MOCK_THIRD_PANEL if harness == "mock" else THIRD_PANEL)[name]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    # a harness that cannot see the wire metric (Apache Kafka: no proxy) gets no empty third panel
+    wire = any(key in data["series"] for data in result["clients"].values())
+    fig, axes = plt.subplots(3 if wire else 2, 1, figsize=(9, 8 if wire else 5.5), sharex=True)
     script = result["scenario"]["script"]
     for client, data in result["clients"].items():
         series = data["series"]
@@ -59,7 +61,7 @@ def plot_failure(name: str, result: Mapping[str, Any], path: Path, harness: str 
         p99 = series.get("sched_p99_live_ms", series["p99_ms"])
         axes[1].plot(xs, [v if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in p99],
                      label=client, color=color, marker=".")
-        if key in series:
+        if wire and key in series:
             axes[2].plot(xs, series[key], label=client, color=color, marker=".")
     for ax in axes:
         for step in script["steps"]:
@@ -72,8 +74,9 @@ def plot_failure(name: str, result: Mapping[str, Any], path: Path, harness: str 
     axes[1].set_ylabel("p99 ms from schedule,\nlive partitions (gap: failed)")
     axes[1].set_yscale("symlog", linthresh=10)
     axes[1].set_ylim(bottom=0)                       # latencies: no negative decades on the axis
-    axes[2].set_ylabel(label)
-    axes[2].set_xlabel("seconds into the run (red: fault)")
+    if wire:
+        axes[2].set_ylabel(label)
+    axes[-1].set_xlabel("seconds into the run (red: fault)")
     axes[0].legend(loc="lower left")
     axes[0].set_title(f"akresil bench {name} ({HARNESSES[harness]})")
     fig.tight_layout()
