@@ -57,6 +57,14 @@ class HeartbeatLoop:
         self._wake.set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except errors.ClientClosedError:
+            # the client closed its connections (close() does that before it cancels its tasks) under a
+            # request of ours: the loop ends with the client, it did not fail
+            log.debug("group %s: client closed; heartbeats end", self.membership.group_id)
+
+    async def _run(self) -> None:
         m = self.membership
         clock = self._cluster.clock
         while not self._stopped and m.phase not in (MemberPhase.FATAL, MemberPhase.LEFT, MemberPhase.LEAVING):
@@ -95,6 +103,8 @@ class HeartbeatLoop:
             log.debug("group %s: FindCoordinator failed: %s", m.group_id, exc)
             m.on_coordinator_failed(self._cluster.clock())
             return
+        except errors.ClientClosedError:
+            raise
         except errors.KafkaError as exc:
             if classify_find_coordinator_error(exc.errno) is Action.FATAL:
                 self._fail(exc)

@@ -161,3 +161,30 @@ def test_coordinator_lane_refuses_what_is_not_a_broker_id() -> None:
         coordinator_lane(-1)
     with pytest.raises(ValueError, match="not a broker id"):
         coordinator_lane(coordinator_lane(1))
+
+
+@pytest.mark.parametrize("where", ["heartbeat", "find_coordinator"])
+def test_a_request_cut_off_by_the_client_closing_ends_the_loop_quietly(where: str) -> None:
+    """``Consumer.close()`` closes its connections before it cancels its background tasks, so a heartbeat (or a
+    coordinator lookup) in flight then fails with ``ClientClosedError``.  That ends the loop; raised out of
+    ``run()`` it failed the client's task group and ``close()`` re-raised it (seen on Apache Kafka: both members
+    of a KIP-848 group raised from ``async with Consumer(...)`` at the chaos soak's end)."""
+    async def main() -> None:
+        closed = errors.ClientClosedError("client closed")
+        cluster = FakeCluster([closed])
+        if where == "find_coordinator":
+            async def lookup(*args: Any, **kw: Any) -> Any:
+                raise closed
+            cluster.request_any = lookup  # type: ignore[method-assign]
+
+        async def on_change() -> None:
+            pass
+
+        loop = HeartbeatLoop(cluster, member(), ApiKey.SHARE_GROUP_HEARTBEAT, on_change=on_change,  # type: ignore[arg-type]
+                             protocol_name="share")
+        with anyio.fail_after(5):
+            await loop.run()
+        assert len(cluster.sent) == (1 if where == "heartbeat" else 0)
+        assert loop.membership.phase is not MemberPhase.FATAL
+
+    anyio.run(main)
