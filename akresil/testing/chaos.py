@@ -1,4 +1,5 @@
-"""Chaos soak: a seeded fault script over ``FaultProxy`` and a driver that proves no acknowledged record is lost.
+"""Chaos soak: a seeded fault script over ``FaultProxy`` (or a real Apache Kafka cluster) and a driver that proves
+no acknowledged record is lost.
 
 Three layers, each testable on its own:
 
@@ -8,13 +9,14 @@ Three layers, each testable on its own:
   requests answered with a retriable error, and group members killed without leaving. It simulates
   leadership and which nodes are down, so the script never moves a partition to a stopped node or stops more
   nodes than allowed. ``timeline(events)`` expands it into the apply / undo steps a runner performs.
-* **Runner** (thin I/O): ``FaultRunner`` performs those steps on a ``ProxyControl`` at their times (injected
+* **Runner** (thin I/O): ``FaultRunner`` performs those steps on a ``ProxyControl`` (``FaultProxyControl``, or
+  ``KafkaClusterControl`` for Apache Kafka itself, which takes only the faults a real cluster can) at their times (injected
   clock and sleep) and heals on the way out (restarts stopped nodes, removes latency), even when cancelled.
   A killed member is cancelled as a crash would end it (no commit, no LeaveGroup) and replaced at once, so
   the group rebalances once the broker gives up on it and its uncommitted records are delivered again.
 * **Soak** (``run_soak``): idempotent producers (``send`` / ``enqueue`` / ``send_many`` mixed, explicit
   partitions, payloads carrying producer id and per-partition send sequence) and a 2-member consumer group
-  run through the proxy while the script plays; then a fresh ``assign()``-ed consumer reads the whole log.
+  run through the proxy (or straight to the cluster) while the script plays; then a fresh ``assign()``-ed consumer reads the whole log.
   ``judge`` (pure) compares what the application was told (``Ledger``) with the log and with what the group
   delivered (``Consumption``) and returns the counts of ``SoakReport``.
 
@@ -37,7 +39,8 @@ import uuid
 from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Protocol,
+                    Sequence)
 
 import anyio
 import anyio.abc
@@ -45,10 +48,13 @@ import anyio.abc
 from .. import errors
 from ..types import NewTopic, TopicPartition
 
+if TYPE_CHECKING:
+    from .kafka_cluster import KafkaCluster
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Fault", "FaultEvent", "ScheduleSpec", "generate_schedule", "Step", "timeline", "ProxyControl",
-           "MemberControl", "FaultProxyControl", "FaultRunner", "encode_payload", "decode_payload", "Ledger",
+           "MemberControl", "GroupMembers", "FaultProxyControl", "KafkaClusterControl", "FaultRunner", "encode_payload", "decode_payload", "Ledger",
            "Consumption", "LogImage", "judge", "SoakConfig", "SoakReport", "run_soak", "ResourceSnapshot", "leaked_fds"]
 
 
@@ -323,6 +329,13 @@ class MemberControl(Protocol):
     async def kill(self, member: int) -> None: ...
 
 
+class GroupMembers(MemberControl, Protocol):
+    """``MemberControl`` that also names its members' client ids (what a client quota or DescribeGroups sees)."""
+
+    def client_id(self, member: int) -> str: ...
+    def client_ids(self) -> list[str]: ...
+
+
 class FaultProxyControl:
     """Drives a ``FaultProxy`` running on this event loop (``async with``) or on its own thread (``start()``),
     and, given ``members``, the group members ``kill_consumer`` faults kill.
@@ -370,6 +383,209 @@ class FaultProxyControl:
         if self.members is None:
             raise RuntimeError("kill_consumer: this control was given no group members to kill")
         await self.members.kill(member)
+
+
+class KafkaClusterControl:
+    """A ``ProxyControl`` acting on a real Apache Kafka ``KafkaCluster``: clients talk to the brokers directly.
+
+    Each fault is what an operator or a failure does to a real cluster:
+
+    * ``move_leader``: ``KafkaCluster.move_leader`` (replica reorder + preferred leader election; the epoch
+      rises and the old leader answers NOT_LEADER_OR_FOLLOWER with Kafka's own KIP-951 hints);
+    * ``stop_node`` / ``start_node``: the broker's JVM is killed (SIGKILL, no controlled shutdown) and started
+      again with its data.  Kafka's controller moves the dead broker's leaderships once it fences it, so the
+      script's own failover moves are off.  A broker takes 10-35 s to serve again on a loaded 2-core machine
+      (JVM start, log recovery after the kill), far longer than a scripted downtime, so ``start_node`` starts
+      it in the background and the script goes on; a move to that broker or the next kill waits for it, so
+      one broker at most is down and every move finds its target in sync;
+    * ``throttle``: a real client quota (KIP-219) of ``throttle_byte_rate`` bytes/s, produce and fetch, on every
+      soak client for the fault's ``ms * count``, then lifted.  Quotas are per client id and each broker
+      enforces them, so ``node`` is not used, and the broker decides how long each throttle lasts;
+    * ``kill_consumer``: a group member crashes as with the proxy; ``DescribeGroups`` right after the kill must
+      still list it (a member that sent LeaveGroup is gone at once; counted in ``killed_left``).  Kafka
+      describes only classic groups that way, so a KIP-848 member's kill is not checked (``killed_unchecked``).
+
+    A broker cannot be told to drop its connections, delay responses or answer a request with an error, so
+    ``drop_connections``, ``add_latency`` / ``remove_latency`` and ``fail_requests`` (``UNSUPPORTED``) get
+    zero weight in a soak with this control and raise if a script asks for them anyway.
+
+    Use it as ``async with``: restarts and quota lifts run in its task group; leaving waits for the restarts
+    and lifts what is still set.  A restart that fails is in ``errors`` (a soak reports it as a violation).
+    """
+
+    UNSUPPORTED: frozenset[Fault] = frozenset({Fault.DROP_CONNECTIONS, Fault.LATENCY, Fault.FAIL_REQUESTS})
+
+    def __init__(self, cluster: KafkaCluster, *, throttle_byte_rate: float = 1024.0,
+                 sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+        if not throttle_byte_rate > 0:
+            raise ValueError(f"throttle_byte_rate: must be > 0 bytes/s, got {throttle_byte_rate!r}")
+        self.cluster = cluster
+        self.throttle_byte_rate = throttle_byte_rate
+        self._sleep = sleep   # how a throttle window passes (tests inject one)
+        self.members: GroupMembers | None = None
+        self.group: str | None = None
+        self.producer_ids: tuple[str, ...] = ()
+        #: killed members DescribeGroups no longer listed right after the kill (they left instead of crashing),
+        #: and kills it could not check (the group was not described)
+        self.killed_left = 0
+        self.killed_unchecked = 0
+        #: background restarts that failed
+        self.errors: list[str] = []
+        self._throttled: dict[str, int] = {}   # client id -> windows in force
+        self._lifts: set[anyio.CancelScope] = set()
+        self._starting: dict[int, anyio.Event] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg_cm: Any = None
+
+    @property
+    def nodes(self) -> list[int]:
+        return list(self.cluster.broker_ids)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def attach(self, members: GroupMembers, group: str, producer_ids: Iterable[str]) -> None:
+        """The soak's group and its members (for ``kill_consumer``, and with the producers' client ids, the
+        clients a throttle applies to)."""
+        self.members, self.group, self.producer_ids = members, group, tuple(producer_ids)
+
+    def harness_fds(self) -> set[int]:
+        """Fds this process holds for the cluster (each broker's watchdog pipe): a restarted broker's is new."""
+        fds = set()
+        for node in self.cluster.nodes.values():
+            if node.proc is not None and node.proc.stdin is not None and not node.proc.stdin.closed:
+                fds.add(node.proc.stdin.fileno())
+        return fds
+
+    async def create_topic(self, topic: str, partitions: int) -> None:
+        """RF 3 (or every broker, if fewer), partition p led by ``nodes[p % N]``: where ``generate_schedule``
+        assumes leadership starts, and a move or a dead broker keeps every partition available."""
+        nodes = self.nodes
+        rf = min(3, len(nodes))
+        assignment = {p: [nodes[(p + i) % len(nodes)] for i in range(rf)] for p in range(partitions)}
+        async with self.cluster.admin() as admin:
+            await admin.create_topics([NewTopic(topic, replica_assignment=assignment)])
+
+    async def __aenter__(self) -> KafkaClusterControl:
+        self._tg_cm = anyio.create_task_group()
+        self._tg = await self._tg_cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._tg is not None
+        for scope in self._lifts:   # pending lifts: done below at once instead; restarts run to their end
+            scope.cancel()
+        try:
+            return bool(await self._tg_cm.__aexit__(*exc_info))
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self._set_quota(sorted(self._throttled), None)
+                self._throttled.clear()
+
+    async def _restarted(self, nodes: Iterable[int]) -> None:
+        for node in nodes:
+            event = self._starting.get(node)
+            if event is not None:
+                await event.wait()
+
+    async def move_leader(self, topic: str, partition: int, to_node: int) -> None:
+        await self._restarted([to_node])
+        # a restarted broker rejoins the ISR only once caught up, which a loaded machine can take a while over
+        await self.cluster.move_leader(topic, partition, to_node, timeout_s=60.0)
+
+    async def stop_node(self, node: int) -> None:
+        await self._restarted(list(self._starting))
+        await self.cluster.kill_broker(node)
+
+    async def start_node(self, node: int) -> None:
+        if self._tg is None:
+            raise RuntimeError("KafkaClusterControl.start_node: use the control as `async with` (it waits for "
+                               "the restarts it began)")
+        if node in self._starting:
+            return
+        self._starting[node] = anyio.Event()
+        self._tg.start_soon(self._start_in_background, node, name=f"chaos-start-broker-{node}")
+
+    async def _start_in_background(self, node: int) -> None:
+        try:
+            await self.cluster.start_broker(node)
+        except Exception as exc:
+            self.errors.append(f"start_node {{'node': {node}}}: {type(exc).__name__}: {exc}")
+            log.warning("chaos: restarting broker %d failed: %r", node, exc)
+        finally:
+            self._starting.pop(node).set()
+
+    async def throttle(self, node: int, ms: int, count: int) -> None:
+        if self._tg is None:
+            raise RuntimeError("KafkaClusterControl.throttle: use the control as `async with` (it lifts quotas)")
+        ids = sorted({*self.producer_ids, *(self.members.client_ids() if self.members is not None else ())})
+        if not ids:
+            return
+        await self._set_quota([i for i in ids if not self._throttled.get(i)], self.throttle_byte_rate)
+        for i in ids:
+            self._throttled[i] = self._throttled.get(i, 0) + 1
+        scope = anyio.CancelScope()
+        self._lifts.add(scope)
+        self._tg.start_soon(self._lift_later, ids, ms * count / 1000.0, scope, name="chaos-quota-lift")
+
+    async def _lift_later(self, ids: list[str], after_s: float, scope: anyio.CancelScope) -> None:
+        try:
+            with scope:
+                await self._sleep(after_s)
+        finally:
+            self._lifts.discard(scope)
+        if scope.cancel_called:
+            return   # leaving the control lifts every quota still set
+        for i in ids:
+            self._throttled[i] -= 1
+        done = [i for i in ids if not self._throttled[i]]
+        for i in done:
+            del self._throttled[i]
+        await self._set_quota(done, None)
+
+    async def _set_quota(self, client_ids: Sequence[str], rate: float | None) -> None:
+        """One AlterClientQuotas for every id: set produce and fetch byte rates, or remove them (``None``)."""
+        if not client_ids:
+            return
+        from ..admin_types import ClientQuotaEntity
+        values = {"producer_byte_rate": rate, "consumer_byte_rate": rate}
+        async with self.cluster.admin() as admin:
+            (await admin.alter_client_quotas({ClientQuotaEntity(client_id=i): dict(values)
+                                              for i in client_ids})).raise_on_error()
+
+    async def kill_consumer(self, member: int) -> None:
+        if self.members is None or self.group is None:
+            raise RuntimeError("kill_consumer: this control was given no group members to kill (attach)")
+        victim = self.members.client_id(member)
+        await self.members.kill(member)
+        async with self.cluster.admin() as admin:
+            try:
+                desc = (await admin.describe_consumer_groups([self.group]))[self.group]
+            except errors.GroupIdNotFoundError:
+                # DescribeGroups describes classic groups only (a KIP-848 group is "not a classic group"), and
+                # a coordinator that just took over knows a group only once a generation of it completed
+                self.killed_unchecked += 1
+                return
+        if victim not in {m.client_id for m in desc.members}:
+            self.killed_left += 1
+
+    async def _unsupported(self, fault: Fault) -> None:
+        raise RuntimeError(f"{fault.value}: a real Kafka broker cannot be made to do this; a soak on "
+                           "KafkaClusterControl gives the fault zero weight")
+
+    async def drop_connections(self, node: int) -> None:
+        await self._unsupported(Fault.DROP_CONNECTIONS)
+
+    async def add_latency(self, node: int, ms: float) -> None:
+        await self._unsupported(Fault.LATENCY)
+
+    async def remove_latency(self, node: int, ms: float) -> None:
+        await self._unsupported(Fault.LATENCY)
+
+    async def fail_requests(self, api_key: int, error_code: int, count: int, node: int) -> None:
+        await self._unsupported(Fault.FAIL_REQUESTS)
 
 
 def _monotonic_ms() -> float:
@@ -779,8 +995,13 @@ class SoakConfig:
     kill_after_ms: float = 8_000.0
     quiet_start_ms: float = 0.0
     weights: Mapping[Fault, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    #: the group's protocol: "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848: the broker owns the
+    #: session timeout and the heartbeat interval, so the two settings above are not sent)
+    group_protocol: Literal["classic", "consumer"] = "classic"
 
     def validate(self) -> None:
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol: 'classic' or 'consumer', got {self.group_protocol!r}")
         for name in ("producers", "partitions", "nodes", "consumers", "value_bytes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -984,9 +1205,11 @@ async def _consume(shared: _Shared, index: int, bootstrap: str, group: str, auto
     """One group member: deliver, commit (manual mode: after every batch), report whether it caught up."""
     from ..consumer import Consumer
     cfg = shared.cfg
+    timing: dict[str, Any] = {} if cfg.group_protocol == "consumer" else dict(
+        session_timeout_ms=cfg.session_timeout_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms)
     async with Consumer(shared.topic, bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
                         auto_offset_reset="earliest", enable_auto_commit=auto_commit, auto_commit_interval_ms=500,
-                        session_timeout_ms=cfg.session_timeout_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                        group_protocol=cfg.group_protocol, **timing,
                         request_timeout_ms=max(cfg.request_timeout_ms, cfg.session_timeout_ms + 2_000),
                         retry_backoff_ms=50, retry_backoff_max_ms=500, reconnect_backoff_ms=50,
                         reconnect_backoff_max_ms=500, fetch_max_wait_ms=200,
@@ -1027,6 +1250,14 @@ class _Members:
         #: client ids of the members killed so far, and how many partitions each owned then
         self.killed: list[str] = []
         self.owned_at_kill: list[int] = []
+
+    def client_id(self, member: int) -> str:
+        if member not in self._running:
+            raise ValueError(f"no member in slot {member!r} (slots 0..{len(self._running) - 1})")
+        return self._running[member][2]
+
+    def client_ids(self) -> list[str]:
+        return [client_id for _, _, client_id in self._running.values()]
 
     def start_all(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
@@ -1107,9 +1338,18 @@ async def _read_log(bootstrap: str, topic: str, partitions: int, group: str, flo
     return image, committed
 
 
-async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
-    """Run one chaos soak against the broker at ``bootstrap_servers`` (a FaultProxy is put in front of it)."""
+async def run_soak(cfg: SoakConfig, bootstrap_servers: str | None = None, *,
+                   control: KafkaClusterControl | None = None) -> SoakReport:
+    """Run one chaos soak: against the broker at ``bootstrap_servers`` with a FaultProxy put in front of it, or,
+    given ``control``, straight against that Apache Kafka cluster (no proxy; the faults it cannot take get zero
+    weight, and its controller does the failover the proxy's script otherwise emulates)."""
     cfg.validate()
+    if (bootstrap_servers is None) == (control is None):
+        raise ValueError("run_soak: give bootstrap_servers (a FaultProxy is put in front of that broker) or "
+                         "control (a KafkaClusterControl: no proxy), exactly one of them")
+    if control is not None:
+        return await _run_soak_direct(cfg, control)
+    assert bootstrap_servers is not None
     from ..admin import Admin
     from .proxy import FaultProxy
     auto_commit = cfg.auto_commit if cfg.auto_commit is not None else random.Random(cfg.seed).random() < 0.5
@@ -1134,61 +1374,119 @@ async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
                             quiet_start_ms=cfg.quiet_start_ms)
         members = _Members(shared, bootstrap, group, auto_commit)
         runner = FaultRunner(FaultProxyControl(proxy, members), generate_schedule(spec, cfg.seed))
-        drain_started = 0.0
-
-        async def producers() -> None:
-            deadline = time.monotonic() + cfg.duration_s
-            async with anyio.create_task_group() as tg:
-                for i in range(cfg.producers):
-                    tg.start_soon(_produce, shared, i, bootstrap, deadline, name=f"chaos-producer-{i}")
-            shared.floor = shared.ledger.max_acked_offset()
-            shared.producers_done.set()
-
-        async def monitor() -> None:
-            nonlocal drain_started
-            await shared.producers_done.wait()
-            drain_started = time.monotonic()
-            everything = frozenset(TopicPartition(topic, p) for p in range(cfg.partitions))
-            stable_since: float | None = None
-            with anyio.move_on_after(cfg.drain_timeout_s):
-                while True:
-                    assigned = frozenset().union(*shared.assignments.values()) if shared.assignments else frozenset()
-                    ok = (assigned == everything and len(shared.caught_up) == cfg.consumers
-                          and all(shared.caught_up.values()))
-                    now = time.monotonic()
-                    if not ok:
-                        stable_since = None
-                    elif stable_since is None:
-                        stable_since = now
-                    elif now - stable_since >= 1.0:   # caught up on two fresh fetch rounds, not one stale one
-                        break
-                    await anyio.sleep(0.2)
-            shared.stop_consuming.set()
-
-        async with anyio.create_task_group() as tg:
-            members.start_all(tg)
-            tg.start_soon(runner.run, name="chaos-faults")
-            tg.start_soon(producers, name="chaos-producers")
-            tg.start_soon(monitor, name="chaos-monitor")
-        report.drain_s = round(time.monotonic() - drain_started, 2) if drain_started else 0.0
+        await _play(shared, members, runner, bootstrap, report)
         image, committed = await _read_log(bootstrap, topic, cfg.partitions, group, shared.floor, timeout_s=60.0)
-        after = ResourceSnapshot.take()
-        leaked = leaked_fds(before.fds, after.fds, sockets=tcp_sockets(), harness_ports=harness_ports,
-                            upstream_port=upstream_port)
-        for _ in range(20):   # a transport closes its socket one loop turn after close(): grace, not a leak
-            if not leaked:
-                break
-            await anyio.sleep(0.05)
-            after = ResourceSnapshot.take()
-            leaked = leaked_fds(before.fds, after.fds, sockets=tcp_sockets(), harness_ports=harness_ports,
-                                upstream_port=upstream_port)
-        report.leaked_fds = leaked
-        report.leaked_tasks = sorted(name for tid, name in after.tasks.items() if tid not in before.tasks)
+        report.leaked_fds = await _leaks(before, harness_ports=harness_ports, upstream_port=upstream_port)
+        report.leaked_tasks = sorted(name for tid, name in ResourceSnapshot.take().tasks.items()
+                                     if tid not in before.tasks)
         report.killed_members = [f"{cid} (owned {n} partitions)" for cid, n in zip(members.killed,
                                                                                 members.owned_at_kill)]
         report.killed_members_left = sum(len(proxy.requests(LEAVE_GROUP, client_id=cid)) for cid in members.killed)
     finally:
         proxy.stop()
+    _finish(report, shared, runner, image, committed, started)
+    return report
+
+
+async def _run_soak_direct(cfg: SoakConfig, control: KafkaClusterControl) -> SoakReport:
+    """``run_soak`` on a real cluster: the same clients and judge, the faults played by ``control``."""
+    auto_commit = cfg.auto_commit if cfg.auto_commit is not None else random.Random(cfg.seed).random() < 0.5
+    topic = f"chaos-{cfg.seed}-{uuid.uuid4().hex[:8]}"
+    group = f"{topic}-g"
+    report = SoakReport(seed=cfg.seed, topic=topic, auto_commit=auto_commit, duration_s=cfg.duration_s)
+    shared = _Shared(cfg, topic)
+    started = time.monotonic()
+    bootstrap = control.bootstrap_servers
+    await control.create_topic(topic, cfg.partitions)
+    weights = {k: (0.0 if k in control.UNSUPPORTED else w) for k, w in cfg.weights.items()}
+    spec = ScheduleSpec(duration_ms=cfg.duration_s * 1000.0, nodes=control.nodes,
+                        partitions=[TopicPartition(topic, p) for p in range(cfg.partitions)],
+                        mean_interval_ms=cfg.mean_fault_interval_ms, weights=weights, failover_ms=None,
+                        members=cfg.consumers, kill_gap_ms=cfg.kill_gap_ms, kill_after_ms=cfg.kill_after_ms,
+                        quiet_start_ms=cfg.quiet_start_ms)
+    events = generate_schedule(spec, cfg.seed)
+    before = ResourceSnapshot.take()
+    members = _Members(shared, bootstrap, group, auto_commit)
+    control.attach(members, group, [f"chaos-p{i}" for i in range(cfg.producers)])
+    runner = FaultRunner(control, events)
+    async with control:
+        await _play(shared, members, runner, bootstrap, report)
+    image, committed = await _read_log(bootstrap, topic, cfg.partitions, group, shared.floor, timeout_s=60.0)
+    report.leaked_fds = await _leaks(before, ignore_fds=control.harness_fds)
+    report.leaked_tasks = sorted(name for tid, name in ResourceSnapshot.take().tasks.items()
+                                 if tid not in before.tasks)
+    report.killed_members = [f"{cid} (owned {n} partitions)" for cid, n in zip(members.killed,
+                                                                            members.owned_at_kill)]
+    report.killed_members_left = control.killed_left
+    _finish(report, shared, runner, image, committed, started)
+    report.fault_errors += control.errors
+    return report
+
+
+async def _leaks(before: ResourceSnapshot, *, harness_ports: Iterable[int] = (), upstream_port: int = -1,
+                 ignore_fds: Callable[[], set[int]] = set) -> list[str]:
+    """Fds opened since ``before`` and still open, less the harness's own; a transport closes its socket one
+    loop turn after close(), so a short grace before anything counts as leaked."""
+    def now() -> list[str]:
+        after = ResourceSnapshot.take()
+        ignored = ignore_fds()
+        return leaked_fds(before.fds, {fd: t for fd, t in after.fds.items() if fd not in ignored},
+                          sockets=tcp_sockets(), harness_ports=harness_ports, upstream_port=upstream_port)
+    leaked = now()
+    for _ in range(20):
+        if not leaked:
+            break
+        await anyio.sleep(0.05)
+        leaked = now()
+    return leaked
+
+
+async def _play(shared: _Shared, members: _Members, runner: FaultRunner, bootstrap: str,
+                report: SoakReport) -> None:
+    """Producers, the group and the fault script at once; returns when the group consumed everything acked
+    (or the drain timed out) and every member committed and left."""
+    cfg, topic = shared.cfg, shared.topic
+    drain_started = 0.0
+
+    async def producers() -> None:
+        deadline = time.monotonic() + cfg.duration_s
+        async with anyio.create_task_group() as tg:
+            for i in range(cfg.producers):
+                tg.start_soon(_produce, shared, i, bootstrap, deadline, name=f"chaos-producer-{i}")
+        shared.floor = shared.ledger.max_acked_offset()
+        shared.producers_done.set()
+
+    async def monitor() -> None:
+        nonlocal drain_started
+        await shared.producers_done.wait()
+        drain_started = time.monotonic()
+        everything = frozenset(TopicPartition(topic, p) for p in range(cfg.partitions))
+        stable_since: float | None = None
+        with anyio.move_on_after(cfg.drain_timeout_s):
+            while True:
+                assigned = frozenset().union(*shared.assignments.values()) if shared.assignments else frozenset()
+                ok = (assigned == everything and len(shared.caught_up) == cfg.consumers
+                      and all(shared.caught_up.values()))
+                now = time.monotonic()
+                if not ok:
+                    stable_since = None
+                elif stable_since is None:
+                    stable_since = now
+                elif now - stable_since >= 1.0:   # caught up on two fresh fetch rounds, not one stale one
+                    break
+                await anyio.sleep(0.2)
+        shared.stop_consuming.set()
+
+    async with anyio.create_task_group() as tg:
+        members.start_all(tg)
+        tg.start_soon(runner.run, name="chaos-faults")
+        tg.start_soon(producers, name="chaos-producers")
+        tg.start_soon(monitor, name="chaos-monitor")
+    report.drain_s = round(time.monotonic() - drain_started, 2) if drain_started else 0.0
+
+
+def _finish(report: SoakReport, shared: _Shared, runner: FaultRunner, image: LogImage,
+            committed: Mapping[int, int | None], started: float) -> None:
     ledger = shared.ledger
     report.elapsed_s = round(time.monotonic() - started, 2)
     report.faults = dict(runner.faults)
@@ -1206,8 +1504,7 @@ async def run_soak(cfg: SoakConfig, bootstrap_servers: str) -> SoakReport:
     report.log_records = sum(len(ids) for ids in image.ids.values())
     for name, value in judge(ledger, image, shared.consumption, report.examples).items():
         setattr(report, name, value)
-    for p in range(cfg.partitions):
+    for p in range(shared.cfg.partitions):
         end = image.end_offset(p)
         if committed.get(p) is None and end > 0 or (committed.get(p) or 0) < end:
             report.committed_behind[str(p)] = f"committed {committed.get(p)} < log end {end}"
-    return report
