@@ -26,6 +26,7 @@ import statistics
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 import anyio
@@ -46,8 +47,13 @@ def new_mock() -> MockCluster:
     return mock
 
 
-async def fill(mock: MockCluster, topic: str, records: int, partitions: int) -> None:
-    mock.create_topic(topic, partitions)
+#: appended to the group ids: empty on a fresh mock, unique per round on Apache Kafka (groups outlive a round)
+GROUP_TAG = ""
+
+
+async def fill(mock: MockCluster, topic: str, records: int, partitions: int, *, create: bool = True) -> None:
+    if create:
+        mock.create_topic(topic, partitions)
     # 16 KiB batches (the Java default): a share fetch returns whole batches, the records it did not
     # acquire for this member are decoded and dropped, so huge batches would measure that waste
     async with Producer(bootstrap_servers=mock.bootstrap_servers, linger_ms=5, batch_size=16_384) as producer:
@@ -71,7 +77,7 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
 
     async def member() -> None:
         nonlocal done
-        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id="bench",
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=f"bench{GROUP_TAG}",
                                  fetch_max_wait_ms=100, acknowledgement_mode=mode) as c:  # type: ignore[arg-type]
             while done < records:
                 batch = await c.getmany(timeout_ms=100)
@@ -99,7 +105,7 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int)
     done = [0]
 
     def member() -> None:
-        c = confluent_kafka.ShareConsumer({"bootstrap.servers": mock.bootstrap_servers, "group.id": "bench",
+        c = confluent_kafka.ShareConsumer({"bootstrap.servers": mock.bootstrap_servers, "group.id": f"bench{GROUP_TAG}",
                                            "share.acknowledgement.mode": "explicit", "log_level": 3})
         c.subscribe([topic])
         try:
@@ -134,7 +140,7 @@ def _settled(assignments: list[frozenset[TopicPartition]], partitions: int) -> b
 
 
 async def rebalance_akresil(mock: MockCluster, topic: str, protocol: str) -> float:
-    cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id="bench-rb",
+    cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id=f"bench-rb{GROUP_TAG}",
                                group_protocol=protocol, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     assignments: list[frozenset[TopicPartition]] = [frozenset()] * 3
     stop = anyio.Event()
@@ -168,7 +174,7 @@ def rebalance_confluent(mock: MockCluster, topic: str, protocol: str) -> float:
     stop = threading.Event()
 
     def member(i: int) -> None:
-        conf = {"bootstrap.servers": mock.bootstrap_servers, "group.id": "bench-rb", "group.protocol": protocol,
+        conf = {"bootstrap.servers": mock.bootstrap_servers, "group.id": f"bench-rb{GROUP_TAG}", "group.protocol": protocol,
                 "auto.offset.reset": "earliest", "log_level": 3}
         c = confluent_kafka.Consumer(conf)
 
@@ -241,6 +247,34 @@ def on_fresh_mock(body: Callable[[MockCluster, str], Awaitable[float] | float], 
         return anyio.run(wait)
 
 
+def on_fresh_apache(cluster: Any, body: Callable[[Any, str], Awaitable[float] | float], fill_records: int,
+                    partitions: int) -> float:
+    """One round on Apache Kafka: a new topic and new group ids (with ``share.auto.offset.reset=earliest`` for
+    the share group: Kafka's default is the log end), filled like the mock's."""
+    import uuid
+
+    from akresil.admin_types import ConfigResource
+    global GROUP_TAG
+    GROUP_TAG = "-" + uuid.uuid4().hex[:8]
+    topic = f"bench-groups{GROUP_TAG}"
+
+    async def setup() -> None:
+        await cluster.create_topic(topic, partitions=partitions)
+        async with cluster.admin() as admin:
+            (await admin.incremental_alter_configs(
+                {ConfigResource("group", f"bench{GROUP_TAG}"): {"share.auto.offset.reset": "earliest"}})
+             ).raise_on_error()
+        await fill(cluster, topic, fill_records, partitions, create=False)
+    anyio.run(setup)
+    result = body(cluster, topic)
+    if isinstance(result, (int, float)):
+        return float(result)
+
+    async def wait() -> float:
+        return await result          # type: ignore[misc]
+    return anyio.run(wait)
+
+
 def profile_share(records: int) -> int:
     """Where akresil's CPU goes per acknowledged record: the mock's threads and other processes do not count."""
     import cProfile
@@ -272,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", default="classic,consumer",
                         help="group protocols for the rebalance measurement (classic takes ~45 s a round on the mock)")
     parser.add_argument("--settle-timeout", type=float, default=60.0, help="seconds a rebalance may take")
+    parser.add_argument("--broker", choices=("mock", "apache"), default="mock",
+                        help="apache: a local Apache Kafka (akresil.testing.KafkaCluster, --kafka-brokers brokers, "
+                             "a new topic and groups per round) instead of a fresh mock per round")
+    parser.add_argument("--kafka-brokers", type=int, default=1)
     parser.add_argument("--profile", action="store_true",
                         help="instead: one akresil share consumer, explicit mode, under cProfile timed by its thread's "
                              "CPU (time.thread_time); prints the top functions by cumulative CPU to stderr")
@@ -287,30 +325,41 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(), "platform": platform.platform(),
         "librdkafka": librdkafka_version(), "records": args.records, "partitions": PARTITIONS,
         "share_acks_per_s": {}, "rebalance_s": {}}
-    share_runs: list[tuple[str, Callable[..., Any]]] = [
-        ("akresil explicit", lambda m, t, n: share_akresil(m, t, args.records, n, "explicit")),
-        ("akresil implicit", lambda m, t, n: share_akresil(m, t, args.records, n, "implicit")),
-        ("confluent-kafka explicit", lambda m, t, n: share_confluent(m, t, args.records, n))]
-    for client, fn in share_runs:
-        for n in counts:
-            CPU_S.clear()
-            r = rounds(args.rounds, lambda fn=fn, n=n: on_fresh_mock(  # type: ignore[misc]
-                lambda m, t: fn(m, t, n), args.records, PARTITIONS))
-            if r["rounds"]:
-                r["worst"] = min(r["rounds"])
-            if CPU_S:
-                r["cpu_us_per_ack"] = statistics.median(CPU_S) / args.records * 1e6
-            report["share_acks_per_s"][f"{client} x{n}"] = r
-            print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s"
-                  + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else ""), file=sys.stderr)
-    for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
-        for protocol in args.protocols.split(","):
-            r = rounds(args.rounds, lambda fn=fn, p=protocol: on_fresh_mock(  # type: ignore[misc]
-                lambda m, t: fn(m, t, p), 600, 6))
-            if r["rounds"]:
-                r["worst"] = max(r["rounds"])
-            report["rebalance_s"][f"{client} {protocol}"] = r
-            print(f"rebalance {client} {protocol}: {r.get('median', float('nan')):.3f} s", file=sys.stderr)
+    cluster: Any = None
+    fresh: Callable[..., float] = on_fresh_mock
+    if args.broker == "apache":
+        from akresil.testing import KafkaCluster
+        cluster = KafkaCluster(brokers=args.kafka_brokers).start()
+        report["broker"] = f"Apache Kafka {cluster.version}, {args.kafka_brokers} broker(s)"
+        fresh = partial(on_fresh_apache, cluster)
+    try:
+        share_runs: list[tuple[str, Callable[..., Any]]] = [
+            ("akresil explicit", lambda m, t, n: share_akresil(m, t, args.records, n, "explicit")),
+            ("akresil implicit", lambda m, t, n: share_akresil(m, t, args.records, n, "implicit")),
+            ("confluent-kafka explicit", lambda m, t, n: share_confluent(m, t, args.records, n))]
+        for client, fn in share_runs:
+            for n in counts:
+                CPU_S.clear()
+                r = rounds(args.rounds, lambda fn=fn, n=n: fresh(  # type: ignore[misc]
+                    lambda m, t: fn(m, t, n), args.records, PARTITIONS))
+                if r["rounds"]:
+                    r["worst"] = min(r["rounds"])
+                if CPU_S:
+                    r["cpu_us_per_ack"] = statistics.median(CPU_S) / args.records * 1e6
+                report["share_acks_per_s"][f"{client} x{n}"] = r
+                print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s"
+                      + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else ""), file=sys.stderr)
+        for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
+            for protocol in args.protocols.split(","):
+                r = rounds(args.rounds, lambda fn=fn, p=protocol: fresh(  # type: ignore[misc]
+                    lambda m, t: fn(m, t, p), 600, 6))
+                if r["rounds"]:
+                    r["worst"] = max(r["rounds"])
+                report["rebalance_s"][f"{client} {protocol}"] = r
+                print(f"rebalance {client} {protocol}: {r.get('median', float('nan')):.3f} s", file=sys.stderr)
+    finally:
+        if cluster is not None:
+            cluster.stop()
     print(json.dumps(report, indent=2))
     return 0
 
