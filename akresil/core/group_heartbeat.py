@@ -126,10 +126,12 @@ class HeartbeatMembership:
     # ------------------------------------------------------------------ timing
     def heartbeat_due_at(self, now: float) -> float | None:
         """When the next heartbeat may go (KIP-580 backoff after failures); None while one is in flight, while
-        STALE, or over."""
+        STALE, before there is a subscription to join with, or over."""
         if self._in_flight or self.phase in (MemberPhase.LEFT, MemberPhase.FATAL, MemberPhase.LEAVING,
                                              MemberPhase.STALE):
             return None
+        if self.member_epoch == JOIN_EPOCH and not self._subscription:
+            return None   # nothing to join with: Kafka refuses a first heartbeat without topics (INVALID_REQUEST)
         due = self._next_at
         if self.retry.next_allowed_at is not None:
             due = max(due, self.retry.next_allowed_at)

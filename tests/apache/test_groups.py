@@ -290,3 +290,73 @@ async def test_mixed_group_with_a_java_member(kafka_cluster: KafkaCluster, make_
     assert len(got) == len(set(got)), "a record was consumed twice"
     assert set(got) == produced
     assert ourselves and java_got
+
+
+async def settle(consumers: list[Consumer], until: Callable[[], bool], timeout_s: float = 60) -> None:
+    with anyio.fail_after(timeout_s):
+        while not until():
+            for c in consumers:
+                await c.getmany(timeout_ms=20)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_static_member_that_comes_back_gets_its_partitions_without_a_rebalance(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
+    """Static membership (``group_instance_id``, KIP-345; KIP-848's epoch -2 leave): both members close without
+    giving their partitions up; the instance that comes back within the session timeout gets the same
+    partitions, and (classic) the group's generation does not move."""
+    topic, group = await make_topic(partitions=4), unique("g")
+    cfg = dict(bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group, **member_config(protocol))
+    async with Consumer(topic, group_instance_id="i-a", **cfg) as a, \
+            Consumer(topic, group_instance_id="i-b", **cfg) as b:
+        await settle([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        before_a, generation = a.assignment(), a.group_metadata().generation_id
+    async with Consumer(topic, group_instance_id="i-a", **cfg) as again:
+        await settle([again], lambda: bool(again.assignment()))
+        deadline = anyio.current_time() + 1.5
+        await settle([again], lambda: anyio.current_time() > deadline)
+        assert again.assignment() == before_a
+        if protocol == "classic":
+            assert again.group_metadata().generation_id == generation
+
+
+async def test_cooperative_sticky_members_give_up_only_what_moves(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """Classic group, cooperative-sticky (KIP-429): when a second member joins, the first keeps two of its
+    partitions throughout and revokes only the two that move; a follow-up rebalance hands them over."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = await make_topic(partitions=4), unique("g")
+    trackers = [Tracker(), Tracker()]
+
+    def make(i: int) -> Consumer:
+        consumer = Consumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                            partition_assignment_strategy=["cooperative-sticky"], listener=trackers[i],
+                            **member_config("classic"))
+        trackers[i].consumer = consumer
+        return consumer
+
+    async with make(0) as a:
+        await settle([a], lambda: len(a.assignment()) == 4)
+        first = a.assignment()
+        async with make(1) as b:
+            await settle([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+            assert a.assignment() < first                       # a kept two of its own partitions
+            assert trackers[0].revoked == [set(first - a.assignment())]   # only what moved, never everything
+            assert b.group_metadata().generation_id >= 2        # the follow-up rebalance handed them to b
+
+
+async def test_records_produced_by_the_java_client_are_consumed_by_an_akresil_group(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = await make_topic(partitions=3)
+    async with JavaPeer("produce", bootstrap=bootstrap, topic=topic, count=300, prefix="j") as peer:
+        await peer.wait_until(lambda p: bool(p.of("done")), 90)
+    acks = {(a["partition"], a["offset"]) for a in peer.of("ack")}
+    assert len(acks) == 300
+    got: list[ConsumerRecord] = []
+    async with Consumer(topic, bootstrap_servers=bootstrap, group_id=unique("g"),
+                        **member_config("consumer")) as consumer:
+        with anyio.fail_after(60):
+            await consume(consumer, got, lambda: len(got) >= 300)
+    assert {(r.partition, r.offset) for r in got} == acks
+    assert sorted(r.value for r in got) == sorted(b"j-%d" % i for i in range(300))

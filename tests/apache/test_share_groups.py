@@ -260,3 +260,51 @@ async def test_akresil_confluent_kafka_and_java_share_a_group_and_drain_a_topic_
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values())
     assert all(ours) and ck_got and peer.records, "every member took part"
     assert await nothing_left(kafka_cluster, topic, group) == []
+
+
+async def test_subscribe_after_start_and_implicit_acceptance_on_close(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """No topics at start; ``subscribe()`` goes out with the next heartbeat. Implicit mode accepts the last
+    batch on close, so a later member of the group finds nothing."""
+    topic = await make_topic(partitions=2)
+    group = await share_group(kafka_cluster, unique("sg"))
+    produced = await produce(kafka_cluster.bootstrap_servers, topic, 20, 2)
+    got: list[ShareRecord] = []
+    async with ShareConsumer(bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group, **FAST) as c:
+        assert c.subscription() == frozenset() and await c.getmany(timeout_ms=200) == {}
+        c.subscribe([topic])
+        assert c.subscription() == frozenset({topic})
+        with anyio.fail_after(60):
+            while len(got) < len(produced):
+                for records in (await c.getmany(timeout_ms=100)).values():
+                    got.extend(records)      # never acknowledged by hand, never committed
+    assert {(r.partition, r.offset) for r in got} == produced
+    assert await nothing_left(kafka_cluster, topic, group) == []
+
+
+async def test_async_for_accepts_only_the_records_it_yielded(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """Implicit mode with ``async for``: leaving the loop after 5 records accepts those 5 (and the 3 a getmany
+    hands out after it) on close; the rest come back to the next member with delivery count 2."""
+    topic = await make_topic(partitions=1)
+    group = await share_group(kafka_cluster, unique("sg"))
+    produced = await produce(kafka_cluster.bootstrap_servers, topic, 20, 1)
+    seen: list[ShareRecord] = []
+    async with ShareConsumer(topic, bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group,
+                             **FAST) as c:
+        with anyio.fail_after(60):
+            async for rec in c:
+                seen.append(rec)
+                if len(seen) == 5:
+                    break
+        # a getmany after the loop hands out first the records the loop took but did not yield
+        rest = [r for records in (await c.getmany(max_records=3)).values() for r in records]
+        assert [r.offset for r in rest] == [r.offset + 5 for r in seen[:3]]
+    taken = {(r.partition, r.offset) for r in seen + rest}
+    again: list[ShareRecord] = []
+    async with ShareConsumer(topic, bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group,
+                             **FAST) as late:
+        with anyio.fail_after(60):
+            await drain(late, again, lambda: len(again) >= len(produced) - len(taken))
+    assert {(r.partition, r.offset) for r in again} == produced - taken
+    assert {r.delivery_count for r in again} == {2}

@@ -6,13 +6,18 @@ and the runner's exactly-once copy under both group protocols.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import anyio
 import pytest
 
 from akresil import Consumer, Producer, TopicPartition, errors
+from akresil.admin import LATEST
 from akresil.runner import HandlerContext, Runner
 from akresil.testing import KafkaCluster
 from akresil.types import ConsumerRecord
@@ -20,6 +25,7 @@ from akresil.types import ConsumerRecord
 from .conftest import TopicMaker
 
 ck = pytest.importorskip("confluent_kafka")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ck_read_committed(bootstrap: str, topic: str, expect: int, *, settle_s: float = 2.0,
@@ -274,3 +280,57 @@ async def test_exactly_once_runner_copies_every_record_once(
     for p in (0, 1):
         assert out[p] == [b"p%d-%03d" % (p, i) for i in range(N)]      # exactly once, in order
     assert {tp.partition: o for tp, o in (await committed(kafka_cluster, group)).items()} == {0: N, 1: N}
+
+
+async def start_copy_worker(bootstrap: str, src: str, dst: str, group: str, txn_id: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    worker = ROOT / "tests" / "integration" / "eos_copy_worker.py"
+    proc = subprocess.Popen([sys.executable, str(worker), bootstrap, src, dst, group, txn_id, "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    with anyio.fail_after(90):
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+    assert line.strip() == b"ready", proc.stderr.read().decode()[-2000:] if proc.poll() is not None else line
+    return proc
+
+
+async def test_a_killed_runner_process_restarts_exactly_once(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """SIGKILL an exactly-once runner process mid-copy (a transaction open) and start it again with the same
+    transactional id: the new one fences the old epoch and aborts its open transaction; the read_committed
+    output holds every input record once, in order, and the log holds the aborted outputs too."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    src, dst, group, txn_id = await make_topic(partitions=2), await make_topic(partitions=2), unique("g"), \
+        unique("kill-tx")
+    n = 300
+    async with Producer(bootstrap_servers=bootstrap) as plain:
+        for p in (0, 1):
+            await plain.send_many(src, [(b"k", b"p%d-%04d" % (p, i)) for i in range(n)], partition=p)
+
+    async def offsets() -> dict[int, int]:
+        return {tp.partition: o or 0 for tp, o in (await committed(kafka_cluster, group)).items()}
+
+    first = await start_copy_worker(bootstrap, src, dst, group, txn_id)
+    try:
+        with anyio.fail_after(90):
+            while sum((await offsets()).values()) < n // 2:      # some transactions committed
+                await anyio.sleep(0.1)
+    finally:
+        first.kill()
+        first.wait()
+    at_kill = await offsets()
+    assert sum(at_kill.values()) < 2 * n                        # killed part-way
+    second = await start_copy_worker(bootstrap, src, dst, group, txn_id)
+    try:
+        with anyio.fail_after(120):
+            while await offsets() != {0: n, 1: n}:
+                await anyio.sleep(0.1)
+    finally:
+        second.kill()
+        second.wait()
+    out = await read_committed(bootstrap, dst, 2, 2 * n)
+    for p in (0, 1):
+        assert out[p] == [b"p%d-%04d" % (p, i) for i in range(n)]   # no duplicate, none lost, in order
+    async with kafka_cluster.admin() as admin:
+        ends = await admin.list_offsets({TopicPartition(dst, p): LATEST for p in (0, 1)})
+    assert sum(offset for offset, _ in ends.values()) > 2 * n        # aborted outputs and markers in the log

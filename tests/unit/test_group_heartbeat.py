@@ -15,8 +15,11 @@ from akresil.core.group_heartbeat import (HeartbeatAction, MemberPhase, ShareMem
 TID = bytes(range(16))
 
 
-def member() -> ShareMembership:
-    return ShareMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0))
+def member(*topics: str) -> ShareMembership:
+    m = ShareMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0))
+    if topics:
+        m.subscribe(frozenset(topics), 0)
+    return m
 
 
 def answer(epoch: int, *, interval: int = 5000, assignment: Any = None, code: int = 0) -> dict[str, Any]:
@@ -54,6 +57,19 @@ def test_join_sends_the_subscription_then_only_when_it_changes() -> None:
     assert m.build_heartbeat(2030)["subscribed_topic_names"] == ["a"]
 
 
+def test_no_join_heartbeat_without_topics() -> None:
+    """Apache Kafka refuses a joining heartbeat (epoch 0) without topics: INVALID_REQUEST "SubscribedTopicNames
+    must be set in first request", a fatal error. A member with nothing subscribed waits (as Java's does) until
+    subscribe() gives it topics, then joins at once."""
+    m = member()
+    assert m.heartbeat_due_at(0) is None
+    m.subscribe(frozenset(), 5)
+    assert m.heartbeat_due_at(5) is None
+    m.subscribe(frozenset({"t"}), 10)
+    assert m.heartbeat_due_at(10) == 0
+    assert m.build_heartbeat(10)["subscribed_topic_names"] == ["t"]
+
+
 def test_assignment_changes_bump_the_version_and_null_means_unchanged() -> None:
     m = member()
     m.build_heartbeat(0)
@@ -81,7 +97,7 @@ def test_fenced_member_rejoins_at_epoch_zero_with_its_subscription_and_no_assign
 
 
 def test_coordinator_errors_and_transport_failures_back_off_exponentially() -> None:
-    m = member()
+    m = member("t")
     m.on_coordinator_found()
     m.build_heartbeat(0)
     assert m.on_response(answer(0, code=errors.NotCoordinatorError.errno), 10) is HeartbeatAction.COORDINATOR

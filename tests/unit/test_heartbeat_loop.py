@@ -48,7 +48,9 @@ class FakeCluster:
 
 
 def member() -> ShareMembership:
-    return ShareMembership("g", backoff=ExponentialBackoff(10, 100, rng=random.Random(0), jitter=0.0))
+    m = ShareMembership("g", backoff=ExponentialBackoff(10, 100, rng=random.Random(0), jitter=0.0))
+    m.subscribe(frozenset({"t"}), 0)      # a member joins only with topics
+    return m
 
 
 def ok(epoch: int, assignment: Any = None) -> dict[str, Any]:
@@ -102,6 +104,7 @@ def test_a_poll_timeout_sends_one_leave_heartbeat_then_nothing_until_the_next_po
         cluster = FakeCluster([ok(4), ok(-1), ok(5)])          # the second answers the leave
         m = ShareMembership("g", backoff=ExponentialBackoff(10, 100, rng=random.Random(0), jitter=0.0),
                             max_poll_interval_ms=1_000)
+        m.subscribe(frozenset({"t"}), 0)
         m.poll(0)
         changes: list[MemberPhase] = []
 
