@@ -486,10 +486,14 @@ class Admin:
         return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
 
     async def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
-                                          *, with_lag: bool = True, timeout_ms: int | None = None
-                                          ) -> dict[TopicPartition, GroupOffset]:
+                                          *, with_lag: bool = True, require_stable: bool = False,
+                                          timeout_ms: int | None = None) -> dict[TopicPartition, GroupOffset]:
         """The group's committed offsets (every partition it committed, or ``partitions``) with the log end
         offset and the lag (``log_end - committed``) of each partition, as kafka-consumer-groups.sh shows them.
+
+        ``require_stable`` (Java's ``requireStable``, off by default as there): while a transaction that sent
+        offsets for the group is open, wait for it to end (the broker answers UNSTABLE_OFFSET_COMMIT until then,
+        for up to the transaction's timeout when its producer died) instead of returning the last committed ones.
 
         Group-level errors (unknown coordinator after the timeout, authorization) raise; a partition whose log
         end cannot be read keeps ``log_end``/``lag`` None rather than hiding the other partitions."""
@@ -501,8 +505,8 @@ class Admin:
             topics = None if wanted is None else [
                 {"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(wanted).items()]
             if version >= 8:
-                return {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": True}
-            return {"group_id": group_id, "topics": topics, "require_stable": version >= 7}
+                return {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": require_stable}
+            return {"group_id": group_id, "topics": topics, "require_stable": require_stable and version >= 7}
 
         async def send(node: int, __: list[str]) -> None:
             version, response = await self._cluster.request(node, ApiKey.OFFSET_FETCH, body, min_version=2,

@@ -219,6 +219,16 @@ async def test_offsets_sent_to_a_transaction_commit_only_with_it(
                 await producer.enqueue(dst, rec.value)
             await producer.send_offsets_to_transaction({tp: got[-1].offset + 1}, meta)
         assert (await committed(kafka_cluster, group))[tp] == 10
+        # while a transaction is open its offsets are pending: the admin gives the last committed one at once
+        # (it waited for the transaction, up to its timeout when the producer died), or with require_stable waits
+        producer.begin_transaction()
+        await producer.send_offsets_to_transaction({tp: 7}, meta)
+        assert (await committed(kafka_cluster, group))[tp] == 10
+        async with kafka_cluster.admin() as admin:
+            with pytest.raises(errors.KafkaTimeoutError) as waited:
+                await admin.list_consumer_group_offsets(group, require_stable=True, timeout_ms=1_500)
+        assert isinstance(waited.value.__cause__, errors.UnstableOffsetCommitError)
+        await producer.abort_transaction()
         # a stale generation (a zombie that lost its partitions, KIP-447) is refused by the group coordinator:
         # an abortable error, and the abort leaves the group's offsets as they were
         producer.begin_transaction()
