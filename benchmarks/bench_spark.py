@@ -19,6 +19,14 @@ Spark rates net of it. Prints one JSON document (orjson).
 
     python benchmarks/bench_spark.py [--records 100000] [--sizes 100,1024] [--partitions 4] [--rounds 3]
                                      [--out F]
+
+``--apache`` instead compares akresil's source and sink with Spark's own Kafka connector (``format("kafka")``,
+``org.apache.spark:spark-sql-kafka-0-10_2.13``, ``--connector-version``, resolved with Maven into the Kafka jar
+cache and passed with ``spark.jars``) in one session, on a 3-broker Apache Kafka cluster (``KafkaCluster``;
+topics of ``--replication-factor`` replicas, default 1): write and read per format and value size, the
+per-query cost of each from 100-row queries, medians and the worst round:
+
+    python benchmarks/bench_spark.py --apache --records 1000000 --rounds 3 --out spark-apache.json
 """
 
 from __future__ import annotations
@@ -71,37 +79,120 @@ async def plain_read(bs: str, topic: str, partitions: int, n: int) -> float:
         return time.perf_counter() - t0
 
 
-def spark_session() -> Any:
+def spark_session(jars: list[str] | None = None) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import akresil.spark
-    spark = (SparkSession.builder.master("local[2]").appName("akresil-bench")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("akresil-bench")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     akresil.spark.register(spark)
     return spark
 
 
-def spark_write(spark: Any, bs: str, topic: str, n: int, size: int) -> float:
+def spark_write(spark: Any, bs: str, topic: str, n: int, size: int, fmt: str = "akresil") -> float:
     df = spark.range(0, n, numPartitions=2).selectExpr(
         "cast(id as string) as key", f"lpad(cast(id as string), {size}, '0') as value")
     t0 = time.perf_counter()
-    df.write.format("akresil").option("kafka.bootstrap.servers", bs).option("topic", topic).mode("append").save()
+    df.write.format(fmt).option("kafka.bootstrap.servers", bs).option("topic", topic).mode("append").save()
     return time.perf_counter() - t0
 
 
-def spark_read(spark: Any, bs: str, topic: str, n: int) -> float:
+def spark_read(spark: Any, bs: str, topic: str, n: int, fmt: str = "akresil") -> float:
     t0 = time.perf_counter()
-    row = (spark.read.format("akresil").option("kafka.bootstrap.servers", bs).option("subscribe", topic).load()
+    row = (spark.read.format(fmt).option("kafka.bootstrap.servers", bs).option("subscribe", topic)
+           .option("startingOffsets", "earliest").load()
            .selectExpr("count(*) as n", "sum(length(value)) as b").first())
     elapsed = time.perf_counter() - t0
     if row.n != n:
         raise AssertionError(f"Spark read {row.n} rows from {topic}, expected {n}")
     return elapsed
+
+
+def apache_main(args: argparse.Namespace) -> dict[str, Any]:
+    """``--apache``: akresil's source/sink vs Spark's own Kafka connector (``format("kafka")``) in one local[2]
+    session, against a 3-broker Apache Kafka cluster.  Each round writes the N rows once per format into fresh
+    topics and reads each topic with both formats (alternating which goes first), so both read the same data."""
+    from akresil.testing.kafka_cluster import KafkaCluster
+    from akresil.testing.kafka_jars import DEFAULT_SPARK_KAFKA_VERSION, resolve_spark_kafka_jars
+
+    import pyspark
+    jars = [str(j) for j in resolve_spark_kafka_jars(args.connector_version)]
+    n = args.records
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    fmts = ("akresil", "kafka")
+    spark = spark_session(jars)
+    results: dict[str, Any] = {}
+    started = time.perf_counter()
+    try:
+        with KafkaCluster(brokers=3) as cluster:
+            bs = cluster.bootstrap_servers
+
+            def topic() -> str:
+                return anyio.run(lambda: cluster.create_topic(partitions=args.partitions,
+                                                              replication_factor=args.replication_factor))
+            for fmt in fmts:   # warm-up: session, Python workers, the connector's classes
+                warm = topic()
+                spark_write(spark, bs, warm, 1000, sizes[0], fmt)
+                spark_read(spark, bs, warm, 1000, fmt)
+            # each format's cost per query, independent of the rows: the same paths with 100 rows
+            fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
+            for _ in range(args.rounds):
+                for fmt in fmts:
+                    tiny = topic()
+                    fixed[f"{fmt}_write"].append(spark_write(spark, bs, tiny, 100, sizes[0], fmt))
+                    fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
+            results["per_query_s_100_rows"] = {
+                k: {"median": round(statistics.median(v), 3), "worst": round(max(v), 3)} for k, v in fixed.items()}
+            for size in sizes:
+                times: dict[str, list[float]] = {k: [] for k in fixed}
+                for r in range(args.rounds):
+                    order = fmts if r % 2 == 0 else fmts[::-1]
+                    written = {}
+                    for fmt in order:
+                        written[fmt] = topic()
+                        times[f"{fmt}_write"].append(spark_write(spark, bs, written[fmt], n, size, fmt))
+                    for fmt in order:   # each format reads the topic the other one wrote
+                        other = written[fmts[1] if fmt == fmts[0] else fmts[0]]
+                        times[f"{fmt}_read"].append(spark_read(spark, bs, other, n, fmt))
+                    print(f"# {size} B round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
+                          file=sys.stderr, flush=True)
+                median = {k: round(n / statistics.median(v)) for k, v in times.items()}
+                worst = {k: round(n / max(v)) for k, v in times.items()}
+                # None where a full query was not slower than the 100-row one (the difference is noise)
+                net = {k: (round(n / d) if (d := statistics.median(times[k]) - statistics.median(fixed[k])) > 0
+                           else None) for k in times}
+                results[f"{size}B"] = {
+                    "rows_per_s_median": median, "rows_per_s_worst": worst,
+                    "rows_per_s_without_per_query_cost": net,
+                    "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
+                    "akresil_vs_spark_kafka_medians": {
+                        "write": round(median["akresil_write"] / median["kafka_write"], 2),
+                        "read": round(median["akresil_read"] / median["kafka_read"], 2)},
+                }
+    finally:
+        spark.stop()
+    return {
+        "benchmark": "spark_local2_akresil_vs_spark_sql_kafka_on_apache_kafka",
+        "records": n, "value_bytes": sizes, "partitions": args.partitions,
+        "replication_factor": args.replication_factor, "rounds": args.rounds,
+        "broker": f"Apache Kafka {cluster.version} (KafkaCluster: 3 brokers + a controller, loopback)",
+        "pyspark": pyspark.__version__,
+        "spark_kafka_connector": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{args.connector_version}"
+                                 f"{'' if args.connector_version != DEFAULT_SPARK_KAFKA_VERSION else ' (default)'}",
+        "spark_jars": [os.path.basename(j) for j in jars],
+        "python": platform.python_version(), "cpus": os.cpu_count(),
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "results": results,
+        "note": "indicative on a shared machine; compare the two formats within one run",
+    }
 
 
 def main() -> None:
@@ -111,9 +202,17 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--apache", action="store_true",
+                    help="akresil vs Spark's format('kafka') on an Apache Kafka cluster (Java 17+, Maven)")
+    ap.add_argument("--connector-version", default="4.2.0",
+                    help="--apache: org.apache.spark:spark-sql-kafka-0-10_2.13 version (Maven Central)")
+    ap.add_argument("--replication-factor", type=int, default=1, help="--apache: topics' replication factor")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds: need at least 1")
+    if args.apache:
+        emit(apache_main(args), args.out)
+        return
     n = args.records
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     spark = spark_session()
@@ -165,10 +264,14 @@ def main() -> None:
         "results": results,
         "note": "indicative on a shared machine; compare ratios within one run",
     }
+    emit(result, args.out)
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
     text = orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
     print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
+    if out:
+        with open(out, "w") as fh:
             fh.write(text + "\n")
 
 

@@ -15,11 +15,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["DEFAULT_KAFKA_VERSION", "KafkaUnavailable", "java_command", "kafka_cache_dir", "kafka_version",
-           "resolve_kafka_jars"]
+__all__ = ["DEFAULT_KAFKA_VERSION", "DEFAULT_SPARK_KAFKA_VERSION", "KafkaUnavailable", "java_command",
+           "kafka_cache_dir", "kafka_version", "resolve_kafka_jars", "resolve_spark_kafka_jars"]
 
 #: the newest 4.x release this harness is tested with; ``AKRESIL_KAFKA_VERSION`` overrides it (e.g. 3.9.1)
 DEFAULT_KAFKA_VERSION = "4.4.0"
+
+#: Spark's own Kafka connector (``org.apache.spark:spark-sql-kafka-0-10_2.13``) for the benchmarks: the newest
+#: release on Maven Central here (4.3.0, the installed PySpark's, is not served: Maven reports it missing)
+DEFAULT_SPARK_KAFKA_VERSION = "4.2.0"
 
 #: binds the broker's slf4j 1.7 logging to log4j2, so its WARN/ERROR lines reach the node's log file
 _LOG4J_BINDING = ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")
@@ -120,6 +124,69 @@ def resolve_kafka_jars(version: str | None = None, *, cache_dir: Path | None = N
         staging.rename(libs)
         marker.write_text(key)
     return libs
+
+
+def resolve_spark_kafka_jars(version: str = DEFAULT_SPARK_KAFKA_VERSION, *, cache_dir: Path | None = None,
+                             provided: Path | None = None) -> list[Path]:
+    """Spark's Kafka connector and what it needs beyond a PySpark install, for ``spark.jars``.
+
+    Resolved with Maven once into ``<cache>/spark-sql-kafka/<version>/libs`` (a sibling of the brokers' folders:
+    the connector's kafka-clients is not the broker's), without spark-sql and spark-core.  Returned: the jars
+    whose artifact is not already in ``provided`` (default: the installed PySpark's ``jars`` folder), i.e.
+    spark-sql-kafka, spark-token-provider-kafka, kafka-clients and commons-pool2; Hadoop, Scala, compression
+    and logging jars come from PySpark.
+    """
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ValueError(f"Spark version must look like 4.2.0, got {version!r}")
+    root = (cache_dir or kafka_cache_dir()) / "spark-sql-kafka" / version
+    libs = root / "libs"
+    key = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version} -spark-sql -spark-core"
+    pom = _POM.format(version=version, deps=(
+        "    <dependency><groupId>org.apache.spark</groupId><artifactId>spark-sql-kafka-0-10_2.13</artifactId>"
+        f"<version>{version}</version>\n      <exclusions>"
+        "<exclusion><groupId>org.apache.spark</groupId><artifactId>spark-sql_2.13</artifactId></exclusion>"
+        "<exclusion><groupId>org.apache.spark</groupId><artifactId>spark-core_2.13</artifactId></exclusion>"
+        "</exclusions></dependency>"))
+    _resolve(root, key, pom, f"Spark's Kafka connector {version}")
+    if provided is None:
+        import pyspark
+        provided = Path(pyspark.__file__).parent / "jars"
+    have = {_artifact_name(j.name) for j in provided.glob("*.jar")}
+    return sorted(j for j in libs.glob("*.jar") if _artifact_name(j.name) not in have)
+
+
+def _artifact_name(jar: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (the name without its version)."""
+    return re.sub(r"-\d[\w.]*(-[A-Za-z][\w.]*)?\.jar$", "", jar)
+
+
+def _resolve(root: Path, key: str, pom: str, what: str) -> None:
+    """``mvn dependency:copy-dependencies`` of ``pom`` into ``root/libs`` unless ``root/resolved.txt`` says
+    ``key`` is there; a file lock lets processes share the folder."""
+    libs = root / "libs"
+    marker = root / "resolved.txt"
+    if marker.exists() and marker.read_text() == key:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and marker.read_text() == key:
+            return
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaUnavailable(f"resolving {what} needs Maven (mvn) on PATH: install it, e.g. "
+                                   "`apt-get install -y maven`")
+        (root / "pom.xml").write_text(pom)
+        staging = root / "libs.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        done = subprocess.run([mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                               f"-DoutputDirectory={staging}"], capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise KafkaUnavailable(f"Maven could not resolve {what} (mvn exit {done.returncode}):\n"
+                                   f"{(done.stdout + done.stderr)[-3000:]}")
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        marker.write_text(key)
 
 
 def main(argv: list[str] | None = None) -> int:

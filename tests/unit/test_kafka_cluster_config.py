@@ -126,3 +126,29 @@ def test_the_controller_checks_group_configs_against_the_same_bounds_as_the_brok
     assert controller["group.share.min.record.lock.duration.ms"] == "1000"
     assert controller["group.share.max.record.lock.duration.ms"] == "90000"
     assert "num.io.threads" not in controller        # other broker settings stay the brokers'
+
+
+def test_spark_connector_jars_are_what_pyspark_lacks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Spark's Kafka connector resolves into its own folder (its kafka-clients is not the broker's); only the jars
+    whose artifact the PySpark install lacks go to ``spark.jars``, whatever their versions."""
+    monkeypatch.setattr(kafka_jars.shutil, "which", lambda name: None)   # no Maven: must come from the cache
+    root = tmp_path / "spark-sql-kafka" / "4.2.0"
+    (root / "libs").mkdir(parents=True)
+    for jar in ("commons-pool2-2.13.1.jar", "kafka-clients-3.9.2.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+                "spark-token-provider-kafka-0-10_2.13-4.2.0.jar", "hadoop-client-api-3.5.0.jar",
+                "scala-library-2.13.15.jar", "lz4-java-1.10.1.jar"):
+        (root / "libs" / jar).touch()
+    (root / "resolved.txt").write_text("org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0 -spark-sql -spark-core")
+    provided = tmp_path / "pyspark-jars"
+    provided.mkdir()
+    for jar in ("hadoop-client-api-3.5.0.jar", "scala-library-2.13.18.jar", "lz4-java-1.11.0.jar",
+                "spark-sql_2.13-4.3.0.jar"):
+        (provided / jar).touch()
+    jars = kafka_jars.resolve_spark_kafka_jars("4.2.0", cache_dir=tmp_path, provided=provided)
+    assert [j.name for j in jars] == ["commons-pool2-2.13.1.jar", "kafka-clients-3.9.2.jar",
+                                      "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+                                      "spark-token-provider-kafka-0-10_2.13-4.2.0.jar"]
+    with pytest.raises(KafkaUnavailable, match="Maven"):          # another version is not in the cache
+        kafka_jars.resolve_spark_kafka_jars("4.1.0", cache_dir=tmp_path, provided=provided)
+    with pytest.raises(ValueError, match="4.2.0"):
+        kafka_jars.resolve_spark_kafka_jars("latest", cache_dir=tmp_path)
