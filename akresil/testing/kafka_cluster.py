@@ -232,7 +232,8 @@ class KafkaCluster:
             if name != "CONTROLLER":
                 advertised.append(f"{name}://{self.host}:{port}")
         props["listeners"] = ",".join(listeners)
-        protocol_map = {"CONTROLLER": "PLAINTEXT", **{name: name for name in self.listeners}}
+        protocol_map: dict[str, str] = {"CONTROLLER": "PLAINTEXT"}
+        protocol_map.update((name, name) for name in self.listeners)
         props["listener.security.protocol.map"] = ",".join(f"{k}:{v}" for k, v in protocol_map.items())
         if node.is_broker:
             props["advertised.listeners"] = ",".join(advertised)
@@ -423,7 +424,7 @@ class KafkaCluster:
         """Until the broker answers ApiVersions on its PLAINTEXT listener (KRaft brokers open their client
         listeners only once caught up with the metadata log and unfenced)."""
         port = node.ports["PLAINTEXT"]
-        why = "not probed yet"
+        why: str | None = "not probed yet"
         delay = 0.05
         while time.monotonic() < deadline:
             if not node.running:
