@@ -103,6 +103,10 @@ class ExactlyOnce:
         self._opened.set()
         self._idle = anyio.Event()
         self._idle.set()
+        #: one commit point at a time: the runner's loop and a rebalance callback (KIP-848 calls it from the
+        #: heartbeat task) may both reach one, and a second must not send offsets into, commit, abort or rewind
+        #: behind a transaction the first is still ending
+        self._ending = anyio.Lock()
         #: a task failed inside the transaction: the next commit point aborts and rewinds instead
         self.abort_wanted = False
         self.in_transaction = False
@@ -156,7 +160,12 @@ class ExactlyOnce:
     # ------------------------------------------------------------------ commit points
     async def commit_point(self, tasks: Sequence[TransactionTask]) -> bool:
         """Commit the open transaction with the offsets ``tasks`` processed (or abort and rewind them after a
-        failure). Returns False when the transaction was aborted."""
+        failure). Returns False when the transaction was aborted. A commit point that finds another under way
+        waits for it, then commits what was handled since."""
+        async with self._ending:
+            return await self._commit_point(tasks)
+
+    async def _commit_point(self, tasks: Sequence[TransactionTask]) -> bool:
         await self._quiesce()
         try:
             if self.abort_wanted:
@@ -187,9 +196,10 @@ class ExactlyOnce:
 
     async def abort_only(self) -> None:
         """Abort without rewinding (fatal shutdown: the next owner starts from the committed offsets)."""
-        if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
-            await self.producer.abort_transaction()
-        self.in_transaction = False
+        async with self._ending:
+            if self.in_transaction and self.producer.transaction_state in ("in transaction", "abortable error"):
+                await self.producer.abort_transaction()
+            self.in_transaction = False
 
     async def _abort_and_rewind(self, why: str, tasks: Sequence[TransactionTask]) -> None:
         self.abort_wanted = False

@@ -295,3 +295,70 @@ async def test_the_transaction_works_on_what_it_is_given_not_on_a_runner() -> No
     assert await eos.commit_point([moved, idle]) is False
     assert moved.rewound == [12] and consumer.positions[P0] == 12 and idle.rewound == []
     assert (eos.commits, eos.aborts, producer.aborts) == (1, 1, 1)
+
+
+class SlowCommitProducer(FakeTxnProducer):
+    """Ends a transaction after a round trip of virtual time, as a real one does (EndTxn), and refuses what a real
+    producer refuses while it commits: offsets, another commit, an abort."""
+
+    def __init__(self, consumer: TxnConsumer, clock: VirtualClock) -> None:
+        super().__init__(consumer)
+        self.clock = clock
+        self.committing = anyio.Event()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                          group: ConsumerGroupMetadata) -> None:
+        if self.transaction_state != "in transaction":
+            raise IllegalStateError(f"send_offsets_to_transaction(): state {self.transaction_state}")
+        await super().send_offsets_to_transaction(offsets, group)
+
+    async def commit_transaction(self) -> None:
+        if self.transaction_state != "in transaction":
+            raise IllegalStateError(f"commit_transaction(): state {self.transaction_state}")
+        self.transaction_state = "committing"
+        self.committing.set()
+        await self.clock.sleep(120)
+        self.transaction_state = "in transaction"
+        await super().commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        if self.transaction_state == "committing":
+            raise IllegalStateError("abort_transaction(): state committing")
+        await super().abort_transaction()
+
+
+async def test_a_revoke_during_the_loops_commit_waits_for_it_and_copies_nothing_twice() -> None:
+    """KIP-848 calls on_partitions_revoked from the heartbeat task, so it can come while the runner's loop is
+    committing. The revoke's commit point must wait for that commit, not send offsets into (or abort, and rewind
+    every partition behind) a transaction that is committing: the rewound partitions would be copied again."""
+    clock = VirtualClock()
+    consumer = TxnConsumer(clock, {P0: 40, P1: 40})
+    producer = SlowCommitProducer(consumer, clock)
+
+    async def handler(rec: ConsumerRecord, ctx: HandlerContext) -> None:
+        await ctx.send("out", rec.value, partition=rec.partition)
+        await clock.sleep(15)
+
+    runner = make(clock, consumer, producer, handler, commit_interval_ms=50, poll_timeout_ms=20)
+    revoked_at: dict[TopicPartition, int] = {}
+
+    async def revoke_during_a_commit() -> None:
+        while True:
+            await producer.committing.wait()
+            producer.committing = anyio.Event()
+            if producer.open_offsets.get(P1, 0) >= 5:
+                break
+        await runner.rebalance_listener.on_partitions_revoked({P1})
+        revoked_at.update(consumer.committed)
+        consumer.revoke(P1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(revoke_during_a_commit)
+        err = await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 40)
+        tg.cancel_scope.cancel()
+    assert err is None
+    assert revoked_at, "P1 was never revoked during a commit"
+    out = outputs(producer)
+    assert out[0] == expected(40)[0]                   # the partition kept: every input once, in order
+    assert out[1] == [b"v%d" % i for i in range(revoked_at[P1])]   # the one that left: up to its offset, once
+    assert producer.aborts == 0
