@@ -93,37 +93,13 @@ def resolve_kafka_jars(version: str | None = None, *, cache_dir: Path | None = N
     """
     version = kafka_version(version)
     root = (cache_dir or kafka_cache_dir()) / version
-    libs = root / "libs"
     wanted = _artifacts(version) + list(extra_artifacts)
-    key = "\n".join(":".join(a) for a in wanted)
-    marker = root / "resolved.txt"
-    if marker.exists() and marker.read_text() == key:
-        return libs
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and marker.read_text() == key:   # another process finished it while we waited
-            return libs
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise KafkaUnavailable(
-                f"resolving Apache Kafka {version}'s jars needs Maven (mvn) on PATH: install it, e.g. "
-                "`apt-get install -y maven`, or put the jars in "
-                f"{libs} (every jar of org.apache.kafka:kafka_2.13:{version} with its dependencies)")
-        deps = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-                         f"<version>{v}</version></dependency>" for g, a, v in wanted)
-        (root / "pom.xml").write_text(_POM.format(version=version, deps=deps))
-        staging = root / "libs.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        done = subprocess.run([mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={staging}"], capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise KafkaUnavailable(f"Maven could not resolve Apache Kafka {version} "
-                                   f"(mvn exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        marker.write_text(key)
-    return libs
+    deps = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+                     f"<version>{v}</version></dependency>" for g, a, v in wanted)
+    _resolve(root, "\n".join(":".join(a) for a in wanted), _POM.format(version=version, deps=deps),
+             f"Apache Kafka {version}'s jars", put_them=f"every jar of org.apache.kafka:kafka_2.13:{version} "
+             "with its dependencies")
+    return root / "libs"
 
 
 def resolve_spark_kafka_jars(version: str = DEFAULT_SPARK_KAFKA_VERSION, *, cache_dir: Path | None = None,
@@ -160,9 +136,10 @@ def _artifact_name(jar: str) -> str:
     return re.sub(r"-\d[\w.]*(-[A-Za-z][\w.]*)?\.jar$", "", jar)
 
 
-def _resolve(root: Path, key: str, pom: str, what: str) -> None:
+def _resolve(root: Path, key: str, pom: str, what: str, *, put_them: str | None = None) -> None:
     """``mvn dependency:copy-dependencies`` of ``pom`` into ``root/libs`` unless ``root/resolved.txt`` says
-    ``key`` is there; a file lock lets processes share the folder."""
+    ``key`` is there; a file lock lets processes share the folder.  ``put_them`` says which jars a machine
+    without Maven could place there by hand."""
     libs = root / "libs"
     marker = root / "resolved.txt"
     if marker.exists() and marker.read_text() == key:
@@ -174,8 +151,9 @@ def _resolve(root: Path, key: str, pom: str, what: str) -> None:
             return
         mvn = shutil.which("mvn")
         if mvn is None:
+            by_hand = f", or put the jars in {libs} ({put_them})" if put_them else ""
             raise KafkaUnavailable(f"resolving {what} needs Maven (mvn) on PATH: install it, e.g. "
-                                   "`apt-get install -y maven`")
+                                   f"`apt-get install -y maven`{by_hand}")
         (root / "pom.xml").write_text(pom)
         staging = root / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
