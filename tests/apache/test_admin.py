@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from akresil import Consumer, Producer, TopicPartition
+from akresil import Consumer, ConsumerRecord, Producer, TopicPartition
 from akresil.admin_types import (AclBinding, AclBindingFilter, ConfigResource, ScramDeletion, ScramUpsertion)
 from akresil.errors import (GroupIdNotFoundError, NonEmptyGroupError, SaslAuthenticationFailedError,
                             UnknownTopicOrPartitionError)
@@ -50,7 +50,10 @@ async def test_cluster_topics_partitions_configs_and_records(kafka_cluster: Kafk
         assert low[TopicPartition(topic, 0)] == 4
     async with Consumer(bootstrap_servers=kafka_cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, 0)])
-        first = (await consumer.getmany(timeout_ms=5000)).get(TopicPartition(topic, 0), [])
+        first: list[ConsumerRecord[bytes, bytes]] = []
+        deadline = time.monotonic() + 60
+        while not first and time.monotonic() < deadline:
+            first = (await consumer.getmany(timeout_ms=1000)).get(TopicPartition(topic, 0), [])
         assert first and first[0].offset == 4                 # the log now starts where the records were cut
 
     async with kafka_cluster.admin() as admin:
