@@ -11,7 +11,7 @@ import pytest
 from akresil import Consumer, ConsumerRecord, Producer, TopicPartition
 from akresil.admin_types import (AclBinding, AclBindingFilter, ConfigResource, ScramDeletion, ScramUpsertion)
 from akresil.errors import (GroupIdNotFoundError, NonEmptyGroupError, SaslAuthenticationFailedError,
-                            UnknownTopicOrPartitionError)
+                            TopicAuthorizationFailedError, UnknownTopicOrPartitionError)
 from akresil.testing import KafkaCluster
 
 from .conftest import TopicMaker
@@ -135,8 +135,11 @@ async def test_scram_users_and_acls_end_to_end(kafka_cluster: KafkaCluster, make
     async with kafka_cluster.admin() as admin:
         (await admin.alter_user_scram_credentials([ScramUpsertion(user, "SCRAM-SHA-256", password,
                                                                   iterations=8192)])).raise_on_error()
-        creds = (await admin.describe_user_scram_credentials([user]))[user]
-        assert [(c.mechanism, c.iterations) for c in creds] == [("SCRAM-SHA-256", 8192)]
+
+        async def described() -> bool:   # a broker answers from its copy of the metadata log: a moment later
+            found = await admin.describe_user_scram_credentials([user])
+            return user in found and [(c.mechanism, c.iterations) for c in found[user]] == [("SCRAM-SHA-256", 8192)]
+        await kafka_cluster.wait_for(described)
         binding = AclBinding(resource_type="topic", resource_name=topic, principal=f"User:{user}",
                              operation="write")
         (await admin.create_acls([binding])).raise_on_error()
@@ -154,12 +157,15 @@ async def test_scram_users_and_acls_end_to_end(kafka_cluster: KafkaCluster, make
             async with Producer(**config) as producer:       # type: ignore[arg-type]
                 await producer.send(topic, b"by-carol")
             return True
-        except SaslAuthenticationFailedError:
-            return False           # the new credential reaches every broker through the metadata log
+        except (SaslAuthenticationFailedError, TopicAuthorizationFailedError):
+            return False           # the credential and the ACL reach every broker through the metadata log
     await kafka_cluster.wait_for(can_write, timeout_s=30)
 
     async with kafka_cluster.admin() as admin:
         deleted = (await admin.delete_acls([mine])).raise_on_error()
         assert deleted[mine] == [binding]
         (await admin.alter_user_scram_credentials([ScramDeletion(user, "SCRAM-SHA-256")])).raise_on_error()
-        assert binding not in await admin.describe_acls(mine)
+
+        async def acl_gone() -> bool:
+            return binding not in await admin.describe_acls(mine)
+        await kafka_cluster.wait_for(acl_gone)
