@@ -137,8 +137,8 @@ async def test_scram_users_and_acls_end_to_end(kafka_cluster: KafkaCluster, make
                                                                   iterations=8192)])).raise_on_error()
 
         async def described() -> bool:   # a broker answers from its copy of the metadata log: a moment later
-            found = await admin.describe_user_scram_credentials([user])
-            return user in found and [(c.mechanism, c.iterations) for c in found[user]] == [("SCRAM-SHA-256", 8192)]
+            found = (await admin.describe_user_scram_credentials([user])).ok     # not found yet: an item error
+            return [(c.mechanism, c.iterations) for c in found.get(user, ())] == [("SCRAM-SHA-256", 8192)]
         await kafka_cluster.wait_for(described)
         binding = AclBinding(resource_type="topic", resource_name=topic, principal=f"User:{user}",
                              operation="write")
