@@ -26,7 +26,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -37,6 +37,7 @@ from .session_cap import DEFAULT_CAP_MS
 __all__ = ["EmbeddedBroker", "BrokerStartError", "free_port"]
 
 Kind = Literal["tansu", "noida"]
+_S = TypeVar("_S", bound="BlockingLifecycle")
 
 
 class BrokerStartError(RuntimeError):
@@ -147,7 +148,38 @@ def _probe(host: str, port: int, timeout_s: float) -> str | None:
     return None
 
 
-class EmbeddedBroker:
+class BlockingLifecycle:
+    """``with`` / ``async with`` for a process-backed test server whose ``start()`` and ``stop()`` block: the async
+    forms run them in a worker thread (readiness polling blocks; the event loop must stay responsive), and a start
+    cancelled while its thread finished still stops what it started."""
+
+    def start(self: _S) -> _S:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def __aenter__(self: _S) -> _S:
+        try:
+            await anyio.to_thread.run_sync(self.start)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.stop)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)
+
+
+class EmbeddedBroker(BlockingLifecycle):
     """A broker subprocess on 127.0.0.1.  ``async with EmbeddedBroker() as b: b.bootstrap_servers``.
 
     ``kind``: ``"tansu"`` (default; Kafka 3.x/4.x API surface incl. KIP-951) or ``"noida"`` (Kafka-like error
@@ -325,25 +357,3 @@ class EmbeddedBroker:
             return "(no log)"
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:]) or "(log is empty)"
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    # ------------------------------------------------------------------ async lifecycle
-    async def __aenter__(self) -> EmbeddedBroker:
-        # Start in a worker thread: readiness polling blocks, and the event loop must stay responsive.
-        try:
-            await anyio.to_thread.run_sync(self.start)
-        except BaseException:
-            # Cancelled while the thread finished starting it: do not leave the process running.
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.stop)
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)

@@ -36,7 +36,7 @@ import anyio
 import anyio.to_thread
 
 from ..protocol.api import ApiKey, decode_response, encode_request
-from .broker import BrokerStartError, _kill, free_port
+from .broker import BlockingLifecycle, BrokerStartError, _kill, free_port
 from .kafka_jars import KafkaUnavailable, java_command, kafka_version, resolve_kafka_jars
 
 __all__ = ["KafkaCluster", "KafkaNode", "KafkaUnavailable", "SASL_USERS"]
@@ -133,7 +133,7 @@ class KafkaNode:
         return "\n".join(out) or "(no log)"
 
 
-class KafkaCluster:
+class KafkaCluster(BlockingLifecycle):
     """A local Apache Kafka KRaft cluster.  ``with KafkaCluster(brokers=3) as c: c.bootstrap_servers``.
 
     ``version``: a Kafka release (default ``kafka_jars.DEFAULT_KAFKA_VERSION``, or ``AKRESIL_KAFKA_VERSION``).
@@ -488,25 +488,6 @@ class KafkaCluster:
             node.finalizer.detach()
             node.finalizer = None
         node.proc = None
-
-    def __enter__(self) -> KafkaCluster:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> KafkaCluster:
-        try:
-            await anyio.to_thread.run_sync(self.start)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.stop)
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)
 
     # ------------------------------------------------------------------ broker control (coroutines)
     def _broker(self, node_id: int) -> KafkaNode:
