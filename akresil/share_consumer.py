@@ -34,7 +34,7 @@ from .config import resolve
 from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, Hooks
 from .core.group_heartbeat import ShareMembership
-from .core.share_state import ACK_TYPES, AckType, ShareFetchState
+from .core.share_state import ACK_TYPES, ShareFetchState
 from .net.cluster import Cluster
 from .net.heartbeat_loop import HeartbeatLoop
 from .net.share_fetcher import ShareFetcher
@@ -114,6 +114,9 @@ class ShareConsumer:
         self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
+        #: started and not closed (one test on the per-record path)
+        self._open = False
+        self._clock = self._cluster.clock
         #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
         self._last_poll: list[ShareRecord] = []
         self._pending: list[ShareRecord] = []
@@ -124,6 +127,7 @@ class ShareConsumer:
         if self._started:
             raise errors.IllegalStateError("share consumer already started")
         self._started = True
+        self._open = True
         self._tasks = TaskOwner(
             f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
             on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
@@ -138,6 +142,7 @@ class ShareConsumer:
         except BaseException:
             tasks, self._tasks = self._tasks, None
             self._closed = True
+            self._open = False
             await self._cluster.close()
             await tasks.close()
             raise
@@ -155,6 +160,7 @@ class ShareConsumer:
         if self._closed:
             return
         self._closed = True
+        self._open = False
         tasks, self._tasks = self._tasks, None
         if tasks is None:
             return
@@ -231,11 +237,9 @@ class ShareConsumer:
 
     # ------------------------------------------------------------------ records
     def _accept_last_poll(self) -> None:
-        now = self._cluster.clock()
-        for rec in self._last_poll:
-            self._state.acknowledge((rec.topic, rec.partition), rec.offset, AckType.ACCEPT, now,
-                                    delivery_count=rec.delivery_count, implicit=True)
-        self._last_poll = []
+        if self._last_poll:
+            self._state.accept_delivered(self._last_poll, self._cluster.clock())
+            self._last_poll = []
 
     async def getmany(self, *, timeout_ms: float = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[ShareRecord]]:
@@ -253,15 +257,18 @@ class ShareConsumer:
             records = self._pending[self._pending_index:self._pending_index + limit]
             self._pending_index += len(records)
             self._last_poll = list(records)
-        else:
-            records = await self._poll(timeout_ms, limit)
-            self._last_poll = records
-        out: dict[TopicPartition, list[ShareRecord]] = {}
-        for rec in records:
-            out.setdefault(TopicPartition(rec.topic, rec.partition), []).append(rec)
+            out: dict[TopicPartition, list[ShareRecord]] = {}
+            for rec in records:
+                out.setdefault(TopicPartition(rec.topic, rec.partition), []).append(rec)
+            return out
+        out = await self._poll(timeout_ms, limit)
+        last: list[ShareRecord] = []
+        for recs in out.values():
+            last += recs
+        self._last_poll = last
         return out
 
-    async def _poll(self, timeout_ms: float | None, limit: int) -> list[ShareRecord]:
+    async def _poll(self, timeout_ms: float | None, limit: int) -> dict[TopicPartition, list[ShareRecord]]:
         """Records from the fetch state; implicit mode first accepts what the application was handed last."""
         if self.acknowledgement_mode == "implicit":
             self._accept_last_poll()
@@ -269,7 +276,7 @@ class ShareConsumer:
         deadline = None if timeout_ms is None else self._cluster.clock() + timeout_ms
         while True:
             changed = self._fetcher.changed()
-            records = self._state.poll(limit, self._cluster.clock())
+            records = self._state.poll_by_partition(limit, self._cluster.clock())
             if records:
                 self._fetcher.wake()     # a leader whose records were all handed out may be fetched again
                 return records
@@ -280,7 +287,7 @@ class ShareConsumer:
                 continue
             left = deadline - self._cluster.clock()
             if left <= 0:
-                return []
+                return {}
             with anyio.move_on_after(left / 1000.0):
                 await changed.wait()
 
@@ -292,7 +299,10 @@ class ShareConsumer:
         handed out (and is accepted at the next refill, ``commit()`` or ``close()``) once it is yielded:
         records of a refill never yielded are not accepted, the broker releases them."""
         if self._pending_index >= len(self._pending):
-            self._pending = await self._poll(None, self.config.max_poll_records)
+            pending: list[ShareRecord] = []
+            for recs in (await self._poll(None, self.config.max_poll_records)).values():
+                pending += recs
+            self._pending = pending
             self._pending_index = 0
         rec = self._pending[self._pending_index]
         self._pending_index += 1
@@ -305,14 +315,14 @@ class ShareConsumer:
         another member) or ``"reject"`` (unprocessable: never deliver again). Local until the next fetch
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
-        self._check_open()
+        if not self._open or self._fetcher.fatal_error is not None or self._member.fatal_error is not None:
+            self._check_open()
         ack = ACK_TYPES.get(type) if isinstance(type, str) else None
         if ack is None:
             raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
-        if not isinstance(record, ShareRecord):
+        if record.__class__ is not ShareRecord and not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
-        self._state.acknowledge((record.topic, record.partition), record.offset, ack,
-                                self._cluster.clock(), delivery_count=record.delivery_count)
+        self._state.acknowledge((record[0], record[1]), record[2], ack, self._clock(), delivery_count=record[9])
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
         """Send the pending acknowledgements now and wait for the brokers' answers.

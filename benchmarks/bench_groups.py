@@ -1,11 +1,12 @@
 """Next-generation groups on librdkafka's mock cluster: akresil vs confluent-kafka, in one run.
 
 1. Share groups (KIP-932): records acknowledged per second while 1, 2 and 4 share consumers drain one
-   topic (8 partitions, 100-byte values) and accept every record; the clock stops when the last record's
-   acknowledgement has been committed. confluent-kafka's ShareConsumers run in threads of this process
-   (explicit mode, ``commit_sync`` after each poll); akresil's run as tasks on one event loop, in explicit
-   mode (``acknowledge()`` each record, ``commit()`` after each poll: the same loop) and in implicit mode
-   (``commit()`` accepts the poll). For akresil also the CPU time of its event-loop thread per acknowledged
+   topic (8 partitions, 100-byte values) and accept every record; the clock runs from the consumers'
+   creation until the last record's acknowledgement has been committed (``close()`` is timed apart, as
+   ``close_ms``: the slowest member's). Both clients in both modes, the same loop: explicit
+   (``acknowledge()`` each record, then commit after each poll) and implicit (commit accepts the poll).
+   confluent-kafka's ShareConsumers run in threads of this process (``commit_sync``); akresil's as tasks on
+   one event loop (``commit()``). For akresil also the CPU time of its event-loop thread per acknowledged
    record (``cpu_us_per_ack``, median of the rounds): far less sensitive to other load on the machine than the
    rate. (confluent-kafka's CPU cannot be told apart from the mock's threads in this process.)
 2. Rebalance time, KIP-848 (``group_protocol="consumer"``) vs classic: two members own 6 partitions; a third
@@ -65,6 +66,8 @@ async def fill(mock: MockCluster, topic: str, records: int, partitions: int, *, 
 # ------------------------------------------------------------------------------------------ share groups
 #: akresil's CPU seconds (its event-loop thread only: the mock's threads share the process) per share round
 CPU_S: list[float] = []
+#: the slowest member's close() per share round, seconds
+CLOSE_S: list[float] = []
 
 
 async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int,
@@ -72,13 +75,17 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
     """``explicit``: each record accepted with ``acknowledge()``, then ``commit()`` (the confluent-kafka loop);
     ``implicit``: ``commit()`` accepts what the poll handed out."""
     done = 0
+    committed_at = 0.0
+    closes: list[float] = []
     start = time.perf_counter()
     cpu = time.thread_time()
 
     async def member() -> None:
-        nonlocal done
-        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=f"bench{GROUP_TAG}",
-                                 fetch_max_wait_ms=100, acknowledgement_mode=mode) as c:  # type: ignore[arg-type]
+        nonlocal done, committed_at
+        c = ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=f"bench{GROUP_TAG}",
+                          fetch_max_wait_ms=100, acknowledgement_mode=mode)  # type: ignore[arg-type]
+        await c.start()
+        try:
             while done < records:
                 batch = await c.getmany(timeout_ms=100)
                 n = 0
@@ -90,23 +97,31 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
                 if n:
                     await c.commit()
                     done += n
+                    if done >= records and not committed_at:
+                        committed_at = time.perf_counter()
+        finally:
+            t = time.perf_counter()
+            await c.close()
+            closes.append(time.perf_counter() - t)
     async with anyio.create_task_group() as tg:
         for _ in range(consumers):
             tg.start_soon(member)
-    rate = records / (time.perf_counter() - start)
     CPU_S.append(time.thread_time() - cpu)
-    return rate
+    CLOSE_S.append(max(closes))
+    return records / (committed_at - start)
 
 
-def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int) -> float:
+def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int, mode: str = "explicit") -> float:
     import confluent_kafka
 
     lock = threading.Lock()
     done = [0]
+    committed_at = [0.0]
+    closes: list[float] = []
 
     def member() -> None:
         c = confluent_kafka.ShareConsumer({"bootstrap.servers": mock.bootstrap_servers, "group.id": f"bench{GROUP_TAG}",
-                                           "share.acknowledgement.mode": "explicit", "log_level": 3})
+                                           "share.acknowledgement.mode": mode, "log_level": 3})
         c.subscribe([topic])
         try:
             while done[0] < records:
@@ -114,14 +129,20 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int)
                 n = 0
                 for m in msgs:
                     if m.error() is None:
-                        c.acknowledge(m)
+                        if mode == "explicit":
+                            c.acknowledge(m)
                         n += 1
                 if n:
                     c.commit_sync()
                     with lock:
                         done[0] += n
+                        if done[0] >= records and not committed_at[0]:
+                            committed_at[0] = time.perf_counter()
         finally:
+            t = time.perf_counter()
             c.close()
+            with lock:
+                closes.append(time.perf_counter() - t)
 
     start = time.perf_counter()
     threads = [threading.Thread(target=member) for _ in range(consumers)]
@@ -129,7 +150,8 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int)
         t.start()
     for t in threads:
         t.join()
-    return records / (time.perf_counter() - start)
+    CLOSE_S.append(max(closes))
+    return records / (committed_at[0] - start)
 
 
 # ------------------------------------------------------------------------------------------ rebalances
@@ -304,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--consumers", default="1,2,4")
     parser.add_argument("--protocols", default="classic,consumer",
-                        help="group protocols for the rebalance measurement (classic takes ~45 s a round on the mock)")
+                        help="group protocols for the rebalance measurement (classic takes ~45 s a round on the mock; "
+                             "empty: none)")
     parser.add_argument("--settle-timeout", type=float, default=60.0, help="seconds a rebalance may take")
     parser.add_argument("--broker", choices=("mock", "apache"), default="mock",
                         help="apache: a local Apache Kafka (akresil.testing.KafkaCluster, --kafka-brokers brokers, "
@@ -336,21 +359,26 @@ def main(argv: list[str] | None = None) -> int:
         share_runs: list[tuple[str, Callable[..., Any]]] = [
             ("akresil explicit", lambda m, t, n: share_akresil(m, t, args.records, n, "explicit")),
             ("akresil implicit", lambda m, t, n: share_akresil(m, t, args.records, n, "implicit")),
-            ("confluent-kafka explicit", lambda m, t, n: share_confluent(m, t, args.records, n))]
+            ("confluent-kafka explicit", lambda m, t, n: share_confluent(m, t, args.records, n, "explicit")),
+            ("confluent-kafka implicit", lambda m, t, n: share_confluent(m, t, args.records, n, "implicit"))]
         for client, fn in share_runs:
             for n in counts:
                 CPU_S.clear()
+                CLOSE_S.clear()
                 r = rounds(args.rounds, lambda fn=fn, n=n: fresh(  # type: ignore[misc]
                     lambda m, t: fn(m, t, n), args.records, PARTITIONS))
                 if r["rounds"]:
                     r["worst"] = min(r["rounds"])
                 if CPU_S:
                     r["cpu_us_per_ack"] = statistics.median(CPU_S) / args.records * 1e6
+                if CLOSE_S:
+                    r["close_ms"] = {"median": statistics.median(CLOSE_S) * 1e3, "worst": max(CLOSE_S) * 1e3}
                 report["share_acks_per_s"][f"{client} x{n}"] = r
-                print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s"
-                      + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else ""), file=sys.stderr)
+                print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s (worst {r.get('worst', 0):,.0f})"
+                      + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else "")
+                      + (f", close {r['close_ms']['median']:.0f} ms" if CLOSE_S else ""), file=sys.stderr)
         for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
-            for protocol in args.protocols.split(","):
+            for protocol in filter(None, args.protocols.split(",")):
                 r = rounds(args.rounds, lambda fn=fn, p=protocol: fresh(  # type: ignore[misc]
                     lambda m, t: fn(m, t, p), 600, 6))
                 if r["rounds"]:

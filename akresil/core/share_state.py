@@ -89,15 +89,42 @@ class LeaderHint(NamedTuple):
     endpoint: Mapping[str, Any] | None
 
 
-@dataclass(slots=True, eq=False)
-class _Held:
-    """One acquired offset while this consumer holds it."""
+class _Lock:
+    """The records one ShareFetch answer acquired for this consumer in one partition under one delivery count.
 
-    node_id: int
-    deadline: float
-    delivery_count: int
-    delivered: bool = False
-    lost: bool = False     # the session it was acquired in is gone: the broker no longer counts it as ours
+    They share the lock deadline, the session and the delivery count, so what a record needs of its own is a
+    dict entry (offset -> its ``_Lock``) while it is held: no object per record. Records are handed out in
+    offset order, so "delivered" is ``offset <= through``."""
+
+    __slots__ = ("session", "node_id", "tp", "deadline", "delivery_count", "lost", "through", "unsettled",
+                 "superseded")
+
+    def __init__(self, session: _Session, node_id: int, tp: TopicPartition, deadline: float,
+                 delivery_count: int) -> None:
+        self.session = session
+        self.node_id = node_id
+        self.tp = tp
+        self.deadline = deadline
+        self.delivery_count = delivery_count
+        #: the session it was acquired in is gone: the broker no longer counts these records as ours
+        self.lost = False
+        #: the highest offset handed out to the application
+        self.through = -1
+        #: records handed out and not settled yet
+        self.unsettled = 0
+        #: an offset of it was acquired again (a newer delivery): hand out only what still points here
+        self.superseded = False
+
+
+class _Chunk:
+    """Buffered records of one ``_Lock`` not handed out yet: ``records[pos:]``."""
+
+    __slots__ = ("lock", "records", "pos")
+
+    def __init__(self, lock: _Lock, records: list[ShareRecord]) -> None:
+        self.lock = lock
+        self.records = records
+        self.pos = 0
 
 
 @dataclass
@@ -107,8 +134,8 @@ class _Session:
     in_flight: bool = False
     retry: RetryState | None = None
     buffered: int = 0          # records from this leader not yet handed out
-    #: records handed out and not settled yet: the next fetch waits for them (see ``plan``)
-    awaiting: set[_Held] = field(default_factory=set)
+    #: locks with records handed out and not settled yet: the next fetch waits for them (see ``plan``)
+    awaiting: set[_Lock] = field(default_factory=set)
     pending: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)   # acks not sent yet
 
 
@@ -138,9 +165,10 @@ class ShareFetchState:
         #: the broker's acquisition lock duration, from the latest ShareFetch answer
         self.lock_timeout_ms: int | None = None
         self._sessions: dict[int, _Session] = {}
-        self._held: dict[TopicPartition, dict[int, _Held]] = {}
-        #: records fetched and not handed out yet, with their lock entry (no lookups on the hot path)
-        self._buffer: deque[tuple[_Session, ShareRecord, _Held]] = deque()
+        #: offsets this consumer holds (buffered or handed out, not settled), by partition, to their lock
+        self._held: dict[TopicPartition, dict[int, _Lock]] = {}
+        #: records fetched and not handed out yet, a chunk per lock, in fetch order
+        self._buffer: deque[_Chunk] = deque()
         self._commit_nodes: set[int] = set()
         #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
         self._results: dict[TopicPartition, KafkaError | None] = {}
@@ -198,10 +226,13 @@ class ShareFetchState:
 
     def _fetch_may_carry_commit(self, s: _Session, names: Mapping[TpKey, TopicPartition], now: float,
                                 topic_id_of: Callable[[str], bytes | None]) -> bool:
-        """A commit's acknowledgements may ride a fetch when that fetch is due anyway once they are settled
-        (nothing from this leader buffered or handed out unsettled) and it can carry every one of them (an
-        open session; each partition still fetched from this leader)."""
-        if s.epoch == INITIAL_EPOCH or s.buffered or self._awaiting(s, now):
+        """A commit's acknowledgements may ride a fetch when the application has nothing else to take until
+        records come (no record buffered from any leader), that fetch is due anyway once they are settled
+        (nothing from this leader handed out unsettled) and it can carry every one of them (an open session;
+        each partition still fetched from this leader). With records of other leaders buffered, a
+        ShareAcknowledge answers sooner (the broker reads and acquires nothing for it) and the fetch follows
+        while the application works through those records."""
+        if s.epoch == INITIAL_EPOCH or self._buffer or self._awaiting(s, now):
             return False
         return all((topic_id_of(tp.topic), tp.partition) in names for tp in s.pending)
 
@@ -213,14 +244,18 @@ class ShareFetchState:
         partition's lock limit is reached, holding up the acknowledgements behind it. A lock that ran out
         no longer counts."""
         if s.awaiting:
-            for h in [h for h in s.awaiting if h.lost or now >= h.deadline]:
-                s.awaiting.discard(h)
+            for lock in [lock for lock in s.awaiting if lock.lost or now >= lock.deadline]:
+                s.awaiting.discard(lock)
         return bool(s.awaiting)
 
     def _ack_batches(self, acks: Mapping[int, int]) -> list[dict[str, Any]]:
         """Runs of consecutive offsets; one type for a run that shares it, else one type per offset."""
         out: list[dict[str, Any]] = []
         offsets = sorted(acks)
+        if offsets and offsets[-1] - offsets[0] == len(offsets) - 1:
+            types = set(acks.values())
+            if len(types) == 1:     # the usual case: one run, one type (every record of a poll accepted)
+                return [{"first_offset": offsets[0], "last_offset": offsets[-1], "acknowledge_types": [*types]}]
         start = 0
         for i in range(1, len(offsets) + 1):
             if i == len(offsets) or offsets[i] != offsets[i - 1] + 1:
@@ -347,41 +382,67 @@ class ShareFetchState:
         return FetchOutcome(count, hints, refresh)
 
     def _take_records(self, node: int, tp: TopicPartition, part: Mapping[str, Any], deadline: float) -> int:
-        ranges = [(int(a["first_offset"]), int(a["last_offset"]), int(a["delivery_count"]))
-                  for a in part.get("acquired_records") or ()]
+        """Buffer the records the answer acquired for us: one ``_Lock`` per acquired range, one dict entry per
+        record. Offsets acquired with no record (control records, compaction) are settled as gaps."""
+        ranges = sorted((int(a["first_offset"]), int(a["last_offset"]), int(a["delivery_count"]))
+                        for a in part.get("acquired_records") or ())
         if not ranges:
             return 0
-        held = self._held.setdefault(tp, {})
-        wanted: dict[int, int] = {}
-        for first, last, dc in ranges:
-            for off in range(first, last + 1):
-                wanted[off] = dc
-        taken = 0
-        lowest = min(first for first, _, _ in ranges)
         s = self._session(node)
-        append = self._buffer.append
+        held = self._held.get(tp)
+        if held is None:
+            held = self._held[tp] = {}
+        check = bool(held)          # offsets already ours (an older delivery, or announced again)
+        locks = [_Lock(s, node, tp, deadline, dc) for _, _, dc in ranges]
+        taken: list[list[ShareRecord]] = [[] for _ in ranges]
+        seen = [0] * len(ranges)
+        again: set[int] = set()     # offsets announced again under the same delivery (seen, not gaps)
+        last_range = len(ranges) - 1
+        lowest = ranges[0][0]
+        highest = ranges[-1][1]
+        i = 0
+        first, last, dc = ranges[0]
+        lock, out = locks[0], taken[0]
         new = tuple.__new__
         for batch in read_batches(part.get("records")):
-            if batch.is_control or batch.last_offset < lowest:
+            if batch.is_control or batch.last_offset < lowest or batch.base_offset > highest:
                 continue
             for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
-                count = wanted.pop(rec[2], None)
-                if count is None:
-                    continue      # in the batch but not acquired for us (another member has it)
-                old = held.get(rec[2])
-                if old is not None:
-                    if old.delivery_count == count and not old.lost:
-                        continue  # already ours under this delivery (librdkafka's mock announces it again)
-                    old.lost = True   # an older acquisition still buffered must not be handed out
-                h = held[rec[2]] = _Held(node, deadline, count)
-                append((s, new(ShareRecord, rec + (count,)), h))
-                taken += 1
-        s.buffered += taken
-        if wanted:   # acquired offsets with no record: settle them as gaps so they are not redelivered
-            gaps = s.pending.setdefault(tp, {})
-            for off in wanted:
-                gaps[off] = AckType.GAP
-        return taken
+                off = rec[2]
+                if off > last:
+                    while i < last_range and off > ranges[i][1]:
+                        i += 1
+                    first, last, dc = ranges[i]
+                    lock, out = locks[i], taken[i]
+                    if off > last:
+                        break       # past every range
+                if off < first:
+                    continue        # in the batch but not acquired for us (another member has it)
+                seen[i] += 1
+                if check:
+                    old = held.get(off)
+                    if old is not None:
+                        if old.delivery_count == dc and not old.lost:
+                            again.add(off)
+                            continue    # already ours under this delivery (librdkafka's mock announces it again)
+                        old.superseded = True   # the older acquisition must not be handed out or acknowledged
+                held[off] = lock
+                out.append(new(ShareRecord, rec + (dc,)))
+        count = 0
+        for lock, out in zip(locks, taken):
+            if out:
+                self._buffer.append(_Chunk(lock, out))
+                count += len(out)
+        s.buffered += count
+        for (first, last, _), n, out in zip(ranges, seen, taken):
+            if n < last - first + 1:
+                # acquired offsets with no record: settle them as gaps so they are not delivered again
+                present = {r[2] for r in out} | again
+                gaps = s.pending.setdefault(tp, {})
+                for off in range(first, last + 1):
+                    if off not in present:
+                        gaps[off] = AckType.GAP
+        return count
 
     def on_ack_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
         s = self._session(plan.node_id)
@@ -463,16 +524,14 @@ class ShareFetchState:
             self._fail(s.pending, errors.ShareSessionNotFoundError("share session lost before acknowledging"))
             s.pending = {}
         for held in self._held.values():
-            for h in held.values():
-                if h.node_id == node:
-                    h.lost = True
+            for lock in set(held.values()):
+                if lock.session is s:
+                    lock.lost = True
         if s.buffered:
-            kept = deque(entry for entry in self._buffer if entry[0] is not s)
-            for owner, r, _ in self._buffer:
-                if owner is s:
-                    self._held.get(TopicPartition(r.topic, r.partition), {}).pop(r.offset, None)
-            self._buffer = kept
-            s.buffered = 0
+            for chunk in self._buffer:
+                if chunk.lock.session is s:
+                    self._drop(chunk)
+            self._buffer = deque(chunk for chunk in self._buffer if chunk.lock.session is not s)
 
     # ------------------------------------------------------------------ results
     def _settle(self, tp: TopicPartition, code: int, message: str | None) -> None:
@@ -502,37 +561,70 @@ class ShareFetchState:
         buf = self._buffer
         dropped = 0
         while buf:
-            owner, rec, h = buf[0]
-            if not (h.lost or now >= h.deadline):
+            lock = buf[0].lock
+            if not (lock.lost or now >= lock.deadline):
                 break
-            buf.popleft()
-            owner.buffered -= 1
-            self._forget(rec, h)
-            dropped += 1
+            dropped += self._drop(buf.popleft())
         return dropped
 
-    def _forget(self, rec: ShareRecord, h: _Held) -> None:
-        held = self._held.get(TopicPartition(rec.topic, rec.partition))
-        if held is not None and held.get(rec.offset) is h:
-            del held[rec.offset]
+    def _drop(self, chunk: _Chunk) -> int:
+        """Forget a chunk's records not handed out (the caller takes the chunk off the buffer)."""
+        lock = chunk.lock
+        rest = chunk.records[chunk.pos:]
+        chunk.pos = len(chunk.records)
+        lock.session.buffered -= len(rest)
+        held = self._held.get(lock.tp)
+        if held is not None:
+            for rec in rest:
+                if held.get(rec[2]) is lock:
+                    del held[rec[2]]
+        return len(rest)
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return sum(len(c.records) - c.pos for c in self._buffer)
 
     def poll(self, max_records: int, now: float) -> list[ShareRecord]:
         """Hand out up to ``max_records`` buffered records whose locks still hold."""
         out: list[ShareRecord] = []
+        for recs in self.poll_by_partition(max_records, now).values():
+            out += recs
+        return out
+
+    def poll_by_partition(self, max_records: int, now: float) -> dict[TopicPartition, list[ShareRecord]]:
+        """``poll`` grouped by partition: records are buffered a lock (one partition) at a time, so this costs
+        nothing per record beyond a slice."""
+        out: dict[TopicPartition, list[ShareRecord]] = {}
         buf = self._buffer
-        while buf and len(out) < max_records:
-            owner, rec, h = buf.popleft()
-            owner.buffered -= 1
-            if h.lost or now >= h.deadline:
-                self._forget(rec, h)
+        left = max_records
+        while buf and left > 0:
+            chunk = buf[0]
+            lock = chunk.lock
+            if lock.lost or now >= lock.deadline:
+                self._drop(buf.popleft())
                 continue
-            h.delivered = True
-            owner.awaiting.add(h)
-            out.append(rec)
+            recs = chunk.records
+            start = chunk.pos
+            end = min(len(recs), start + left)
+            part = recs[start:end]
+            chunk.pos = end
+            if end == len(recs):
+                buf.popleft()
+            lock.session.buffered -= end - start
+            if lock.superseded:   # offsets acquired again meanwhile belong to the newer delivery
+                held = self._held.get(lock.tp) or {}
+                part = [r for r in part if held.get(r[2]) is lock]
+                if not part:
+                    continue
+            lock.through = part[-1][2]
+            lock.unsettled += len(part)
+            lock.session.awaiting.add(lock)
+            have = out.get(lock.tp)
+            if have is None:
+                out[lock.tp] = part
+            else:
+                have += part
+            left -= len(part)
         return out
 
     def acknowledge(self, tp: tuple[str, int], offset: int, ack: AckType, now: float, *,
@@ -544,24 +636,26 @@ class ShareFetchState:
         ``tp`` may be a plain ``(topic, partition)`` tuple (it hashes as the ``TopicPartition``): this runs once
         per record, so nothing is built here that the first acknowledgement of a partition does not need."""
         held = self._held.get(tp)   # type: ignore[call-overload]
-        h = None if held is None else held.get(offset)
-        if h is not None and delivery_count is not None and h.delivery_count != delivery_count:
+        lock = None if held is None else held.get(offset)
+        if lock is not None and delivery_count is not None and lock.delivery_count != delivery_count:
             if not implicit:
                 self._record(TopicPartition(*tp), errors.AcquisitionLockExpiredError(
                     f"record {tp[0]}[{tp[1]}]@{offset} (delivery {delivery_count}) not acknowledged: "
-                    f"its lock expired and the offset was acquired again (delivery {h.delivery_count})"))
+                    f"its lock expired and the offset was acquired again (delivery {lock.delivery_count})"))
             return
-        if h is None or not h.delivered:
+        if lock is None or offset > lock.through:
             if implicit:
                 return
             raise errors.IllegalStateError(
                 f"record {tp[0]}[{tp[1]}]@{offset} is not held by this share consumer "
                 f"(never delivered to it, or already acknowledged)")
         del held[offset]   # type: ignore[union-attr]
-        s = self._sessions[h.node_id]
-        s.awaiting.discard(h)
-        if h.lost or now >= h.deadline:
-            why = "its share session was lost" if h.lost else "its acquisition lock expired"
+        lock.unsettled -= 1
+        s = lock.session
+        if not lock.unsettled:
+            s.awaiting.discard(lock)
+        if lock.lost or now >= lock.deadline:
+            why = "its share session was lost" if lock.lost else "its acquisition lock expired"
             self._record(TopicPartition(*tp), errors.AcquisitionLockExpiredError(
                 f"record {tp[0]}[{tp[1]}]@{offset} not acknowledged: {why}; the broker delivers "
                 f"it again"))
@@ -571,8 +665,35 @@ class ShareFetchState:
             pending = s.pending[TopicPartition(*tp)] = {}
         pending[offset] = int(ack)
 
+    def accept_delivered(self, records: Iterable[ShareRecord], now: float) -> None:
+        """Implicit acknowledgement: accept each of ``records`` this consumer still holds under that delivery;
+        the ones settled otherwise meanwhile (or whose lock is gone) are skipped, as ``implicit=True`` does."""
+        held_of = self._held.get
+        accept = int(AckType.ACCEPT)
+        tp_key: tuple[str, int] | None = None
+        held: dict[int, _Lock] | None = None
+        for rec in records:
+            if tp_key is None or rec[1] != tp_key[1] or rec[0] != tp_key[0]:
+                tp_key = (rec[0], rec[1])
+                held = held_of(tp_key)    # type: ignore[call-overload]
+            lock = None if held is None else held.get(rec[2])
+            if lock is None or lock.delivery_count != rec[9] or rec[2] > lock.through:
+                continue
+            if lock.lost or now >= lock.deadline:
+                self.acknowledge(tp_key, rec[2], AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
+                continue
+            del held[rec[2]]    # type: ignore[index]
+            lock.unsettled -= 1
+            s = lock.session
+            if not lock.unsettled:
+                s.awaiting.discard(lock)
+            pending = s.pending.get(lock.tp)
+            if pending is None:
+                pending = s.pending[lock.tp] = {}
+            pending[rec[2]] = accept
+
     def held_count(self) -> int:
-        return sum(1 for held in self._held.values() for h in held.values() if h.delivered)
+        return sum(1 for held in self._held.values() for off, lock in held.items() if off <= lock.through)
 
     # ------------------------------------------------------------------ commit
     def request_commit(self) -> set[int]:
@@ -599,6 +720,6 @@ class ShareFetchState:
         returned: the turn that just ran has acted on them, and returning them would spin the loop."""
         times = [s.retry.next_allowed_at for s in self._sessions.values()
                  if s.retry is not None and s.retry.next_allowed_at is not None and s.retry.next_allowed_at > now]
-        if self._buffer and self._buffer[0][2].deadline > now:
-            times.append(self._buffer[0][2].deadline)
+        if self._buffer and self._buffer[0].lock.deadline > now:
+            times.append(self._buffer[0].lock.deadline)
         return min(times) if times else None
