@@ -253,9 +253,9 @@ class ShareFetchState:
         out: list[dict[str, Any]] = []
         offsets = sorted(acks)
         if offsets and offsets[-1] - offsets[0] == len(offsets) - 1:
-            types = set(acks.values())
-            if len(types) == 1:     # the usual case: one run, one type (every record of a poll accepted)
-                return [{"first_offset": offsets[0], "last_offset": offsets[-1], "acknowledge_types": [*types]}]
+            kinds = set(acks.values())
+            if len(kinds) == 1:     # the usual case: one run, one type (every record of a poll accepted)
+                return [{"first_offset": offsets[0], "last_offset": offsets[-1], "acknowledge_types": [*kinds]}]
         start = 0
         for i in range(1, len(offsets) + 1):
             if i == len(offsets) or offsets[i] != offsets[i - 1] + 1:
@@ -682,7 +682,7 @@ class ShareFetchState:
             if lock.lost or now >= lock.deadline:
                 self.acknowledge(tp_key, rec[2], AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
                 continue
-            del held[rec[2]]    # type: ignore[index]
+            del held[rec[2]]    # type: ignore[union-attr]
             lock.unsettled -= 1
             s = lock.session
             if not lock.unsettled:
