@@ -68,6 +68,9 @@ async def fill(mock: MockCluster, topic: str, records: int, partitions: int, *, 
 CPU_S: list[float] = []
 #: the slowest member's close() per share round, seconds
 CLOSE_S: list[float] = []
+#: per share round, seconds from the consumers' creation to the first record handed to any of them (group join,
+#: assignment, first fetch: on Apache Kafka mostly the wait for the heartbeat that brings the assignment)
+FIRST_S: list[float] = []
 
 
 async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int,
@@ -75,13 +78,13 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
     """``explicit``: each record accepted with ``acknowledge()``, then ``commit()`` (the confluent-kafka loop);
     ``implicit``: ``commit()`` accepts what the poll handed out."""
     done = 0
-    committed_at = 0.0
+    first_at = committed_at = 0.0
     closes: list[float] = []
     start = time.perf_counter()
     cpu = time.thread_time()
 
     async def member() -> None:
-        nonlocal done, committed_at
+        nonlocal done, committed_at, first_at
         c = ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=f"bench{GROUP_TAG}",
                           fetch_max_wait_ms=100, acknowledgement_mode=mode)  # type: ignore[arg-type]
         await c.start()
@@ -95,6 +98,8 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
                             c.acknowledge(r)
                     n += len(recs)
                 if n:
+                    if not first_at:
+                        first_at = time.perf_counter()
                     await c.commit()
                     done += n
                     if done >= records and not committed_at:
@@ -108,6 +113,7 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
             tg.start_soon(member)
     CPU_S.append(time.thread_time() - cpu)
     CLOSE_S.append(max(closes))
+    FIRST_S.append(first_at - start)
     return records / (committed_at - start)
 
 
@@ -117,6 +123,7 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int,
     lock = threading.Lock()
     done = [0]
     committed_at = [0.0]
+    first_at = [0.0]
     closes: list[float] = []
 
     def member() -> None:
@@ -133,6 +140,8 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int,
                             c.acknowledge(m)
                         n += 1
                 if n:
+                    if not first_at[0]:
+                        first_at[0] = time.perf_counter()
                     c.commit_sync()
                     with lock:
                         done[0] += n
@@ -151,6 +160,7 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int,
     for t in threads:
         t.join()
     CLOSE_S.append(max(closes))
+    FIRST_S.append(first_at[0] - start)
     return records / (committed_at[0] - start)
 
 
@@ -365,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in counts:
                 CPU_S.clear()
                 CLOSE_S.clear()
+                FIRST_S.clear()
                 r = rounds(args.rounds, lambda fn=fn, n=n: fresh(  # type: ignore[misc]
                     lambda m, t: fn(m, t, n), args.records, PARTITIONS))
                 if r["rounds"]:
@@ -373,9 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                     r["cpu_us_per_ack"] = statistics.median(CPU_S) / args.records * 1e6
                 if CLOSE_S:
                     r["close_ms"] = {"median": statistics.median(CLOSE_S) * 1e3, "worst": max(CLOSE_S) * 1e3}
+                if FIRST_S:
+                    r["first_record_ms"] = {"median": statistics.median(FIRST_S) * 1e3, "worst": max(FIRST_S) * 1e3}
                 report["share_acks_per_s"][f"{client} x{n}"] = r
                 print(f"share {client} x{n}: {r.get('median', 0):,.0f} acks/s (worst {r.get('worst', 0):,.0f})"
                       + (f", {r['cpu_us_per_ack']:.1f} CPU us/ack" if CPU_S else "")
+                      + (f", first record {r['first_record_ms']['median']:.0f} ms" if FIRST_S else "")
                       + (f", close {r['close_ms']['median']:.0f} ms" if CLOSE_S else ""), file=sys.stderr)
         for client, fn in (("akresil", rebalance_akresil), ("confluent-kafka", rebalance_confluent)):
             for protocol in filter(None, args.protocols.split(",")):
