@@ -172,16 +172,30 @@ def _settled(assignments: list[frozenset[TopicPartition]], partitions: int) -> b
 
 
 async def rebalance_akresil(mock: MockCluster, topic: str, protocol: str) -> float:
+    """Assignments are followed through the rebalance listener, as confluent-kafka's through on_assign /
+    on_revoke: the moment the member applies a change, not when its next ``getmany`` returns."""
     cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id=f"bench-rb{GROUP_TAG}",
                                group_protocol=protocol, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     assignments: list[frozenset[TopicPartition]] = [frozenset()] * 3
     stop = anyio.Event()
 
+    class Follow:
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            assignments[self.i] = assignments[self.i] | assigned
+
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            assignments[self.i] = assignments[self.i] - revoked
+
+        async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+            assignments[self.i] = assignments[self.i] - lost
+
     async def member(i: int) -> None:
-        async with Consumer(topic, **cfg) as c:
+        async with Consumer(topic, listener=Follow(i), **cfg) as c:
             while not stop.is_set():
                 await c.getmany(timeout_ms=20)
-                assignments[i] = c.assignment()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(member, 0)
