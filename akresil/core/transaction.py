@@ -48,9 +48,13 @@ _FATAL_CODES = frozenset(c.errno for c in (
     _E.TransactionCoordinatorFencedError, _E.InvalidTxnStateError, _E.InvalidProducerIdMappingError,
     _E.UnsupportedVersionError))
 _REFIND_CODES = frozenset(c.errno for c in (_E.NotCoordinatorError, _E.CoordinatorNotAvailableError))
+#: TxnOffsetCommit's group errors are abortable (as Java's CommitFailedException): the member lost its partitions
+#: (a KIP-848 group answers STALE_MEMBER_EPOCH for an older member epoch, GROUP_ID_NOT_FOUND once the group is gone);
+#: the producer aborts and goes on, the records are processed again by whoever owns them now
 _ABORTABLE_CODES = frozenset(c.errno for c in (
     _E.TopicAuthorizationFailedError, _E.GroupAuthorizationFailedError, _E.TransactionAbortableError,
-    _E.UnknownMemberIdError, _E.IllegalGenerationError, _E.FencedInstanceIdError))
+    _E.UnknownMemberIdError, _E.IllegalGenerationError, _E.FencedInstanceIdError, _E.StaleMemberEpochError,
+    _E.GroupIdNotFoundError))
 _OPERATION_NOT_ATTEMPTED = 55
 #: the producer was fenced: Java treats INVALID_PRODUCER_EPOCH from the coordinator as fencing too
 FENCED_CODES = frozenset((_E.ProducerFencedError.errno, _E.InvalidProducerEpochError.errno))

@@ -126,6 +126,9 @@ def test_fatal_error_is_raised_by_every_operation() -> None:
     (E.TransactionAbortableError, Action.ABORTABLE),
     (E.IllegalGenerationError, Action.ABORTABLE),
     (E.FencedInstanceIdError, Action.ABORTABLE),
+    (E.StaleMemberEpochError, Action.ABORTABLE),     # a KIP-848 member's older epoch: Java's CommitFailedException
+    (E.GroupIdNotFoundError, Action.ABORTABLE),
+    (E.UnknownMemberIdError, Action.ABORTABLE),
 ])
 def test_classify(error: type[E.KafkaError] | None, action: Action) -> None:
     assert classify(0 if error is None else error.errno) is action
