@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from ..testing.kafka_cluster import KafkaCluster
 from ..types import NewTopic
-from . import stats
 from .clients import ProducerAdapter, now_s
-from .mock_scenarios import MockPhaseData
+from .mock_scenarios import ExtraMetrics, MockPhaseData, summarize_phase
 from .runner import WARMUP_RECORDS, PhaseBase, ProgressFn, _produce_then_consume, close_all, no_progress
-from .scenarios import (HEADLINES, AppliedStep, Scenario, SteadyConfig, bounce_metrics, delivery_summary,
-                        fault_windows, schedule_metrics)
+from .scenarios import HEADLINES, AppliedStep, Scenario, SteadyConfig, bounce_metrics, fault_windows
 from .script import FaultScript, FaultStep
 
 #: scenarios left out on Apache Kafka, and why
@@ -143,20 +141,7 @@ class ApachePhase(PhaseBase[KafkaCluster]):
 def summarize_apache(data: MockPhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
     """(summary metrics, per-second series) of one client's phase on Apache Kafka, keyed like the other
     harnesses'; what only a proxy or the mock's request log can see is ``None``."""
-    sc = data.scenario
-    start, end = data.start_s, data.start_s + sc.duration_s
-    summary = delivery_summary(data.log, start, sc.duration_s)
-    summary.update({"metadata_requests": None, "produce_requests": None, "connections_opened": None,
-                    "connections_closed_by_client": None})
-    series: dict[str, Any] = dict(stats.delivery_series(data.log, start, sc.duration_s))
-    try:
-        extra = _EXTRA[sc.name]
-    except KeyError:
-        raise ValueError(f"scenario {sc.name!r} does not run on Apache Kafka: "
-                         f"{APACHE_SKIPS.get(sc.name, 'no metrics for it')}") from None
-    summary.update(extra(data, start, end, series))
-    summary.update(schedule_metrics(data, start, end, series))
-    return summary, series
+    return summarize_phase(data, _EXTRA, APACHE_SKIPS, "Apache Kafka", request_log=False)
 
 
 def _leader_move(data: MockPhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +165,7 @@ def _throttle(data: MockPhaseData, start: float, end: float, series: dict[str, A
             "requests_in_throttle_windows_within_5ms": None, "throttled_responses": None}
 
 
-_EXTRA: dict[str, Callable[[MockPhaseData, float, float, dict[str, Any]], dict[str, Any]]] = {
+_EXTRA: dict[str, ExtraMetrics] = {
     "leader-move": _leader_move, "broker-bounce": _bounce, "throttle": _throttle}
 
 

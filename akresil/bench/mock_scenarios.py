@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..testing.rdkafka_mock import MockRequest
 from . import stats
@@ -72,28 +72,40 @@ def request_times(requests: Sequence[MockRequest], api_key: int, broker_id: int 
             if r.api_key == api_key and (broker_id is None or r.broker_id == broker_id)]
 
 
-def summarize_mock(data: MockPhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary metrics, per-second series) of one client's phase on the mock, keyed like the proxy's."""
+#: a scenario's own metrics: (phase data, start, end, per-second series to add to) -> summary entries
+ExtraMetrics = Callable[[MockPhaseData, float, float, dict[str, Any]], dict[str, Any]]
+
+
+def summarize_phase(data: MockPhaseData, extras: Mapping[str, ExtraMetrics], skips: Mapping[str, str], where: str, *,
+                    request_log: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary metrics, per-second series) of one client's phase, keyed like the proxy's. ``request_log``: the
+    harness saw every request (librdkafka's mock tracks them; a real broker does not), else those figures are
+    ``None``; ``extras`` adds the scenario's own metrics, ``skips`` says why a scenario has none on ``where``."""
     sc = data.scenario
     start, end = data.start_s, data.start_s + sc.duration_s
-    produce = request_times(data.requests, PRODUCE)
     summary = delivery_summary(data.log, start, sc.duration_s)
-    summary.update({
-        "metadata_requests": stats.count_between(request_times(data.requests, METADATA), start, end),
-        "produce_requests": stats.count_between(produce, start, end),
-        "connections_opened": None,
-        "connections_closed_by_client": None,
-    })
     series: dict[str, Any] = dict(stats.delivery_series(data.log, start, sc.duration_s))
-    series["produce_requests_per_s"] = stats.rate_series(produce, start, sc.duration_s)
+    if request_log:
+        produce = request_times(data.requests, PRODUCE)
+        summary["metadata_requests"] = stats.count_between(request_times(data.requests, METADATA), start, end)
+        summary["produce_requests"] = stats.count_between(produce, start, end)
+        series["produce_requests_per_s"] = stats.rate_series(produce, start, sc.duration_s)
+    else:
+        summary["metadata_requests"] = summary["produce_requests"] = None
+    summary["connections_opened"] = summary["connections_closed_by_client"] = None
     try:
-        extra = _EXTRA[sc.name]
+        extra = extras[sc.name]
     except KeyError:
-        raise ValueError(f"scenario {sc.name!r} does not run on librdkafka's mock cluster: "
-                         f"{MOCK_SKIPS.get(sc.name, 'no metrics for it')}") from None
+        raise ValueError(f"scenario {sc.name!r} does not run on {where}: "
+                         f"{skips.get(sc.name, 'no metrics for it')}") from None
     summary.update(extra(data, start, end, series))
     summary.update(schedule_metrics(data, start, end, series))
     return summary, series
+
+
+def summarize_mock(data: MockPhaseData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary metrics, per-second series) of one client's phase on the mock, keyed like the proxy's."""
+    return summarize_phase(data, _EXTRA, MOCK_SKIPS, "librdkafka's mock cluster", request_log=True)
 
 
 def _leader_move(data: MockPhaseData, start: float, end: float, series: dict[str, Any]) -> dict[str, Any]:
@@ -134,5 +146,5 @@ def _storm(data: MockPhaseData, start: float, end: float, series: dict[str, Any]
     return out
 
 
-_EXTRA: dict[str, Callable[[MockPhaseData, float, float, dict[str, Any]], dict[str, Any]]] = {
+_EXTRA: dict[str, ExtraMetrics] = {
     "leader-move": _leader_move, "broker-bounce": _bounce, "retry-storm": _storm}
