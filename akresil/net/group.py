@@ -11,7 +11,9 @@
   sends Heartbeat or leaves the group after a poll timeout.
 
 All requests go through ``Cluster.request``, so KIP-219 mutes and reconnect backoff apply to the coordinator
-too. ``commit`` and ``fetch_committed`` run in the caller's task and retry retriable errors within
+too, on the coordinator's own connection (``coordinator_lane``): a broker answers one connection's requests in
+order, so on the connection that carries a long-poll Fetch each heartbeat and rejoin would wait behind it.
+``commit`` and ``fetch_committed`` run in the caller's task and retry retriable errors within
 ``request_timeout_ms``. A fatal error (fenced static member, authorization, misconfiguration) stops the
 loops; ``fatal_error`` holds it and ``wait_assignment``/``commit``/``fetch_committed`` raise it.
 """
@@ -36,7 +38,7 @@ from ..core.group_state import (NO_GENERATION, Action, Expiry, Generation, Group
                                 classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
-from .cluster import Cluster
+from .cluster import Cluster, coordinator_lane
 from .group_member import CommitOffsets, GroupOffsets, RebalanceListener
 
 log = logging.getLogger(__name__)
@@ -300,7 +302,7 @@ class GroupCoordinator:
                 body["reason"] = reason[:255]
             return body
 
-        _, response = await self._cluster.request(coordinator, ApiKey.JOIN_GROUP, join_body,
+        _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.JOIN_GROUP, join_body,
                                                   min_version=5 if instance_id else 0,
                                                   timeout_ms=self._join_timeout_ms)
         code = int(response["error_code"])
@@ -386,7 +388,7 @@ class GroupCoordinator:
                 body["protocol_name"] = protocol
             return body
 
-        _, response = await self._cluster.request(coordinator, ApiKey.SYNC_GROUP, sync_body,
+        _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.SYNC_GROUP, sync_body,
                                                   timeout_ms=self._join_timeout_ms)
         code = int(response["error_code"])
         action = classify_sync_error(code)
@@ -520,7 +522,7 @@ class GroupCoordinator:
             return b
 
         try:
-            _, response = await self._cluster.request(coordinator, ApiKey.HEARTBEAT, body)
+            _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.HEARTBEAT, body)
         except _TRANSPORT_ERRORS as exc:
             core.heartbeat_failed(self._cluster.clock())
             self._coordinator_dead(exc)
@@ -553,7 +555,7 @@ class GroupCoordinator:
 
             try:
                 with anyio.fail_after(self._config.request_timeout_ms / 1000.0):
-                    _, response = await self._cluster.request(coordinator, ApiKey.LEAVE_GROUP, body)
+                    _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.LEAVE_GROUP, body)
                 code = int(response.get("error_code", 0))
                 if code:
                     log.debug("group %s: LeaveGroup error %d (ignored)", self.group_id, code)

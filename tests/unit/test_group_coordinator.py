@@ -14,6 +14,7 @@ from akresil import errors
 from akresil.config import resolve
 from akresil.core.group_state import MemberState
 from akresil.core.metadata import BrokerInfo, MetadataSnapshot, PartitionInfo
+from akresil.net.cluster import coordinator_lane
 from akresil.net.group import GroupCoordinator
 from akresil.net.coordinator import CoordinatorLocator
 from akresil.protocol.api import ApiKey, decode_versioned, encode_versioned
@@ -221,6 +222,25 @@ async def test_member_id_required_then_leader_assigns_itself() -> None:
     assert ("revoked", ALL4) in events
 
 
+async def test_group_requests_go_on_the_coordinators_own_connection() -> None:
+    """A broker answers one connection's requests in order: a JoinGroup, SyncGroup or Heartbeat on the
+    connection that carries a long-poll Fetch to the same broker would wait up to fetch_max_wait_ms behind it
+    (twice per rebalance: the heartbeat that learns of it, then the rejoin)."""
+    cluster, events = FakeCluster(), []
+    FakeGroup(cluster)
+    gc = coordinator(cluster, events)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+        await until(lambda: len(cluster.sent(ApiKey.HEARTBEAT)) >= 1)
+        await gc.leave()
+        tg.cancel_scope.cancel()
+    group_apis = (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP)
+    nodes = {api: {n for _, n, k, _ in cluster.log if k == api} for api in group_apis}
+    assert nodes == {api: {coordinator_lane(1)} for api in group_apis}
+
+
 async def test_static_member_joins_directly_and_does_not_leave() -> None:
     cluster, events = FakeCluster(), []
     FakeGroup(cluster)
@@ -399,7 +419,7 @@ async def test_not_coordinator_rediscovers_with_backoff() -> None:
         times = [t for t, _, k, _ in cluster.log if k == ApiKey.FIND_COORDINATOR][-3:]
         gaps = [b - a for a, b in zip(times, times[1:])]
         assert gaps[0] >= 16 and gaps[1] >= 32  # 20 ms then 40 ms, +-20% jitter (KIP-580)
-        await until(lambda: any(n == 2 for _, n, k, _ in cluster.log if k == ApiKey.HEARTBEAT))
+        await until(lambda: any(n == coordinator_lane(2) for _, n, k, _ in cluster.log if k == ApiKey.HEARTBEAT))
         assert gc.generation_id == 1 and gc.state is MemberState.STABLE  # membership survived the move
         await gc.leave()
         tg.cancel_scope.cancel()
