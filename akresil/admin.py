@@ -12,6 +12,7 @@ call's ``timeout_ms``). CreateTopics/DeleteTopics keep their controller retry lo
 
 from __future__ import annotations
 
+import base64
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -21,11 +22,12 @@ import anyio
 
 from . import errors
 from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, ALTER_CONFIG_OPS, CONFIG_RESOURCE_TYPES,
-                          CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, PATTERN_TYPES, SCRAM_MECHANISMS, AclBinding,
-                          AclBindingFilter, AlterConfigOp, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaOp,
-                          ConfigEntry, ConfigResource, ConfigSynonym, GroupDescription, GroupListing, GroupOffset,
-                          MemberDescription, NewPartitions, PartitionReassignment, ProducerState, ScramCredentialInfo,
-                          ScramDeletion, ScramUpsertion, TransactionDescription, TransactionListing, code_of, name_of)
+                          CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, MEMBER_TYPES, PATTERN_TYPES, SCRAM_MECHANISMS,
+                          AclBinding, AclBindingFilter, AlterConfigOp, ClientQuotaEntity, ClientQuotaFilter,
+                          ClientQuotaOp, ConfigEntry, ConfigResource, ConfigSynonym, GroupDescription, GroupListing,
+                          GroupOffset, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
+                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
+                          TransactionListing, code_of, name_of)
 from .config import resolve
 from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.backoff import ExponentialBackoff
@@ -453,24 +455,99 @@ class Admin:
                                        ) -> ItemResults[str, GroupDescription]:
         """State, assignor, members and their assignments of each group, asked from its coordinator.
 
-        A group the coordinator does not know (state "Dead") is a ``GroupIdNotFoundError`` for that item."""
+        Both kinds of consumer group are described: each group is asked with ConsumerGroupDescribe first
+        (KIP-848 groups: epochs, target assignments, subscriptions) and, when the coordinator says it is not such
+        a group (GROUP_ID_NOT_FOUND) or does not know the API, with DescribeGroups in the same round (classic
+        groups), as Java's admin does. ``group_type`` of each description says which protocol the group runs.
+
+        A group neither API knows (state "Dead") is a ``GroupIdNotFoundError`` for that item; share groups are
+        described by ``describe_share_groups``."""
         groups = _group_ids(group_ids, "describe_consumer_groups")
-        call: AdminCall[str] = self._call(groups, timeout_ms, "DescribeGroups for group")
+        call: AdminCall[str] = self._call(groups, timeout_ms, "describe of group")
+        #: groups ConsumerGroupDescribe could not describe, with the broker's reason: asked with DescribeGroups
+        classic: dict[str, str] = {}
+
+        async def send(node: int, keys: list[str]) -> None:
+            modern = [k for k in keys if k not in classic]
+            if modern:
+                try:
+                    _, response = await self._cluster.request(
+                        node, ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": modern,
+                                                               "include_authorized_operations": False})
+                except errors.UnsupportedVersionError as exc:      # a broker before KIP-848 (Kafka < 3.7/4.0)
+                    classic.update(dict.fromkeys(modern, str(exc)))
+                else:
+                    names = await self._topic_names_of(response["groups"])
+                    for g in response["groups"]:
+                        gid, code = g["group_id"], g["error_code"]
+                        if gid not in call.pending:
+                            continue
+                        if code in _NOT_A_CONSUMER_GROUP:
+                            classic[gid] = g.get("error_message") or errors.error_for_code(code).__name__
+                            continue
+                        call.answer(gid, code, f"group {gid!r}",
+                                    _kip848_group_description(g, node, "consumer", names) if code == 0 else None,
+                                    g.get("error_message"))
+            old = [k for k in keys if k in classic and k in call.pending]
+            if old:
+                await self._describe_classic_groups(call, node, old, classic)
+
+        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+
+    async def _describe_classic_groups(self, call: AdminCall[str], node: int, keys: list[str],
+                                       why_not_consumer: Mapping[str, str]) -> None:
+        """DescribeGroups for groups ConsumerGroupDescribe did not describe (``why_not_consumer``: its reason)."""
+        _, response = await self._cluster.request(
+            node, ApiKey.DESCRIBE_GROUPS, {"groups": keys, "include_authorized_operations": False})
+        for g in response["groups"]:
+            gid, code = g["group_id"], g["error_code"]
+            if gid not in call.pending:
+                continue
+            if code == 0 and g["group_state"] == "Dead":
+                call.fail(gid, errors.GroupIdNotFoundError(f"group {gid!r} does not exist"))
+            elif code == errors.GroupIdNotFoundError.errno:
+                # neither a consumer nor a classic group: a share or streams group, or one that just vanished
+                call.fail(gid, errors.GroupIdNotFoundError(
+                    f"group {gid!r} is neither a consumer (KIP-848) nor a classic group: ConsumerGroupDescribe: "
+                    f"{why_not_consumer.get(gid, '-')}; DescribeGroups: {g.get('error_message') or 'not found'}"))
+            else:
+                call.answer(gid, code, f"group {gid!r}", _group_description(g, node) if code == 0 else None,
+                            g.get("error_message"))
+
+    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                                    ) -> ItemResults[str, GroupDescription]:
+        """State, epochs, assignor, members and their assignments of each KIP-932 share group (ShareGroupDescribe
+        to its coordinator); ``group_type`` is "share". A group that does not exist, or is not a share group, is
+        a ``GroupIdNotFoundError`` for that item, with the broker's reason."""
+        groups = _group_ids(group_ids, "describe_share_groups")
+        call: AdminCall[str] = self._call(groups, timeout_ms, "ShareGroupDescribe for group")
 
         async def send(node: int, keys: list[str]) -> None:
             _, response = await self._cluster.request(
-                node, ApiKey.DESCRIBE_GROUPS, {"groups": keys, "include_authorized_operations": False})
+                node, ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": keys, "include_authorized_operations": False})
+            names = await self._topic_names_of(response["groups"])
             for g in response["groups"]:
-                gid = g["group_id"]
-                if gid not in call.pending:
-                    continue
-                if g["error_code"] == 0 and g["group_state"] == "Dead":
-                    call.fail(gid, errors.GroupIdNotFoundError(f"group {gid!r} does not exist"))
-                    continue
-                call.answer(gid, g["error_code"], f"group {gid!r}", _group_description(g, node),
-                            g.get("error_message"))
+                gid, code = g["group_id"], g["error_code"]
+                if gid in call.pending:
+                    call.answer(gid, code, f"share group {gid!r}",
+                                _kip848_group_description(g, node, "share", names) if code == 0 else None,
+                                g.get("error_message"))
 
         return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+
+    async def _topic_names_of(self, groups: Iterable[Mapping[str, Any]]) -> dict[bytes, str]:
+        """``{topic id: name}`` for the assignments of describe answers that name a topic by id only.
+
+        Brokers send the name beside the id; where one is empty the name comes from metadata, refreshed once
+        when the id is not known yet. Empty when every topic is named (no metadata request then)."""
+        unnamed = _unnamed_topic_ids(groups)
+        if not unnamed:
+            return {}
+        known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
+        if not unnamed <= known.keys():
+            await self._metadata(None)
+            known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
+        return known
 
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                                      ) -> ItemResults[str, None]:
@@ -1226,6 +1303,57 @@ def _group_description(g: Mapping[str, Any], coordinator: int) -> GroupDescripti
                                          m["client_host"], assignment))
     return GroupDescription(g["group_id"], g["group_state"], g["protocol_type"], g["protocol_data"],
                             tuple(members), coordinator)
+
+
+#: ConsumerGroupDescribe's answers for a group that is not a KIP-848 group (or a broker without the API for
+#: it): describe it with DescribeGroups instead
+_NOT_A_CONSUMER_GROUP = frozenset({errors.GroupIdNotFoundError.errno, errors.UnsupportedVersionError.errno})
+
+
+def _assignment_structs(g: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    for m in g.get("members", ()):
+        for key in ("assignment", "target_assignment"):
+            if m.get(key) is not None:
+                yield m[key]
+
+
+def _unnamed_topic_ids(groups: Iterable[Mapping[str, Any]]) -> set[bytes]:
+    return {bytes(t["topic_id"]) for g in groups for a in _assignment_structs(g) for t in a["topic_partitions"]
+            if not t.get("topic_name")}
+
+
+def topic_id_text(topic_id: bytes) -> str:
+    """A topic id as Kafka prints it (URL-safe base64 without padding, as ``Uuid.toString``)."""
+    return base64.urlsafe_b64encode(bytes(topic_id)).decode().rstrip("=")
+
+
+def _assigned(assignment: Mapping[str, Any], names: Mapping[bytes, str]) -> frozenset[TopicPartition]:
+    """An assignment of ConsumerGroupDescribe / ShareGroupDescribe as TopicPartitions by topic name: the name the
+    answer carries, else ``names`` (from metadata), else the id's text so the partition is not hidden."""
+    out = []
+    for t in assignment["topic_partitions"]:
+        tid = bytes(t["topic_id"])
+        name = t.get("topic_name") or names.get(tid) or topic_id_text(tid)
+        out += [TopicPartition(name, p) for p in t["partitions"]]
+    return frozenset(out)
+
+
+def _kip848_group_description(g: Mapping[str, Any], coordinator: int, group_type: str,
+                              names: Mapping[bytes, str]) -> GroupDescription:
+    """A group of a ConsumerGroupDescribe (``group_type`` "consumer") or ShareGroupDescribe ("share") answer."""
+    members = tuple(
+        MemberDescription(
+            m["member_id"], m.get("instance_id"), m["client_id"], m["client_host"], _assigned(m["assignment"], names),
+            target_assignment=(_assigned(m["target_assignment"], names) if m.get("target_assignment") is not None
+                               else None),
+            member_epoch=m["member_epoch"], rack=m.get("rack_id"),
+            subscribed_topics=tuple(m["subscribed_topic_names"]),
+            subscribed_topic_regex=m.get("subscribed_topic_regex"),
+            member_type=MEMBER_TYPES.get(m.get("member_type", -1)))
+        for m in g["members"])
+    return GroupDescription(g["group_id"], g["group_state"], group_type, g["assignor_name"], members, coordinator,
+                            group_type=group_type, group_epoch=g["group_epoch"],
+                            assignment_epoch=g["assignment_epoch"])
 
 
 def _config_resources(resources: object, call: str) -> list[ConfigResource]:

@@ -61,25 +61,61 @@ class GroupListing:
     coordinator: int
 
 
+#: GroupDescription.group_type: which group protocol the group runs (the broker's GroupType names)
+GROUP_TYPES = ("classic", "consumer", "share")
+#: ConsumerGroupDescribe v1's member type (KIP-1099): a consumer group may hold members still on the classic
+#: protocol while it is upgraded
+MEMBER_TYPES = {0: "classic", 1: "consumer"}
+
+
 @dataclass(frozen=True)
 class MemberDescription:
+    """One member of a described group. The fields after ``assignment`` come from the KIP-848 / KIP-932
+    describe APIs; a classic group (DescribeGroups) leaves them at their defaults."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
     client_host: str
     #: partitions assigned to the member (decoded for consumer groups; empty otherwise)
     assignment: frozenset[TopicPartition]
+    #: the partitions the coordinator wants the member to own once it has released others' (KIP-848 only;
+    #: None for classic and share groups, which have no target apart from the assignment)
+    target_assignment: frozenset[TopicPartition] | None = None
+    #: the member's epoch (None in a classic group, whose members share the generation)
+    member_epoch: int | None = None
+    rack: str | None = None
+    #: topics the member subscribed to (names; KIP-848 and share groups)
+    subscribed_topics: tuple[str, ...] = ()
+    #: the regular expression the member subscribed with (KIP-848 regex subscriptions), else None
+    subscribed_topic_regex: str | None = None
+    #: "consumer" or "classic": the protocol this member of a consumer group speaks (None when the broker does
+    #: not say, and in classic and share groups)
+    member_type: str | None = None
 
 
 @dataclass(frozen=True)
 class GroupDescription:
+    """A described group. ``group_type`` says which protocol it runs: "classic" (DescribeGroups),
+    "consumer" (KIP-848, ConsumerGroupDescribe) or "share" (KIP-932, ShareGroupDescribe)."""
+
     group_id: str
     state: str
     protocol_type: str
-    #: the assignor the group chose (e.g. "range")
+    #: the assignor the group chose (e.g. "range"; "uniform" or "range" server side in KIP-848 groups)
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: int
+    group_type: str = "classic"
+    #: the group's epoch, bumped by every membership or subscription change (None in a classic group)
+    group_epoch: int | None = None
+    #: the group epoch the current target assignment was computed for (None in a classic group)
+    assignment_epoch: int | None = None
+
+    @property
+    def assignor(self) -> str:
+        """The assignor's name (``protocol`` under its KIP-848 name)."""
+        return self.protocol
 
 
 @dataclass(frozen=True)

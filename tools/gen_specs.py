@@ -66,6 +66,9 @@ APIS = [
     "AlterClientQuotas",
     "ConsumerGroupHeartbeat",
     "ShareGroupHeartbeat",
+    # describing KIP-848 consumer groups and KIP-932 share groups
+    "ConsumerGroupDescribe",
+    "ShareGroupDescribe",
     "ShareFetch",
     "ShareAcknowledge",
     # transactions (issue 14)

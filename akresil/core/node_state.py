@@ -67,7 +67,9 @@ MUTE_FROM_VERSION: dict[int, int] = {
     49: 0,   # AlterClientQuotas
     60: 0,   # DescribeCluster (post KIP-219)
     68: 0,   # ConsumerGroupHeartbeat (KIP-848, post KIP-219)
+    69: 0,   # ConsumerGroupDescribe
     76: 0,   # ShareGroupHeartbeat (KIP-932)
+    77: 0,   # ShareGroupDescribe
     78: 0,   # ShareFetch
     79: 0,   # ShareAcknowledge
 }

@@ -1237,6 +1237,92 @@ SHARE_GROUP_HEARTBEAT_RESPONSE = M(
     ),
 )
 
+CONSUMER_GROUP_DESCRIBE_REQUEST = M(
+    'ConsumerGroupDescribeRequest', 69, 'request', '0-1', '0+', (
+        F('group_ids', '[]string', '0+'),
+        F('include_authorized_operations', 'bool', '0+'),
+    ),
+)
+
+CONSUMER_GROUP_DESCRIBE_RESPONSE = M(
+    'ConsumerGroupDescribeResponse', 69, 'response', '0-1', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('groups', '[]DescribedGroup', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('group_id', 'string', '0+'),
+            F('group_state', 'string', '0+'),
+            F('group_epoch', 'int32', '0+'),
+            F('assignment_epoch', 'int32', '0+'),
+            F('assignor_name', 'string', '0+'),
+            F('members', '[]Member', '0+', fields=(
+                F('member_id', 'string', '0+'),
+                F('instance_id', 'string', '0+', nullable='0+', default=None),
+                F('rack_id', 'string', '0+', nullable='0+', default=None),
+                F('member_epoch', 'int32', '0+'),
+                F('client_id', 'string', '0+'),
+                F('client_host', 'string', '0+'),
+                F('subscribed_topic_names', '[]string', '0+'),
+                F('subscribed_topic_regex', 'string', '0+', nullable='0+', default=None),
+                F('assignment', 'Assignment', '0+', fields=(
+                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                        F('topic_id', 'uuid', '0+'),
+                        F('topic_name', 'string', '0+'),
+                        F('partitions', '[]int32', '0+'),
+                    )),
+                )),
+                F('target_assignment', 'Assignment', '0+', fields=(
+                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                        F('topic_id', 'uuid', '0+'),
+                        F('topic_name', 'string', '0+'),
+                        F('partitions', '[]int32', '0+'),
+                    )),
+                )),
+                F('member_type', 'int8', '1+', default=-1, ignorable=True),
+            )),
+            F('authorized_operations', 'int32', '0+', default=-2147483648),
+        )),
+    ),
+)
+
+SHARE_GROUP_DESCRIBE_REQUEST = M(
+    'ShareGroupDescribeRequest', 77, 'request', '1', '1+', (
+        F('group_ids', '[]string', '1+'),
+        F('include_authorized_operations', 'bool', '1+'),
+    ),
+)
+
+SHARE_GROUP_DESCRIBE_RESPONSE = M(
+    'ShareGroupDescribeResponse', 77, 'response', '1', '1+', (
+        F('throttle_time_ms', 'int32', '1+'),
+        F('groups', '[]DescribedGroup', '1+', fields=(
+            F('error_code', 'int16', '1+'),
+            F('error_message', 'string', '1+', nullable='1+', default=None),
+            F('group_id', 'string', '1+'),
+            F('group_state', 'string', '1+'),
+            F('group_epoch', 'int32', '1+'),
+            F('assignment_epoch', 'int32', '1+'),
+            F('assignor_name', 'string', '1+'),
+            F('members', '[]Member', '1+', fields=(
+                F('member_id', 'string', '1+'),
+                F('rack_id', 'string', '1+', nullable='1+', default=None),
+                F('member_epoch', 'int32', '1+'),
+                F('client_id', 'string', '1+'),
+                F('client_host', 'string', '1+'),
+                F('subscribed_topic_names', '[]string', '1+'),
+                F('assignment', 'Assignment', '1+', fields=(
+                    F('topic_partitions', '[]TopicPartitions', '1+', fields=(
+                        F('topic_id', 'uuid', '1+'),
+                        F('topic_name', 'string', '1+'),
+                        F('partitions', '[]int32', '1+'),
+                    )),
+                )),
+            )),
+            F('authorized_operations', 'int32', '1+', default=-2147483648),
+        )),
+    ),
+)
+
 SHARE_FETCH_REQUEST = M(
     'ShareFetchRequest', 78, 'request', '1-2', '0+', (
         F('group_id', 'string', '0+', nullable='0+', default=None),
@@ -1584,6 +1670,10 @@ ALL: tuple[Message, ...] = (
     CONSUMER_GROUP_HEARTBEAT_RESPONSE,
     SHARE_GROUP_HEARTBEAT_REQUEST,
     SHARE_GROUP_HEARTBEAT_RESPONSE,
+    CONSUMER_GROUP_DESCRIBE_REQUEST,
+    CONSUMER_GROUP_DESCRIBE_RESPONSE,
+    SHARE_GROUP_DESCRIBE_REQUEST,
+    SHARE_GROUP_DESCRIBE_RESPONSE,
     SHARE_FETCH_REQUEST,
     SHARE_FETCH_RESPONSE,
     SHARE_ACKNOWLEDGE_REQUEST,

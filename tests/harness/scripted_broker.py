@@ -3,9 +3,9 @@
 Every node listens on its own 127.0.0.1 port, answers ApiVersions with akresil's schema ranges (so any API,
 including ones no test broker implements, e.g. ElectLeaders, negotiates) and Metadata with the whole cluster
 (node ids 1..N, controller ``controller``, the topics in ``topics``: {name: [leader of each partition]});
-``versions`` overrides ApiVersions ranges to script an older broker. Every other request goes to
-``handler(node, api_key, version, body) -> response body`` (or None to close the connection). Each request is
-recorded with the node and the event loop's time, so a test can assert where retries went and how they were spaced.
+``versions`` overrides ApiVersions ranges to script an older broker (a None range: it lacks the API). Every
+other request goes to ``handler(node, api_key, version, body) -> response body`` (or None to close the
+connection). Each request is recorded with the node and the event loop's time, so a test can assert where retries went and how they were spaced.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ class ScriptedCluster:
     controller: int = 1
     topics: dict[str, list[int]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
-    #: ApiVersions ranges that differ from akresil's schema ranges (an older broker): {api key: (min, max)}
-    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: ApiVersions ranges that differ from akresil's schema ranges (an older broker): {api key: (min, max)},
+    #: or {api key: None} for an API the broker does not have
+    versions: dict[int, tuple[int, int] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._servers: dict[int, asyncio.AbstractServer] = {}
@@ -91,8 +92,9 @@ class ScriptedCluster:
                 header, body = api.decode_request(frame)
                 key, version, cid = header["api_key"], header["api_version"], header["correlation_id"]
                 if key == ApiKey.API_VERSIONS:
-                    keys = [{"api_key": int(k), "min_version": a, "max_version": b}
-                            for k, (a, b) in {**api.SCHEMA_VERSIONS, **self.versions}.items()]
+                    offered: dict[int, tuple[int, int] | None] = {**api.SCHEMA_VERSIONS, **self.versions}
+                    keys = [{"api_key": int(k), "min_version": r[0], "max_version": r[1]}
+                            for k, r in offered.items() if r is not None]
                     writer.write(api.encode_response(key, min(version, 3), cid, {"error_code": 0, "api_keys": keys}))
                     await writer.drain()
                     continue
