@@ -460,8 +460,9 @@ class Admin:
         a group (GROUP_ID_NOT_FOUND) or does not know the API, with DescribeGroups in the same round (classic
         groups), as Java's admin does. ``group_type`` of each description says which protocol the group runs.
 
-        A group neither API knows (state "Dead") is a ``GroupIdNotFoundError`` for that item; share groups are
-        described by ``describe_share_groups``."""
+        A group neither API describes (one that does not exist, or a share or streams group) is a
+        ``GroupIdNotFoundError`` for that item, with the brokers' reasons; share groups are described by
+        ``describe_share_groups``."""
         groups = _group_ids(group_ids, "describe_consumer_groups")
         call: AdminCall[str] = self._call(groups, timeout_ms, "describe of group")
         #: groups ConsumerGroupDescribe could not describe, with the broker's reason: asked with DescribeGroups
@@ -485,6 +486,11 @@ class Admin:
                         if code in _NOT_A_CONSUMER_GROUP:
                             classic[gid] = g.get("error_message") or errors.error_for_code(code).__name__
                             continue
+                        if code == 0 and g["group_epoch"] < 0:
+                            # no KIP-848 group has a negative epoch: Tansu 0.6 answers every group so, with
+                            # no members; DescribeGroups knows the group
+                            classic[gid] = f"described with group epoch {g['group_epoch']}"
+                            continue
                         call.answer(gid, code, f"group {gid!r}",
                                     _kip848_group_description(g, node, "consumer", names) if code == 0 else None,
                                     g.get("error_message"))
@@ -506,10 +512,12 @@ class Admin:
             if code == 0 and g["group_state"] == "Dead":
                 call.fail(gid, errors.GroupIdNotFoundError(f"group {gid!r} does not exist"))
             elif code == errors.GroupIdNotFoundError.errno:
-                # neither a consumer nor a classic group: a share or streams group, or one that just vanished
+                # Kafka 4 answers so for a group it does not know and for one of another kind (share, streams):
+                # the brokers' own words tell which
+                reasons = dict.fromkeys(r for r in (why_not_consumer.get(gid), g.get("error_message")) if r)
                 call.fail(gid, errors.GroupIdNotFoundError(
-                    f"group {gid!r} is neither a consumer (KIP-848) nor a classic group: ConsumerGroupDescribe: "
-                    f"{why_not_consumer.get(gid, '-')}; DescribeGroups: {g.get('error_message') or 'not found'}"))
+                    f"group {gid!r} does not exist or is not a consumer group"
+                    + (f" ({' '.join(reasons)})" if reasons else "")))
             else:
                 call.answer(gid, code, f"group {gid!r}", _group_description(g, node) if code == 0 else None,
                             g.get("error_message"))

@@ -1,6 +1,7 @@
-"""The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete``, ``configs describe|alter``,
-``topics add-partitions``, ``partitions reassign|list-reassignments`` and ``quotas describe|alter``, printing
-aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
+"""The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete`` (describe shows classic,
+KIP-848 and share groups), ``configs describe|alter``, ``topics add-partitions``, ``partitions
+reassign|list-reassignments`` and ``quotas describe|alter``, printing aligned tables (as
+kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
 
 ``groups reset-offsets`` follows kafka-consumer-groups.sh: it only shows the plan unless ``--execute`` is
 given, and target offsets are clamped into each partition's [log start, log end] range. The plan itself is
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
 
-from .types import TopicPartition
+from .types import TopicPartition, partitions_by_topic
 
 
 class AdminUsageError(Exception):
@@ -196,25 +197,35 @@ def _report(args: argparse.Namespace, verb: str, results: Any) -> int:
 
 
 async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
+    """Consumer groups of both protocols (classic and KIP-848) with their offsets and lag, and share groups
+    (KIP-932) with their members' assignments: a group ``describe_consumer_groups`` does not find is asked as
+    a share group before it is reported missing."""
+    from .errors import GroupIdNotFoundError
     described = await admin.describe_consumer_groups(args.groups)
+    found: dict[str, Any] = dict(described.ok)
+    failures: dict[str, BaseException] = dict(described.errors)
+    maybe_share = [g for g, e in described.errors.items() if isinstance(e, GroupIdNotFoundError)]
+    if maybe_share:
+        shared = await admin.describe_share_groups(maybe_share)
+        for gid, desc in shared.ok.items():
+            found[gid] = desc
+            del failures[gid]
     rows: list[dict[str, Any]] = []
-    failed = False
+    share_rows: list[dict[str, Any]] = []
     for gid in args.groups:
-        if gid in described.errors:
-            failed = True
-            print(f"group {gid}: {type(described.errors[gid]).__name__}: {described.errors[gid]}", file=sys.stderr)
+        if gid in failures:
+            print(f"group {gid}: {type(failures[gid]).__name__}: {failures[gid]}", file=sys.stderr)
             continue
-        desc = described[gid]
+        desc = found[gid]
+        if desc.group_type == "share":
+            _describe_share_group(args, desc, share_rows)
+            continue
         owner = {tp: m for m in desc.members for tp in m.assignment}
         offsets = await admin.list_consumer_group_offsets(gid)
         tps = sorted(set(offsets) | set(owner))
         if args.json:
             sys.stdout.write(orjson.dumps({
-                "group": gid, "state": desc.state, "protocol": desc.protocol, "coordinator": desc.coordinator,
-                "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
-                             "group_instance_id": m.group_instance_id,
-                             "assignment": [[tp.topic, tp.partition] for tp in sorted(m.assignment)]}
-                            for m in desc.members],
+                **_group_json(desc),
                 "offsets": [{"topic": tp.topic, "partition": tp.partition,
                              "current_offset": offsets[tp].committed if tp in offsets else None,
                              "log_end_offset": offsets[tp].log_end if tp in offsets else None,
@@ -222,8 +233,7 @@ async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
                              "member_id": owner[tp].member_id if tp in owner else None} for tp in tps],
             }).decode() + "\n")
             continue
-        print(f"group {gid}: state {desc.state}, assignor {desc.protocol or '-'}, coordinator {desc.coordinator}, "
-              f"{len(desc.members)} member(s)")
+        print(_group_line(desc))
         for tp in tps:
             o = offsets.get(tp)
             m = owner.get(tp)
@@ -236,7 +246,52 @@ async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
                      "HOST", "CLIENT-ID"],
                     ([r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"],
                       r["consumer_id"], r["host"], r["client_id"]] for r in rows)))
-    return 1 if failed else 0
+    if not args.json and share_rows:
+        print(table(["GROUP", "MEMBER-ID", "HOST", "CLIENT-ID", "MEMBER-EPOCH", "ASSIGNMENT"],
+                    ([r["group"], r["member_id"], r["host"], r["client_id"], r["member_epoch"], r["assignment"]]
+                     for r in share_rows)))
+    return 1 if failures else 0
+
+
+def _describe_share_group(args: argparse.Namespace, desc: Any, rows: list[dict[str, Any]]) -> None:
+    """A share group has no committed offsets per partition (its members share the partitions): its members and
+    what each is assigned."""
+    if args.json:
+        sys.stdout.write(orjson.dumps(_group_json(desc)).decode() + "\n")
+        return
+    print(_group_line(desc))
+    for m in sorted(desc.members, key=lambda m: m.member_id):
+        rows.append({"group": desc.group_id, "member_id": m.member_id, "host": m.client_host,
+                     "client_id": m.client_id, "member_epoch": m.member_epoch,
+                     "assignment": _partitions_text(m.assignment)})
+
+
+def _group_line(desc: Any) -> str:
+    """One line per group: state, assignor, coordinator, members, then (KIP-848 and share groups) the group's
+    type and epochs; a classic group's line is unchanged from before KIP-848 groups were described."""
+    extra = (f", type {desc.group_type}, group epoch {desc.group_epoch}, assignment epoch {desc.assignment_epoch}"
+             if desc.group_type != "classic" else "")
+    return (f"group {desc.group_id}: state {desc.state}, assignor {desc.protocol or '-'}, "
+            f"coordinator {desc.coordinator}, {len(desc.members)} member(s){extra}")
+
+
+def _group_json(desc: Any) -> dict[str, Any]:
+    return {
+        "group": desc.group_id, "type": desc.group_type, "state": desc.state, "protocol": desc.protocol,
+        "coordinator": desc.coordinator, "group_epoch": desc.group_epoch, "assignment_epoch": desc.assignment_epoch,
+        "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                     "group_instance_id": m.group_instance_id, "rack": m.rack, "member_epoch": m.member_epoch,
+                     "subscribed_topics": list(m.subscribed_topics),
+                     "assignment": [[tp.topic, tp.partition] for tp in sorted(m.assignment)],
+                     "target_assignment": (None if m.target_assignment is None else
+                                           [[tp.topic, tp.partition] for tp in sorted(m.target_assignment)])}
+                    for m in desc.members],
+    }
+
+
+def _partitions_text(tps: Iterable[TopicPartition]) -> str:
+    """``orders:0,1 payments:2``: partitions grouped by topic, both sorted."""
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in partitions_by_topic(tps).items()) or "-"
 
 
 def _reset_mode(args: argparse.Namespace) -> tuple[str, Any]:
@@ -411,11 +466,14 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
 
-    groups = sub.add_parser("groups", help="list, describe, reset offsets of or delete consumer groups")
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of or delete consumer groups "
+                                           "(describe also shows share groups)")
     gsub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     g = gsub.add_parser("list", parents=[client, out], help="every group on every broker")
     g.add_argument("--state", action="append", help="only groups in this state (repeatable), e.g. Stable")
-    g = gsub.add_parser("describe", parents=[client, out], help="members, committed offsets, log ends and lag")
+    g = gsub.add_parser("describe", parents=[client, out],
+                        help="members, committed offsets, log ends and lag (classic and KIP-848 groups); "
+                             "members and assignments (share groups)")
     g.add_argument("groups", nargs="+", metavar="GROUP")
     g = gsub.add_parser("delete", parents=[client, out], help="delete groups (they must have no members)")
     g.add_argument("groups", nargs="+", metavar="GROUP")

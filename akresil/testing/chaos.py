@@ -401,9 +401,10 @@ class KafkaClusterControl:
     * ``throttle``: a real client quota (KIP-219) of ``throttle_byte_rate`` bytes/s, produce and fetch, on every
       soak client for the fault's ``ms * count``, then lifted.  Quotas are per client id and each broker
       enforces them, so ``node`` is not used, and the broker decides how long each throttle lasts;
-    * ``kill_consumer``: a group member crashes as with the proxy; ``DescribeGroups`` right after the kill must
-      still list it (a member that sent LeaveGroup is gone at once; counted in ``killed_left``).  Kafka
-      describes only classic groups that way, so a KIP-848 member's kill is not checked (``killed_unchecked``).
+    * ``kill_consumer``: a group member crashes as with the proxy; describing the group right after the kill
+      (DescribeGroups, or ConsumerGroupDescribe for a KIP-848 group) must still list it (a member that sent
+      LeaveGroup is gone at once; counted in ``killed_left``). A group the coordinator cannot describe yet is
+      not checked (``killed_unchecked``).
 
     A broker cannot be told to drop its connections, delay responses or answer a request with an error, so
     ``drop_connections``, ``add_latency`` / ``remove_latency`` and ``fail_requests`` (``UNSUPPORTED``) get
@@ -564,7 +565,6 @@ class KafkaClusterControl:
             try:
                 desc = (await admin.describe_consumer_groups([self.group]))[self.group]
             except errors.GroupIdNotFoundError:
-                # DescribeGroups describes classic groups only (a KIP-848 group is "not a classic group"), and
                 # a coordinator that just took over knows a group only once a generation of it completed
                 self.killed_unchecked += 1
                 return

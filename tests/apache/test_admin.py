@@ -4,11 +4,13 @@ are in test_admin_reassign_quotas.py; incremental configs on groups in test_shar
 from __future__ import annotations
 
 import time
-from typing import Callable
+from contextlib import AsyncExitStack
+from typing import Any, Callable
 
+import anyio
 import pytest
 
-from akresil import Consumer, ConsumerRecord, Producer, TopicPartition
+from akresil import Consumer, ConsumerRecord, Producer, ShareConsumer, TopicPartition
 from akresil.admin_types import (AclBinding, AclBindingFilter, ConfigResource, ScramDeletion, ScramUpsertion)
 from akresil.errors import (GroupIdNotFoundError, NonEmptyGroupError, SaslAuthenticationFailedError,
                             TopicAuthorizationFailedError, UnknownTopicOrPartitionError)
@@ -169,3 +171,99 @@ async def test_scram_users_and_acls_end_to_end(kafka_cluster: KafkaCluster, make
         async def acl_gone() -> bool:
             return binding not in await admin.describe_acls(mine)
         await kafka_cluster.wait_for(acl_gone)
+
+
+async def _polling(clients: list[Any], stop: anyio.Event) -> None:
+    """Keep every client polling (classic members rebalance inside poll) until ``stop``."""
+    async def poll(c: Any) -> None:
+        while not stop.is_set():
+            await c.getmany(timeout_ms=100)
+    async with anyio.create_task_group() as tg:
+        for c in clients:
+            tg.start_soon(poll, c)
+
+
+async def test_groups_of_every_protocol_are_described_as_their_members_hold_them(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """A classic group, a KIP-848 group and a share group, each of two akresil members: the descriptions match
+    what the members hold (ids, assignments, epochs), and a group that does not exist is a clear per-group error."""
+    topic = await make_topic(partitions=4)
+    everything = {TopicPartition(topic, p) for p in range(4)}
+    bootstrap = kafka_cluster.bootstrap_servers
+    gc, gk, gs, missing = unique("classic"), unique("kip848"), unique("share"), unique("missing")
+    async with AsyncExitStack() as stack:
+        classic = [await stack.enter_async_context(Consumer(
+            topic, bootstrap_servers=bootstrap, group_id=gc, client_id=f"cc{i}",
+            group_instance_id="static-c0" if i == 0 else None)) for i in range(2)]
+        kip848 = [await stack.enter_async_context(Consumer(
+            topic, bootstrap_servers=bootstrap, group_id=gk, group_protocol="consumer", client_id=f"ck{i}",
+            group_instance_id="static-k0" if i == 0 else None)) for i in range(2)]
+        share = [await stack.enter_async_context(ShareConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=gs, client_id=f"cs{i}")) for i in range(2)]
+        admin = await stack.enter_async_context(kafka_cluster.admin())
+        stop = anyio.Event()
+        last: dict[str, Any] = {}
+
+        async def settled() -> bool:
+            """Every group stable with the assignment its members hold (compared while they keep polling)."""
+            described = await admin.describe_consumer_groups([gc, gk, missing])
+            shared = await admin.describe_share_groups([gs, missing])
+            last.update(classic=described.ok.get(gc), kip848=described.ok.get(gk), share=shared.ok.get(gs))
+            if any(v is None or v.state != "Stable" for v in (last["classic"], last["kip848"], last["share"])):
+                return False
+            for desc, members in ((last["classic"], classic), (last["kip848"], kip848)):
+                held = {c.group_metadata().member_id: c.assignment() for c in members}
+                if {m.member_id: m.assignment for m in desc.members} != held:
+                    return False
+                if set().union(*held.values()) != everything or not all(held.values()):
+                    return False
+            if any(m.target_assignment != m.assignment for m in last["kip848"].members):
+                return False
+            held = {s.member_id: s.assignment() for s in share}
+            return {m.member_id: m.assignment for m in last["share"].members} == held and all(held.values())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_polling, [*classic, *kip848, *share], stop)
+            try:
+                await kafka_cluster.wait_for(settled, timeout_s=90, interval_s=0.5)
+            except TimeoutError:
+                pytest.fail(f"groups never matched their members; last descriptions: {last}")
+            finally:
+                stop.set()
+            epochs = {c.group_metadata().member_id: c.group_metadata().generation_id for c in kip848}
+        # classic: DescribeGroups' view
+        c = last["classic"]
+        assert (c.group_type, c.protocol_type, c.group_epoch, c.assignment_epoch) == ("classic", "consumer", None, None)
+        by_id = {m.member_id: m for m in c.members}
+        assert by_id[classic[0].group_metadata().member_id].group_instance_id == "static-c0"
+        assert {m.client_id for m in c.members} == {"cc0", "cc1"}
+        assert all(m.target_assignment is None and m.member_epoch is None for m in c.members)
+        # KIP-848: ConsumerGroupDescribe's view, epochs and subscriptions included
+        k = last["kip848"]
+        assert (k.group_type, k.protocol_type, k.assignor) == ("consumer", "consumer", "uniform")
+        assert k.group_epoch == k.assignment_epoch and k.group_epoch >= 2
+        by_id = {m.member_id: m for m in k.members}
+        assert by_id[kip848[0].group_metadata().member_id].group_instance_id == "static-k0"
+        assert {m.client_id for m in k.members} == {"ck0", "ck1"}
+        for m in k.members:
+            assert m.subscribed_topics == (topic,) and m.member_type == "consumer"
+            assert m.member_epoch is not None and m.member_epoch <= k.group_epoch
+        assert {mid: by_id[mid].member_epoch for mid in epochs} == epochs
+        # share group: ShareGroupDescribe's view
+        s = last["share"]
+        assert (s.group_type, s.protocol_type, s.assignor) == ("share", "share", "simple")
+        assert s.group_epoch == s.assignment_epoch and s.group_epoch >= 2
+        assert {m.client_id for m in s.members} == {"cs0", "cs1"}
+        assert all(m.subscribed_topics == (topic,) and m.target_assignment is None for m in s.members)
+        # a group that does not exist, and a group asked with the other kind's call: per-group errors
+        described = await admin.describe_consumer_groups([missing, gs, gc])
+        assert described[gc].group_type == "classic"
+        with pytest.raises(GroupIdNotFoundError, match=f"group '{missing}' does not exist .*not found"):
+            described[missing]
+        with pytest.raises(GroupIdNotFoundError, match=f"group '{gs}' does not exist or is not a consumer group"):
+            described[gs]
+        shared = await admin.describe_share_groups([missing, gk])
+        with pytest.raises(GroupIdNotFoundError, match=f"share group '{missing}'"):
+            shared[missing]
+        with pytest.raises(GroupIdNotFoundError, match=f"share group '{gk}'"):
+            shared[gk]

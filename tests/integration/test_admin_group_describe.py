@@ -93,6 +93,21 @@ async def test_a_broker_without_consumer_group_describe_is_asked_with_describe_g
     assert [r.body["groups"] for r in cluster.calls(ApiKey.DESCRIBE_GROUPS)] == [["a", "b"]]
 
 
+async def test_an_answer_without_a_group_epoch_is_no_kip848_description() -> None:
+    # Tansu 0.6 answers ConsumerGroupDescribe for a classic group with epochs -1 and no members
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.FIND_COORDINATOR:
+            return _find(version, body, cluster.ports)
+        if key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+            return {"groups": [_described(g, group_epoch=-1, assignment_epoch=-1) for g in body["group_ids"]]}
+        return {"groups": [_classic(g) for g in body["groups"]]}
+
+    async with ScriptedCluster(handler) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers, retry_backoff_ms=10) as admin:
+            results = await admin.describe_consumer_groups(["t"])
+    assert (results["t"].group_type, results["t"].protocol) == ("classic", "range")
+
+
 async def test_a_group_neither_api_describes_names_both_reasons() -> None:
     def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         if key == ApiKey.FIND_COORDINATOR:
@@ -104,7 +119,8 @@ async def test_a_group_neither_api_describes_names_both_reasons() -> None:
     async with ScriptedCluster(handler) as cluster:
         async with Admin(bootstrap_servers=cluster.bootstrap_servers, retry_backoff_ms=10) as admin:
             results = await admin.describe_consumer_groups(["s"])
-    with pytest.raises(errors.GroupIdNotFoundError, match="not a consumer group.*not a classic group"):
+    with pytest.raises(errors.GroupIdNotFoundError,
+                       match=r"group 's' does not exist or is not a consumer group \(not a consumer group not a"):
         results["s"]
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from akresil.cli import build_parser, main
-from akresil.admin_types import DEFAULT
-from akresil.cli_admin import (ANY_NAME, AdminUsageError, parse_datetime_ms, parse_move, parse_topic_spec, plan_reset,
-                               quota_parts, table)
+from akresil.admin_types import DEFAULT, GroupDescription, GroupOffset, MemberDescription
+from akresil.cli_admin import (ANY_NAME, AdminUsageError, _describe_groups, parse_datetime_ms, parse_move,
+                               parse_topic_spec, plan_reset, quota_parts, table)
+from akresil.core.admin_call import ItemResults
+from akresil.errors import GroupIdNotFoundError
 from akresil.types import TopicPartition
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -113,3 +116,57 @@ def test_quota_and_reassignment_usage_errors_exit_2_before_connecting(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv + ["-b", "127.0.0.1:1"]) == 2          # nothing listens there: refused before dialling
     assert message in capsys.readouterr().err
+
+
+class _GroupsAdmin:
+    """The three calls ``groups describe`` makes, answering from fixed descriptions."""
+
+    def __init__(self, consumer: dict[str, GroupDescription], share: dict[str, GroupDescription]) -> None:
+        self.consumer, self.share = consumer, share
+        self.share_asked: list[str] = []
+
+    async def describe_consumer_groups(self, ids: list[str]) -> ItemResults[str, GroupDescription]:
+        return ItemResults(ids, {g: self.consumer[g] for g in ids if g in self.consumer},
+                           {g: GroupIdNotFoundError(f"group {g!r} does not exist or is not a consumer group")
+                            for g in ids if g not in self.consumer})
+
+    async def describe_share_groups(self, ids: list[str]) -> ItemResults[str, GroupDescription]:
+        self.share_asked += ids
+        return ItemResults(ids, {g: self.share[g] for g in ids if g in self.share},
+                           {g: GroupIdNotFoundError(f"share group {g!r}: not found")
+                            for g in ids if g not in self.share})
+
+    async def list_consumer_group_offsets(self, gid: str) -> dict[TopicPartition, GroupOffset]:
+        return {A: GroupOffset(7, "", None, 10, 3)}
+
+
+def _member(mid: str, owned: set[TopicPartition], **kip848: object) -> MemberDescription:
+    return MemberDescription(mid, None, "cid-" + mid, "/h", frozenset(owned), **kip848)  # type: ignore[arg-type]
+
+
+async def test_groups_describe_shows_kip848_and_share_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    kip848 = GroupDescription("g848", "Stable", "consumer", "uniform",
+                              (_member("m1", {A}, target_assignment=frozenset({A, B}), member_epoch=4),), 2,
+                              group_type="consumer", group_epoch=5, assignment_epoch=4)
+    classic = GroupDescription("gc", "Stable", "consumer", "range", (_member("c1", {B}),), 1)
+    share = GroupDescription("gs", "Stable", "share", "simple", (_member("s1", {A, B}, member_epoch=2),), 3,
+                             group_type="share", group_epoch=2, assignment_epoch=2)
+    admin = _GroupsAdmin({"g848": kip848, "gc": classic}, {"gs": share})
+    args = build_parser().parse_args(["groups", "describe", "g848", "gc", "gs", "none"])
+    assert await _describe_groups(admin, args) == 1                 # "none" is missing
+    out, err = capsys.readouterr()
+    assert admin.share_asked == ["gs", "none"]                      # only groups describe_consumer_groups missed
+    assert "group g848: state Stable, assignor uniform, coordinator 2, 1 member(s), type consumer, group epoch 5, " \
+           "assignment epoch 4\n" in out
+    assert "group gc: state Stable, assignor range, coordinator 1, 1 member(s)\n" in out
+    assert "group gs: state Stable, assignor simple, coordinator 3, 1 member(s), type share, group epoch 2" in out
+    share_row = next(line for line in out.splitlines() if line.startswith("gs "))
+    assert share_row.split() == ["gs", "s1", "/h", "cid-s1", "2", "t:0,1"]
+    assert "group none: GroupIdNotFoundError: group 'none' does not exist" in err
+
+    args = build_parser().parse_args(["groups", "describe", "g848", "gs", "--json"])
+    assert await _describe_groups(admin, args) == 0
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(x["group"], x["type"], x["group_epoch"]) for x in lines] == [("g848", "consumer", 5), ("gs", "share", 2)]
+    assert lines[0]["members"][0]["target_assignment"] == [["t", 0], ["t", 1]]
+    assert lines[0]["offsets"][0]["member_id"] == "m1" and "offsets" not in lines[1]
