@@ -5,7 +5,8 @@ including ones no test broker implements, e.g. ElectLeaders, negotiates) and Met
 (node ids 1..N, controller ``controller``, the topics in ``topics``: {name: [leader of each partition]});
 ``versions`` overrides ApiVersions ranges to script an older broker (a None range: it lacks the API). Every
 other request goes to ``handler(node, api_key, version, body) -> response body`` (or None to close the
-connection). Each request is recorded with the node and the event loop's time, so a test can assert where retries went and how they were spaced.
+connection). Each request is recorded with the node and the event loop's time, so a test can assert where
+retries went and how they were spaced.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class ScriptedCluster:
     #: ApiVersions ranges that differ from akresil's schema ranges (an older broker): {api key: (min, max)},
     #: or {api key: None} for an API the broker does not have
     versions: dict[int, tuple[int, int] | None] = field(default_factory=dict)
+    #: topic ids Metadata gives ({name: 16 bytes}); a topic not named here gets the all-zero id ("none")
+    topic_ids: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._servers: dict[int, asyncio.AbstractServer] = {}
@@ -73,7 +76,8 @@ class ScriptedCluster:
     def _metadata(self) -> dict[str, Any]:
         return {"brokers": [{"node_id": n, "host": "127.0.0.1", "port": p} for n, p in self.ports.items()],
                 "cluster_id": "scripted", "controller_id": self.controller,
-                "topics": [{"error_code": 0, "name": name, "topic_id": bytes(16), "partitions": [
+                "topics": [{"error_code": 0, "name": name, "topic_id": self.topic_ids.get(name, bytes(16)),
+                            "partitions": [
                     {"error_code": 0, "partition_index": i, "leader_id": leader, "leader_epoch": 0,
                      "replica_nodes": [max(leader, 1)], "isr_nodes": [max(leader, 1)]}
                     for i, leader in enumerate(leaders)]} for name, leaders in self.topics.items()]}

@@ -15,6 +15,7 @@ from tests.harness.scripted_broker import ScriptedCluster
 
 NOT_FOUND = errors.GroupIdNotFoundError.errno
 ORDERS_ID = bytes(range(16))
+PAYMENTS_ID = bytes([7] * 16)
 
 
 def _find(version: int, body: dict[str, Any], ports: dict[int, int]) -> dict[str, Any]:
@@ -152,3 +153,20 @@ async def test_share_groups_are_described_with_share_group_describe() -> None:
     assert (m.member_epoch, m.target_assignment, m.group_instance_id) == (3, None, None)
     with pytest.raises(errors.GroupIdNotFoundError, match="share group 'missing': Group missing not found"):
         results["missing"]
+
+
+async def test_a_topic_named_by_id_only_is_named_from_metadata() -> None:
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.FIND_COORDINATOR:
+            return _find(version, body, cluster.ports)
+        member = _kip848_member("m1", [0], [0], assignment=_tps(("", PAYMENTS_ID, [0])),
+                                target_assignment=_tps(("", PAYMENTS_ID, [0]), ("", ORDERS_ID, [1])))
+        return {"groups": [_described(g, members=[member]) for g in body["group_ids"]]}
+
+    # Metadata knows "payments"; ORDERS_ID is known to no one (a topic deleted meanwhile): shown by its id
+    async with ScriptedCluster(handler, topics={"payments": [1]}, topic_ids={"payments": PAYMENTS_ID}) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers, retry_backoff_ms=10) as admin:
+            (m,) = (await admin.describe_consumer_groups(["g"]))["g"].members
+    assert m.assignment == {TopicPartition("payments", 0)}
+    assert m.target_assignment == {TopicPartition("payments", 0), TopicPartition("AAECAwQFBgcICQoLDA0ODw", 1)}
+    assert len(cluster.calls(ApiKey.METADATA)) >= 2      # bootstrap, then the refresh for the unknown id
