@@ -173,6 +173,10 @@ class ShareFetchState:
         #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
         self._results: dict[TopicPartition, KafkaError | None] = {}
         self._unsettled: dict[int, int] = {}   # node -> acks sent and not answered (count of requests)
+        #: offsets spanned by the largest record batch of the latest answer that brought more records than it
+        #: asked for (0: none did): sizes the next fetch so that its whole batches fit one poll (``fetch_records``)
+        self._batch_span = 0
+        self._answer_span = 0
 
     # ------------------------------------------------------------------ sessions
     def _session(self, node_id: int) -> _Session:
@@ -287,7 +291,7 @@ class ShareFetchState:
                 forgotten.setdefault(tid, []).append(p)
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
                 "max_wait_ms": self.max_wait_ms if max_wait_ms is None else max_wait_ms,
-                "min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "max_records": self.max_records,
+                "min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "max_records": self.fetch_records,
                 "batch_size": self.max_records,
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()],
                 "forgotten_topics_data": [{"topic_id": tid, "partitions": sorted(ps)}
@@ -295,6 +299,19 @@ class ShareFetchState:
         if carried:
             self._unsettled[node] = self._unsettled.get(node, 0) + 1
         return SharePlan(PlanKind.FETCH, node, body, dict(names), carried, frozenset(names), now)
+
+    @property
+    def fetch_records(self) -> int:
+        """``MaxRecords`` of the next ShareFetch. Apache Kafka acquires whole batches (its default
+        batch-optimized mode) until it holds at least that many records, so with batches of B records and
+        ``max_poll_records`` P an answer asked for P records brings up to P + B - 1: more than one poll, hence
+        two commits (a ShareAcknowledge, then a fetch) per answer, and acknowledgements that split a batch,
+        which the broker then tracks offset by offset. Once a broker has brought more than it was asked for,
+        asking for P - B + 1 (B from that answer) keeps an answer within one poll, in whole batches, so the
+        commit after that poll rides the next fetch. A broker that stops at the limit (librdkafka's mock) keeps
+        getting P."""
+        span = self._batch_span
+        return self.max_records if span <= 1 else max(1, self.max_records - span + 1)
 
     def _ack_plan(self, node: int, s: _Session, kind: PlanKind, now: float,
                   topic_id_of: Callable[[str], bytes | None]) -> SharePlan | None:
@@ -353,6 +370,7 @@ class ShareFetchState:
         hints: list[LeaderHint] = []
         refresh = False
         count = 0
+        self._answer_span = 0
         answered: set[TopicPartition] = set()
         for topic in response.get("responses") or ():
             tid = bytes(topic["topic_id"])
@@ -376,6 +394,8 @@ class ShareFetchState:
                                                     endpoints.get(lid)))
                     continue
                 count += self._take_records(plan.node_id, tp, part, deadline)
+        if count > plan.body["max_records"]:
+            self._batch_span = self._answer_span
         for tp in plan.acks.keys() - answered:
             self._settle(tp, 0, None)
         self._request_done(plan)
@@ -404,9 +424,12 @@ class ShareFetchState:
         first, last, dc = ranges[0]
         lock, out = locks[0], taken[0]
         new = tuple.__new__
+        span = 0
         for batch in read_batches(part.get("records")):
             if batch.is_control or batch.last_offset < lowest or batch.base_offset > highest:
                 continue
+            if batch.last_offset - batch.base_offset >= span:
+                span = batch.last_offset - batch.base_offset + 1
             for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
                 off = rec[2]
                 if off > last:
@@ -434,6 +457,8 @@ class ShareFetchState:
                 self._buffer.append(_Chunk(lock, out))
                 count += len(out)
         s.buffered += count
+        if count and span > self._answer_span:
+            self._answer_span = span
         for (first, last, _), n, out in zip(ranges, seen, taken):
             if n < last - first + 1:
                 # acquired offsets with no record: settle them as gaps so they are not delivered again

@@ -377,3 +377,34 @@ def test_a_plain_topic_partition_tuple_settles_like_the_named_one() -> None:
     (part,) = p2.body["topics"][0]["partitions"]
     assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
     assert {type(tp) for tp in p2.acks} == {TopicPartition}
+
+
+def drain_and_accept(st: ShareFetchState, now: float, max_records: int = 1000) -> int:
+    recs = st.poll(max_records, now)
+    for rec in recs:
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, now)
+    return len(recs)
+
+
+def test_a_broker_that_rounds_up_to_whole_batches_is_asked_for_what_fits_one_poll() -> None:
+    st = state(max_records=10)
+    p = plan(st, 0)[1]
+    assert p.body["max_records"] == 10
+    # Apache Kafka's batch-optimized acquisition: whole batches of 4 until at least 10 records, so 12
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 4) + batch(4, 4) + batch(8, 4), [(0, 11, 1)]), 10)
+    assert drain_and_accept(st, 20, 10) == 10 and drain_and_accept(st, 20, 10) == 2   # two polls for one answer
+    assert st.fetch_records == 7                  # 7 -> two batches (8) at most: one poll, whole batches
+    p2 = plan(st, 30)[1]
+    assert p2.body["max_records"] == 7 and p2.body["batch_size"] == 10
+    st.on_fetch_response(p2, fetch_answer(0, batch(12, 4) + batch(16, 4), [(12, 19, 1)]), 40)
+    assert drain_and_accept(st, 50) == 8          # the whole answer in one poll
+    assert plan(st, 60)[1].body["max_records"] == 7
+
+
+def test_a_broker_that_stops_at_the_limit_keeps_being_asked_for_a_full_poll() -> None:
+    st = state(max_records=10)
+    p = plan(st, 0)[1]
+    # librdkafka's mock: exactly the records asked for, whatever the batches
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 4) + batch(4, 4) + batch(8, 4), [(0, 9, 1)]), 10)
+    assert drain_and_accept(st, 20) == 10
+    assert st.fetch_records == 10 and plan(st, 30)[1].body["max_records"] == 10
