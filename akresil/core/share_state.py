@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .. import errors
 from ..errors import KafkaError
-from ..protocol.records import read_batches
+from ..protocol.records import RecordBatchView, read_batches
 from ..types import ShareRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
 from .fetch_state import decode_batch
@@ -143,6 +143,19 @@ class FetchOutcome(NamedTuple):
     records: int
     hints: list[LeaderHint]
     refresh_metadata: bool
+
+
+def _decode_whole(batch: RecordBatchView, topic: str, partition: int, delivery_count: int) -> list[ShareRecord] | None:
+    """Every record of a batch as a ``ShareRecord`` (no deserializers), built in place like ``decode_batch``
+    builds ``ConsumerRecord``s; None if the batch does not decode (``decode_batch`` then says why)."""
+    new = tuple.__new__
+    cls = ShareRecord
+    epoch = batch.partition_leader_epoch
+    try:
+        return [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or (), r.timestamp,
+                          r.timestamp_type, epoch, delivery_count)) for r in batch.records()]
+    except Exception:   # the C reader and the codecs raise assorted types
+        return None
 
 
 class ShareFetchState:
@@ -425,11 +438,32 @@ class ShareFetchState:
         lock, out = locks[0], taken[0]
         new = tuple.__new__
         span = 0
+        plain = self._kd is None and self._vd is None
         for batch in read_batches(part.get("records")):
             if batch.is_control or batch.last_offset < lowest or batch.base_offset > highest:
                 continue
-            if batch.last_offset - batch.base_offset >= span:
-                span = batch.last_offset - batch.base_offset + 1
+            base, end = batch.base_offset, batch.last_offset
+            if end - base >= span:
+                span = end - base + 1
+            if plain and not check:
+                if base > last:
+                    while i < last_range and base > ranges[i][1]:
+                        i += 1
+                    first, last, dc = ranges[i]
+                    lock, out = locks[i], taken[i]
+                if first <= base and end <= last:
+                    # the usual case: the whole batch acquired in one range, nothing held yet (no older delivery
+                    # to supersede): its records straight into ShareRecords, its offsets held in one C call
+                    whole = _decode_whole(batch, tp.topic, tp.partition, dc)
+                    if whole is not None:
+                        seen[i] += len(whole)
+                        out += whole
+                        if len(whole) == end - base + 1:
+                            held.update(dict.fromkeys(range(base, end + 1), lock))
+                        else:                   # compacted: offsets missing from the batch
+                            for rec in whole:
+                                held[rec[2]] = lock
+                        continue
             for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
                 off = rec[2]
                 if off > last:

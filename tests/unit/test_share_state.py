@@ -408,3 +408,20 @@ def test_a_broker_that_stops_at_the_limit_keeps_being_asked_for_a_full_poll() ->
     st.on_fetch_response(p, fetch_answer(0, batch(0, 4) + batch(4, 4) + batch(8, 4), [(0, 9, 1)]), 10)
     assert drain_and_accept(st, 20) == 10
     assert st.fetch_records == 10 and plan(st, 30)[1].body["max_records"] == 10
+
+
+def test_a_compacted_batch_hands_out_its_records_and_settles_its_missing_offsets_as_gaps() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    compacted = bytearray(batch(0, 3))
+    struct.pack_into(">i", compacted, 23, 4)      # last offset delta 4: offsets 3 and 4 compacted away
+    st.on_fetch_response(p, fetch_answer(0, bytes(compacted), [(0, 4, 2)]), 10)
+    recs = st.poll(10, 20)
+    assert [(r.offset, r.value, r.delivery_count) for r in recs] == [(0, b"v0", 2), (1, b"v1", 2), (2, b"v2", 2)]
+    for rec in recs:
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 25, delivery_count=2)
+    with pytest.raises(errors.IllegalStateError):
+        st.acknowledge(TP0, 3, AckType.ACCEPT, 25)            # never delivered: not held
+    (part,) = plan(st, 30)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 4,
+                                                "acknowledge_types": [1, 1, 1, 0, 0]}]
