@@ -59,6 +59,8 @@ _NOT_FOR_SHARE = ("auto_offset_reset", "enable_auto_commit", "auto_commit_interv
                   "heartbeat_interval_ms", "rebalance_timeout_ms", "max_partition_fetch_bytes",
                   "group_protocol", "group_remote_assignor")
 _MODES = ("implicit", "explicit")
+#: acknowledge()'s type names to their wire values (plain ints: the per-record path converts nothing)
+_ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
 
 
 class ShareConsumer:
@@ -317,12 +319,12 @@ class ShareConsumer:
         hold (not delivered to it, or already settled)."""
         if not self._open or self._fetcher.fatal_error is not None or self._member.fatal_error is not None:
             self._check_open()
-        ack = ACK_TYPES.get(type) if isinstance(type, str) else None
+        ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
         if ack is None:
             raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
         if record.__class__ is not ShareRecord and not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
-        self._state.acknowledge((record[0], record[1]), record[2], ack, self._clock(), delivery_count=record[9])
+        self._state.acknowledge_record(record, ack, self._clock())
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
         """Send the pending acknowledgements now and wait for the brokers' answers.

@@ -152,8 +152,9 @@ def _decode_whole(batch: RecordBatchView, topic: str, partition: int, delivery_c
     cls = ShareRecord
     epoch = batch.partition_leader_epoch
     try:
+        records: Any = batch.records()     # the C extension's iterable of records
         return [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or (), r.timestamp,
-                          r.timestamp_type, epoch, delivery_count)) for r in batch.records()]
+                          r.timestamp_type, epoch, delivery_count)) for r in records]
     except Exception:   # the C reader and the codecs raise assorted types
         return None
 
@@ -461,8 +462,8 @@ class ShareFetchState:
                         if len(whole) == end - base + 1:
                             held.update(dict.fromkeys(range(base, end + 1), lock))
                         else:                   # compacted: offsets missing from the batch
-                            for rec in whole:
-                                held[rec[2]] = lock
+                            for srec in whole:
+                                held[srec[2]] = lock
                         continue
             for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
                 off = rec[2]
@@ -723,6 +724,28 @@ class ShareFetchState:
         if pending is None:
             pending = s.pending[TopicPartition(*tp)] = {}
         pending[offset] = int(ack)
+
+    def acknowledge_record(self, record: ShareRecord, ack: int, now: float) -> None:
+        """``acknowledge`` for a record as this consumer handed it out, ``ack`` an ``AckType`` value: the one
+        call per record of explicit mode, so the usual case (held under that delivery, lock still valid) is
+        settled here in a few dict operations; anything else goes through ``acknowledge`` (errors, reports)."""
+        held = self._held.get((record[0], record[1]))     # type: ignore[call-overload]
+        if held is not None:
+            offset = record[2]
+            lock = held.get(offset)
+            if (lock is not None and lock.delivery_count == record[9] and offset <= lock.through
+                    and not lock.lost and now < lock.deadline):
+                del held[offset]
+                lock.unsettled -= 1
+                s = lock.session
+                if not lock.unsettled:
+                    s.awaiting.discard(lock)
+                pending = s.pending.get(lock.tp)
+                if pending is None:
+                    pending = s.pending[lock.tp] = {}
+                pending[offset] = ack
+                return
+        self.acknowledge((record[0], record[1]), record[2], AckType(ack), now, delivery_count=record[9])
 
     def accept_delivered(self, records: Iterable[ShareRecord], now: float) -> None:
         """Implicit acknowledgement: accept each of ``records`` this consumer still holds under that delivery;

@@ -425,3 +425,23 @@ def test_a_compacted_batch_hands_out_its_records_and_settles_its_missing_offsets
     (part,) = plan(st, 30)[1].body["topics"][0]["partitions"]
     assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 4,
                                                 "acknowledge_types": [1, 1, 1, 0, 0]}]
+
+
+def test_acknowledge_record_settles_like_acknowledge_and_refuses_what_it_refuses() -> None:
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 4), [(0, 3, 1)], lock_ms=1000), 10)
+    recs = st.poll(10, 20)
+    st.acknowledge_record(recs[0], AckType.ACCEPT, 30)
+    st.acknowledge_record(recs[1], AckType.RELEASE, 30)
+    with pytest.raises(errors.IllegalStateError):
+        st.acknowledge_record(recs[0], AckType.ACCEPT, 30)            # settled already
+    with pytest.raises(errors.IllegalStateError):
+        st.acknowledge_record(recs[2]._replace(partition=1), AckType.ACCEPT, 30)   # never delivered
+    st.acknowledge_record(recs[2]._replace(delivery_count=5), AckType.ACCEPT, 30)   # not this delivery
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+    st.acknowledge_record(recs[3], AckType.ACCEPT, 2000)              # lock ran out (sent at 0, 1 s)
+    assert isinstance(st.take_results()[TP0], errors.AcquisitionLockExpiredError)
+    st.acknowledge_record(recs[2], AckType.REJECT, 40)
+    (part,) = plan(st, 50)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1, 2, 3]}]
