@@ -452,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             fresh(lambda m, t: share_java(m, t, args.records, 1, "explicit"), args.records, PARTITIONS)
             report["java_warmup_s"] = time.perf_counter() - t0
+            # and the broker's: its first share group initialises the share-state topic (~2 s), and its own JIT
+            # makes the first ~8 rounds up to 2x slower; without this, the client measured first loses
+            for _ in range(4):
+                fresh(lambda m, t: share_akresil(m, t, args.records, 1), args.records, PARTITIONS)
+                fresh(lambda m, t: share_confluent(m, t, args.records, 1), args.records, PARTITIONS)
         for client, fn in share_runs:
             for n in counts:
                 CPU_S.clear()
