@@ -230,7 +230,7 @@ class ShareFetchState:
                     # the fetch these acknowledgements unblock goes now and carries them, asking for an answer
                     # at once (max_wait 0): commit() waits one round trip, not a ShareAcknowledge and then a
                     # ShareFetch (the records it brings are the next poll's)
-                    plans.append(self._fetch_plan(node, s, names, now, topic_id_of, max_wait_ms=0))
+                    plans.append(self._fetch_plan(node, s, names, now, topic_id_of))
                     continue
                 # commit() waits for these: a ShareAcknowledge answers at once, a fetch may wait max_wait_ms
                 plan = self._ack_plan(node, s, PlanKind.ACKNOWLEDGE, now, topic_id_of)
@@ -285,7 +285,11 @@ class ShareFetchState:
         return out
 
     def _fetch_plan(self, node: int, s: _Session, names: dict[TpKey, TopicPartition], now: float,
-                    topic_id_of: Callable[[str], bytes | None], *, max_wait_ms: int | None = None) -> SharePlan:
+                    topic_id_of: Callable[[str], bytes | None]) -> SharePlan:
+        """A ShareFetch. One that carries acknowledgements asks for an answer at once (``MaxWaitMs`` 0): a
+        session has one request at a time, so a ``commit()`` coming while they ride a long poll would wait for
+        it, up to ``max_wait_ms`` when no record is there (the end of a queue, or other members holding the
+        rest). With nothing to fetch, the next fetch, without them, is the long poll."""
         full = s.epoch == INITIAL_EPOCH
         carried = {tp: a for tp, a in s.pending.items() if (topic_id_of(tp.topic), tp.partition) in names}
         if not full:
@@ -304,7 +308,7 @@ class ShareFetchState:
             for tid, p in s.partitions - set(names):
                 forgotten.setdefault(tid, []).append(p)
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
-                "max_wait_ms": self.max_wait_ms if max_wait_ms is None else max_wait_ms,
+                "max_wait_ms": 0 if carried else self.max_wait_ms,
                 "min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "max_records": self.fetch_records,
                 "batch_size": self.max_records,
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()],

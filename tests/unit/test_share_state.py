@@ -307,8 +307,8 @@ def test_a_commit_that_unblocks_the_next_fetch_rides_it_and_asks_for_an_answer_a
     assert out.records == 2                       # the next poll's records came with the same answer
     for rec in st.poll(10, 60):
         st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 70)
-    p3 = plan(st, 80)[1]                          # no commit asked: the usual long-poll fetch carries them
-    assert p3.kind is PlanKind.FETCH and p3.body["max_wait_ms"] == st.max_wait_ms > 0
+    p3 = plan(st, 80)[1]                          # no commit asked: the next fetch carries them
+    assert p3.kind is PlanKind.FETCH and p3.body["topics"][0]["partitions"][0]["acknowledgement_batches"]
 
 
 def test_an_old_delivery_of_a_reacquired_offset_is_refused_without_touching_the_new_one() -> None:
@@ -445,3 +445,23 @@ def test_acknowledge_record_settles_like_acknowledge_and_refuses_what_it_refuses
     st.acknowledge_record(recs[2], AckType.REJECT, 40)
     (part,) = plan(st, 50)[1].body["topics"][0]["partitions"]
     assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1, 2, 3]}]
+
+
+def test_a_fetch_carrying_acknowledgements_answers_at_once_and_the_one_after_it_long_polls() -> None:
+    """Issue 27: acknowledgements settled without commit() rode a long poll; a commit() coming meanwhile (the
+    application awaited something in between) waited for that answer, up to max_wait_ms at the end of a queue."""
+    st = state(max_wait_ms=500)
+    p = plan(st, 0)[1]
+    assert p.body["max_wait_ms"] == 500           # nothing to carry: a long poll
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 3), [(0, 2, 1)]), 10)
+    for rec in st.poll(10, 20):
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    p2 = plan(st, 40)[1]
+    assert p2.kind is PlanKind.FETCH and p2.body["max_wait_ms"] == 0
+    assert p2.body["topics"][0]["partitions"][0]["acknowledgement_batches"]
+    nodes = st.request_commit()                   # commit() while that fetch is out: one quick answer away
+    assert not st.settled(nodes) and 1 not in plan(st, 45)
+    st.on_fetch_response(p2, fetch_answer(0), 50)  # nothing there: answered at once, empty
+    assert st.settled(nodes) and st.take_results() == {TP0: None}
+    p3 = plan(st, 60)[1]
+    assert p3.body["max_wait_ms"] == 500 and p3.body["topics"] == []
