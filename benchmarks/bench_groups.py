@@ -185,8 +185,9 @@ JAVA: Any = None
 
 def share_java(cluster: Any, topic: str, records: int, consumers: int, mode: str = "explicit") -> float:
     """The same loop with the Java client's ``KafkaShareConsumer`` (threads of one JVM, ``commitSync``)."""
-    seconds, close_s = JAVA.share(cluster.bootstrap_servers, f"bench{GROUP_TAG}", topic, records, consumers, mode,
-                                  timeout_s=SETTLE_TIMEOUT_S + records / 1000)
+    seconds, first_s, close_s = JAVA.share(cluster.bootstrap_servers, f"bench{GROUP_TAG}", topic, records,
+                                           consumers, mode, timeout_s=SETTLE_TIMEOUT_S + records / 1000)
+    FIRST_S.append(first_s)
     CLOSE_S.append(close_s)
     return records / seconds
 

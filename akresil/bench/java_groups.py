@@ -89,14 +89,14 @@ class JavaGroups:
         return reply
 
     def share(self, bootstrap: str, group: str, topic: str, records: int, consumers: int, mode: str,
-              timeout_s: float = 120.0) -> tuple[float, float]:
-        """(seconds from creating the share consumers until ``records`` acknowledgements are committed,
-        seconds the slowest ``close()`` took)."""
+              timeout_s: float = 120.0) -> tuple[float, float, float]:
+        """(seconds from creating the share consumers until ``records`` acknowledgements are committed, seconds
+        until the first records were handed out, seconds the slowest ``close()`` took)."""
         if mode not in ("explicit", "implicit"):
             raise ValueError(f"mode must be explicit or implicit, got {mode!r}")
         reply = self._command(["share", bootstrap, group, topic, records, consumers, mode, int(timeout_s * 1000)],
                               timeout_s)
-        return float(reply["seconds"]), float(reply["close_s"])
+        return float(reply["seconds"]), float(reply["first_s"]), float(reply["close_s"])
 
     def rebalance(self, bootstrap: str, group: str, topic: str, partitions: int, protocol: str,
                   timeout_s: float = 60.0) -> float:

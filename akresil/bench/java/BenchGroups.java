@@ -7,7 +7,8 @@
 //       CONSUMERS KafkaShareConsumers (one thread each) drain TOPIC until RECORDS records are acknowledged;
 //       MODE explicit: acknowledge() each record, then commitSync() after each poll; implicit: commitSync()
 //       after each poll.  {"seconds": from creating the consumers until the commit that reached RECORDS,
-//       "close_s": the slowest member's close(), "acked": records acknowledged}
+//       "first_s": until a poll first returned records, "close_s": the slowest member's close(),
+//       "acked": records acknowledged}
 //   rebalance BOOTSTRAP GROUP TOPIC PARTITIONS PROTOCOL TIMEOUT_MS
 //       two KafkaConsumers (group.protocol=PROTOCOL) settle on TOPIC, a third starts; {"seconds": from the third
 //       one's start until the three hold disjoint, non-empty assignments covering the PARTITIONS partitions}
@@ -84,6 +85,7 @@ public class BenchGroups {
         if (!explicit && !mode.equals("implicit")) return error("MODE must be explicit or implicit, got " + mode);
         AtomicLong done = new AtomicLong();
         AtomicLong committedAt = new AtomicLong(Long.MIN_VALUE);
+        AtomicLong firstAt = new AtomicLong(Long.MIN_VALUE);
         AtomicReference<Throwable> failure = new AtomicReference<>();
         long[] closes = new long[consumers];
         Thread[] threads = new Thread[consumers];
@@ -112,6 +114,7 @@ public class BenchGroups {
                             n++;
                         }
                         if (n > 0) {
+                            firstAt.compareAndSet(Long.MIN_VALUE, System.nanoTime());
                             // commitSync reports a failed acknowledgement per partition instead of throwing
                             for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : c.commitSync().entrySet()) {
                                 if (e.getValue().isPresent()) {
@@ -138,8 +141,8 @@ public class BenchGroups {
         if (failure.get() != null) return error(failure.get().toString());
         long slowestClose = 0;
         for (long c : closes) slowestClose = Math.max(slowestClose, c);
-        return "{\"seconds\":" + (committedAt.get() - start) / 1e9 + ",\"close_s\":" + slowestClose / 1e9
-               + ",\"acked\":" + done.get() + "}";
+        return "{\"seconds\":" + (committedAt.get() - start) / 1e9 + ",\"first_s\":" + (firstAt.get() - start) / 1e9
+               + ",\"close_s\":" + slowestClose / 1e9 + ",\"acked\":" + done.get() + "}";
     }
 
     static boolean settled(AtomicReferenceArray<Set<TopicPartition>> assignments, int members, int partitions) {
