@@ -59,6 +59,7 @@ _NOT_FOR_SHARE = ("auto_offset_reset", "enable_auto_commit", "auto_commit_interv
                   "heartbeat_interval_ms", "rebalance_timeout_ms", "max_partition_fetch_bytes",
                   "group_protocol", "group_remote_assignor")
 _MODES = ("implicit", "explicit")
+_ACQUIRE_MODES = ("batch_optimized", "record_limit")
 #: acknowledge()'s type names to their wire values (plain ints: the per-record path converts nothing)
 _ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
 
@@ -66,13 +67,18 @@ _ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
 class ShareConsumer:
     """Async share-group consumer. ``async with ShareConsumer("jobs", bootstrap_servers=..., group_id="g")``.
 
-    ``acknowledgement_mode``: ``"implicit"`` (default) or ``"explicit"``. Other keyword arguments are
+    ``acknowledgement_mode``: ``"implicit"`` (default) or ``"explicit"``. ``share_acquire_mode`` (the Java client's
+    ``share.acquire.mode``): ``"batch_optimized"`` (default) lets a ``getmany`` go past ``max_poll_records`` to
+    the end of the record batches the broker acquired (Apache Kafka acquires whole batches), so each answer is one
+    poll and one commit; ``"record_limit"`` makes ``max_poll_records`` a hard limit (fetches are sized to fit it).
+    A ``max_records`` passed to ``getmany`` is always a hard limit. Other keyword arguments are
     consumer configs in snake_case (``bootstrap_servers``, ``group_id`` (required), ``client_id``,
     ``fetch_max_wait_ms``, ``fetch_min_bytes``, ``fetch_max_bytes``, ``max_poll_records``,
     ``request_timeout_ms``, ``retry_backoff_ms``, ...), plus ``key_deserializer`` / ``value_deserializer``.
     """
 
     def __init__(self, *topics: str, acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
+                 share_acquire_mode: Literal["batch_optimized", "record_limit"] = "batch_optimized",
                  key_deserializer: Callable[[bytes], Any] | None = None,
                  value_deserializer: Callable[[bytes], Any] | None = None,
                  **config: Unpack[ShareConsumerConfig]) -> None:
@@ -83,6 +89,9 @@ class ShareConsumer:
         if acknowledgement_mode not in _MODES:
             raise errors.ConfigError(f"acknowledgement_mode: {acknowledgement_mode!r} is not one of "
                                      f"{', '.join(map(repr, _MODES))}")
+        if share_acquire_mode not in _ACQUIRE_MODES:
+            raise errors.ConfigError(f"share_acquire_mode: {share_acquire_mode!r} is not one of "
+                                     f"{', '.join(map(repr, _ACQUIRE_MODES))}")
         self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
         if cfg.group_id is None:
             raise errors.ConfigError("group_id: a share consumer needs the share group's id")
@@ -94,6 +103,7 @@ class ShareConsumer:
         for t in topics:
             check_topic_name(t)
         self.acknowledgement_mode = acknowledgement_mode
+        self.share_acquire_mode = share_acquire_mode
         self.hooks = Hooks(config.get("hooks") or ())
         if cfg.metrics_registry is not None:
             from .metrics import ClientMetrics
@@ -105,7 +115,7 @@ class ShareConsumer:
             cfg.group_id, backoff=backoff, max_wait_ms=cfg.fetch_max_wait_ms,
             min_bytes=max(1, cfg.fetch_min_bytes), max_bytes=cfg.fetch_max_bytes,
             max_records=cfg.max_poll_records, key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer)
+            value_deserializer=value_deserializer, whole_batches=share_acquire_mode == "batch_optimized")
         self._state.member_id = self._member.member_id
         self._heartbeat = HeartbeatLoop(self._cluster, self._member, ApiKey.SHARE_GROUP_HEARTBEAT,
                                         on_change=self._on_membership_change, protocol_name="share")
@@ -263,22 +273,25 @@ class ShareConsumer:
             for rec in records:
                 out.setdefault(TopicPartition(rec.topic, rec.partition), []).append(rec)
             return out
-        out = await self._poll(timeout_ms, limit)
+        out = await self._poll(timeout_ms, limit, whole=max_records is None)
         last: list[ShareRecord] = []
         for recs in out.values():
             last += recs
         self._last_poll = last
         return out
 
-    async def _poll(self, timeout_ms: float | None, limit: int) -> dict[TopicPartition, list[ShareRecord]]:
-        """Records from the fetch state; implicit mode first accepts what the application was handed last."""
+    async def _poll(self, timeout_ms: float | None, limit: int, *,
+                    whole: bool = True) -> dict[TopicPartition, list[ShareRecord]]:
+        """Records from the fetch state; implicit mode first accepts what the application was handed last.
+        ``whole``: ``limit`` is ``max_poll_records``, which the batch-optimized mode may finish a batch past."""
+        whole = whole and self._state.whole_batches
         if self.acknowledgement_mode == "implicit":
             self._accept_last_poll()
         self._fetcher.wake()
         deadline = None if timeout_ms is None else self._cluster.clock() + timeout_ms
         while True:
             changed = self._fetcher.changed()
-            records = self._state.poll_by_partition(limit, self._cluster.clock())
+            records = self._state.poll_by_partition(limit, self._cluster.clock(), whole=whole)
             if records:
                 self._fetcher.wake()     # a leader whose records were all handed out may be fetched again
                 return records

@@ -165,8 +165,12 @@ class ShareFetchState:
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, max_wait_ms: int = 500,
                  min_bytes: int = 1, max_bytes: int = 52_428_800, max_records: int = 500,
                  key_deserializer: Callable[[bytes], Any] | None = None,
-                 value_deserializer: Callable[[bytes], Any] | None = None) -> None:
+                 value_deserializer: Callable[[bytes], Any] | None = None, whole_batches: bool = False) -> None:
         self.group_id = group_id
+        #: ``share_acquire_mode="batch_optimized"``: ``max_records`` is what a fetch asks for and a poll stops at
+        #: the end of the acquired range that reaches it (whole batches, as the broker acquired them); else a hard
+        #: limit, the fetch sized to fit it (``fetch_records``)
+        self.whole_batches = whole_batches
         self.member_id = ""
         self._backoff = backoff
         self.max_wait_ms = max_wait_ms
@@ -327,7 +331,9 @@ class ShareFetchState:
         which the broker then tracks offset by offset. Once a broker has brought more than it was asked for,
         asking for P - B + 1 (B from that answer) keeps an answer within one poll, in whole batches, so the
         commit after that poll rides the next fetch. A broker that stops at the limit (librdkafka's mock) keeps
-        getting P."""
+        getting P. With ``whole_batches`` a poll takes whatever an answer brought, so the fetch asks for P."""
+        if self.whole_batches:
+            return self.max_records
         span = self._batch_span
         return self.max_records if span <= 1 else max(1, self.max_records - span + 1)
 
@@ -655,9 +661,11 @@ class ShareFetchState:
             out += recs
         return out
 
-    def poll_by_partition(self, max_records: int, now: float) -> dict[TopicPartition, list[ShareRecord]]:
+    def poll_by_partition(self, max_records: int, now: float, *,
+                          whole: bool = False) -> dict[TopicPartition, list[ShareRecord]]:
         """``poll`` grouped by partition: records are buffered a lock (one partition) at a time, so this costs
-        nothing per record beyond a slice."""
+        nothing per record beyond a slice. ``whole``: ``max_records`` is reached by whole acquired ranges (the
+        last one taken may go past it), as the Java client's batch-optimized share consumer returns them."""
         out: dict[TopicPartition, list[ShareRecord]] = {}
         buf = self._buffer
         left = max_records
@@ -669,7 +677,7 @@ class ShareFetchState:
                 continue
             recs = chunk.records
             start = chunk.pos
-            end = min(len(recs), start + left)
+            end = len(recs) if whole else min(len(recs), start + left)
             part = recs[start:end]
             chunk.pos = end
             if end == len(recs):

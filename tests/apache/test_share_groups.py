@@ -308,3 +308,36 @@ async def test_async_for_accepts_only_the_records_it_yielded(
             await drain(late, again, lambda: len(again) >= len(produced) - len(taken))
     assert {(r.partition, r.offset) for r in again} == produced - taken
     assert {r.delivery_count for r in again} == {2}
+
+
+@pytest.mark.parametrize("mode", ["batch_optimized", "record_limit"])
+async def test_share_acquire_mode_decides_whether_a_poll_may_finish_a_batch(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], mode: str) -> None:
+    """Kafka acquires whole batches: with batches of 50 and max_poll_records=20, the batch-optimized mode (the
+    Java client's default) hands a whole batch out in one getmany; record_limit never more than 20. A
+    max_records passed to getmany is a hard limit in both. Every record is delivered once either way."""
+    topic = await make_topic(partitions=1)
+    group = await share_group(kafka_cluster, unique("sg"))
+    async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, linger_ms=50) as producer:
+        for b in range(4):       # one batch of 50 each
+            await producer.send_many(topic, [(None, b"b%d-%d" % (b, i)) for i in range(50)], partition=0)
+    sizes: list[int] = []
+    seen: list[int] = []
+    async with ShareConsumer(topic, bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group,
+                             max_poll_records=20, share_acquire_mode=mode, **FAST) as c:  # type: ignore[arg-type]
+        with anyio.fail_after(60):
+            while len(seen) < 150:
+                got = [r for recs in (await c.getmany(timeout_ms=200)).values() for r in recs]
+                if got:
+                    sizes.append(len(got))
+                    seen += [r.offset for r in got]
+                    await c.commit()
+            while len(seen) < 200:
+                got = [r for recs in (await c.getmany(timeout_ms=200, max_records=7)).values() for r in recs]
+                assert len(got) <= 7
+                seen += [r.offset for r in got]
+    assert sorted(seen) == list(range(200))
+    if mode == "batch_optimized":
+        assert max(sizes) >= 50 and all(n % 50 == 0 for n in sizes), sizes
+    else:
+        assert max(sizes) <= 20, sizes

@@ -113,3 +113,29 @@ def test_a_commit_goes_alone_while_other_leaders_records_are_buffered() -> None:
     assert st.settled(nodes) and st.take_results() == {TP0: None}
     (f,) = plan(st, 60).values()
     assert f.node_id == 1 and f.kind is PlanKind.FETCH and f.body["max_wait_ms"] == st.max_wait_ms
+
+
+def test_batch_optimized_polls_finish_the_acquired_range_and_fetches_ask_for_max_poll_records() -> None:
+    """share_acquire_mode="batch_optimized" (the Java client's default): a poll reaches max_poll_records by whole
+    acquired ranges, so an answer a broker rounded up to whole batches is one poll (and one commit)."""
+    st = state(max_records=3, whole_batches=True)
+    plans = plan(st, 0)
+    assert plans[1].body["max_records"] == 3
+    st.on_fetch_response(plans[1], fetch_answer(0, batch(0, 5), [(0, 4, 1)]), 10)    # rounded up: 5 for 3
+    st.on_fetch_response(plans[2], fetch_answer(1, batch(0, 2), [(0, 1, 1)]), 10)
+    first = st.poll_by_partition(3, 20, whole=True)
+    assert {tp: [r.offset for r in recs] for tp, recs in first.items()} == {TP0: [0, 1, 2, 3, 4]}
+    assert {tp: [r.offset for r in recs] for tp, recs in st.poll_by_partition(3, 20, whole=True).items()} == {
+        TP1: [0, 1]}
+    for tp, n in ((TP0, 5), (TP1, 2)):
+        for off in range(n):
+            st.acknowledge(tp, off, AckType.ACCEPT, 30)
+    assert plan(st, 40)[1].body["max_records"] == 3      # not shrunk to fit: the next answer is one poll anyway
+
+
+def test_record_limit_polls_stop_at_the_limit_and_fetches_shrink_to_fit() -> None:
+    st = state(max_records=3)
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 5), [(0, 4, 1)]), 10)
+    assert [r.offset for r in st.poll(3, 20)] == [0, 1, 2]
+    assert [r.offset for r in st.poll(3, 20)] == [3, 4]
