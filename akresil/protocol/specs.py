@@ -1334,6 +1334,7 @@ SHARE_FETCH_REQUEST = M(
         F('max_records', 'int32', '1+'),
         F('batch_size', 'int32', '1+'),
         F('share_acquire_mode', 'int8', '2+'),
+        F('is_renew_ack', 'bool', '2+', default=False),
         F('topics', '[]FetchTopic', '0+', fields=(
             F('topic_id', 'uuid', '0+'),
             F('partitions', '[]FetchPartition', '0+', fields=(

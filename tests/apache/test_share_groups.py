@@ -341,3 +341,22 @@ async def test_share_acquire_mode_decides_whether_a_poll_may_finish_a_batch(
         assert max(sizes) >= 50 and all(n % 50 == 0 for n in sizes), sizes
     else:
         assert max(sizes) <= 20, sizes
+
+
+async def test_share_fetch_v2_layout_is_the_broker_s(kafka_cluster: KafkaCluster) -> None:
+    """ShareFetch v2 (Kafka 4.2+: ShareAcquireMode, then IsRenewAck, KIP-1206/KIP-1222) as akresil encodes it is
+    parsed by the broker: an answer comes (an error code for a member that never joined), not a closed connection
+    (a request Kafka cannot parse). akresil sends v1 today; this keeps v2 ready."""
+    from akresil.net.connection import Connection
+    from akresil.protocol.api import ApiKey
+
+    host, port = kafka_cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    conn = await Connection.connect(host, int(port))
+    try:
+        body = {"group_id": "never-joined", "member_id": "m" * 22, "share_session_epoch": 0, "max_wait_ms": 0,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "share_acquire_mode": 1,
+                "is_renew_ack": False, "topics": [], "forgotten_topics_data": []}
+        response = await conn.request(ApiKey.SHARE_FETCH, body, version=2, timeout_ms=10_000)
+        assert isinstance(response.get("error_code"), int)
+    finally:
+        await conn.close()
