@@ -422,6 +422,10 @@ class Connection:
                         reason = "closed by the peer" if isinstance(exc, anyio.EndOfStream) else f"failed: {exc!r}"
                         if self.listener_hint is not None:
                             reason = f"{reason} {self.listener_hint}"
+                            if pending.api_key != ApiKey.API_VERSIONS:
+                                # a broker also closes on a request it cannot parse (a layout it reads differently)
+                                reason = (f"{reason}; or the broker could not parse the {_api_name(pending.api_key)} "
+                                          f"v{pending.version} request it closed on")
                         error = errors.KafkaConnectionError(f"connection to {self._where()} {reason}",
                                                             reason=f"connection {reason}")
                     with anyio.CancelScope(shield=True):

@@ -443,3 +443,25 @@ def test_constructor_rejects_bad_settings() -> None:
         b.close()
 
     anyio.run(body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_close_on_the_first_request_after_the_handshake_names_that_request_too(backend: str) -> None:
+    """A broker closes on a request it cannot parse as it closes a SASL/TLS listener's plaintext client: the
+    error names both readings, and the request (found when ShareFetch v2 lacked a field Kafka 4.4 reads)."""
+    from akresil.net.connection import listener_hint
+    from akresil.protocol.api import ApiKey
+
+    async def hang_up(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.stream.aclose()
+
+    async def body(conn: Connection) -> None:
+        conn.listener_hint = listener_hint(tls=False, sasl=False)     # as connect() sets it after ApiVersions
+        with pytest.raises(errors.KafkaConnectionError) as info:
+            await conn.request_raw(ApiKey.SHARE_FETCH, 2, encode(b"x", ApiKey.SHARE_FETCH, 2))
+        message = str(info.value)
+        assert "the listener may require SASL or TLS" in message
+        assert "could not parse the SHARE_FETCH v2 request" in message
+
+    run(backend, lambda: with_peer(hang_up, body))
