@@ -747,15 +747,7 @@ class ShareFetchState:
             lock = held.get(offset)
             if (lock is not None and lock.delivery_count == record[9] and offset <= lock.through
                     and not lock.lost and now < lock.deadline):
-                del held[offset]
-                lock.unsettled -= 1
-                s = lock.session
-                if not lock.unsettled:
-                    s.awaiting.discard(lock)
-                pending = s.pending.get(lock.tp)
-                if pending is None:
-                    pending = s.pending[lock.tp] = {}
-                pending[offset] = ack
+                self._settle_held(held, offset, lock, ack)
                 return
         self.acknowledge((record[0], record[1]), record[2], AckType(ack), now, delivery_count=record[9])
 
@@ -776,15 +768,21 @@ class ShareFetchState:
             if lock.lost or now >= lock.deadline:
                 self.acknowledge(tp_key, rec[2], AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
                 continue
-            del held[rec[2]]    # type: ignore[union-attr]
-            lock.unsettled -= 1
-            s = lock.session
-            if not lock.unsettled:
-                s.awaiting.discard(lock)
-            pending = s.pending.get(lock.tp)
-            if pending is None:
-                pending = s.pending[lock.tp] = {}
-            pending[rec[2]] = accept
+            self._settle_held(held, rec[2], lock, accept)     # type: ignore[arg-type]
+
+    @staticmethod
+    def _settle_held(held: dict[int, _Lock], offset: int, lock: _Lock, ack: int) -> None:
+        """A held, delivered record under a valid lock is settled: it leaves ``held`` and joins its session's
+        pending acknowledgements (the fast paths' common end)."""
+        del held[offset]
+        lock.unsettled -= 1
+        s = lock.session
+        if not lock.unsettled:
+            s.awaiting.discard(lock)
+        pending = s.pending.get(lock.tp)
+        if pending is None:
+            pending = s.pending[lock.tp] = {}
+        pending[offset] = ack
 
     def held_count(self) -> int:
         return sum(1 for held in self._held.values() for off, lock in held.items() if off <= lock.through)
