@@ -96,13 +96,10 @@ class _Lock:
     dict entry (offset -> its ``_Lock``) while it is held: no object per record. Records are handed out in
     offset order, so "delivered" is ``offset <= through``."""
 
-    __slots__ = ("session", "node_id", "tp", "deadline", "delivery_count", "lost", "through", "unsettled",
-                 "superseded")
+    __slots__ = ("session", "tp", "deadline", "delivery_count", "lost", "through", "unsettled", "superseded")
 
-    def __init__(self, session: _Session, node_id: int, tp: TopicPartition, deadline: float,
-                 delivery_count: int) -> None:
+    def __init__(self, session: _Session, tp: TopicPartition, deadline: float, delivery_count: int) -> None:
         self.session = session
-        self.node_id = node_id
         self.tp = tp
         self.deadline = deadline
         self.delivery_count = delivery_count
@@ -194,7 +191,6 @@ class ShareFetchState:
         #: offsets spanned by the largest record batch of the latest answer that brought more records than it
         #: asked for (0: none did): sizes the next fetch so that its whole batches fit one poll (``fetch_records``)
         self._batch_span = 0
-        self._answer_span = 0
 
     # ------------------------------------------------------------------ sessions
     def _session(self, node_id: int) -> _Session:
@@ -394,7 +390,7 @@ class ShareFetchState:
         hints: list[LeaderHint] = []
         refresh = False
         count = 0
-        self._answer_span = 0
+        span = 0      # offsets spanned by the answer's largest batch
         answered: set[TopicPartition] = set()
         for topic in response.get("responses") or ():
             tid = bytes(topic["topic_id"])
@@ -417,27 +413,31 @@ class ShareFetchState:
                             hints.append(LeaderHint(tp, lid, int(leader.get("leader_epoch", -1)),
                                                     endpoints.get(lid)))
                     continue
-                count += self._take_records(plan.node_id, tp, part, deadline)
+                taken, batch_span = self._take_records(plan.node_id, tp, part, deadline)
+                count += taken
+                span = max(span, batch_span)
         if count > plan.body["max_records"]:
-            self._batch_span = self._answer_span
+            self._batch_span = span
         for tp in plan.acks.keys() - answered:
             self._settle(tp, 0, None)
         self._request_done(plan)
         return FetchOutcome(count, hints, refresh)
 
-    def _take_records(self, node: int, tp: TopicPartition, part: Mapping[str, Any], deadline: float) -> int:
+    def _take_records(self, node: int, tp: TopicPartition, part: Mapping[str, Any],
+                      deadline: float) -> tuple[int, int]:
         """Buffer the records the answer acquired for us: one ``_Lock`` per acquired range, one dict entry per
-        record. Offsets acquired with no record (control records, compaction) are settled as gaps."""
+        record. Offsets acquired with no record (control records, compaction) are settled as gaps. Returns how
+        many records were taken and the offsets its largest batch spans (0 when none was taken)."""
         ranges = sorted((int(a["first_offset"]), int(a["last_offset"]), int(a["delivery_count"]))
                         for a in part.get("acquired_records") or ())
         if not ranges:
-            return 0
+            return 0, 0
         s = self._session(node)
         held = self._held.get(tp)
         if held is None:
             held = self._held[tp] = {}
         check = bool(held)          # offsets already ours (an older delivery, or announced again)
-        locks = [_Lock(s, node, tp, deadline, dc) for _, _, dc in ranges]
+        locks = [_Lock(s, tp, deadline, dc) for _, _, dc in ranges]
         taken: list[list[ShareRecord]] = [[] for _ in ranges]
         seen = [0] * len(ranges)
         again: set[int] = set()     # offsets announced again under the same delivery (seen, not gaps)
@@ -502,8 +502,6 @@ class ShareFetchState:
                 self._buffer.append(_Chunk(lock, out))
                 count += len(out)
         s.buffered += count
-        if count and span > self._answer_span:
-            self._answer_span = span
         for (first, last, _), n, out in zip(ranges, seen, taken):
             if n < last - first + 1:
                 # acquired offsets with no record: settle them as gaps so they are not delivered again
@@ -512,7 +510,7 @@ class ShareFetchState:
                 for off in range(first, last + 1):
                     if off not in present:
                         gaps[off] = AckType.GAP
-        return count
+        return count, span if count else 0
 
     def on_ack_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
         s = self._session(plan.node_id)
@@ -721,21 +719,14 @@ class ShareFetchState:
             raise errors.IllegalStateError(
                 f"record {tp[0]}[{tp[1]}]@{offset} is not held by this share consumer "
                 f"(never delivered to it, or already acknowledged)")
-        del held[offset]   # type: ignore[union-attr]
-        lock.unsettled -= 1
-        s = lock.session
-        if not lock.unsettled:
-            s.awaiting.discard(lock)
         if lock.lost or now >= lock.deadline:
+            self._settle_held(held, offset, lock, None)
             why = "its share session was lost" if lock.lost else "its acquisition lock expired"
             self._record(TopicPartition(*tp), errors.AcquisitionLockExpiredError(
                 f"record {tp[0]}[{tp[1]}]@{offset} not acknowledged: {why}; the broker delivers "
                 f"it again"))
             return
-        pending = s.pending.get(tp)   # type: ignore[call-overload]
-        if pending is None:
-            pending = s.pending[TopicPartition(*tp)] = {}
-        pending[offset] = int(ack)
+        self._settle_held(held, offset, lock, int(ack))
 
     def acknowledge_record(self, record: ShareRecord, ack: int, now: float) -> None:
         """``acknowledge`` for a record as this consumer handed it out, ``ack`` an ``AckType`` value: the one
@@ -771,14 +762,16 @@ class ShareFetchState:
             self._settle_held(held, rec[2], lock, accept)     # type: ignore[arg-type]
 
     @staticmethod
-    def _settle_held(held: dict[int, _Lock], offset: int, lock: _Lock, ack: int) -> None:
-        """A held, delivered record under a valid lock is settled: it leaves ``held`` and joins its session's
-        pending acknowledgements (the fast paths' common end)."""
+    def _settle_held(held: dict[int, _Lock], offset: int, lock: _Lock, ack: int | None) -> None:
+        """A held, delivered record is settled: it leaves ``held`` and joins its session's pending
+        acknowledgements as ``ack``; None: it leaves unacknowledged (its lock or session is gone)."""
         del held[offset]
         lock.unsettled -= 1
         s = lock.session
         if not lock.unsettled:
             s.awaiting.discard(lock)
+        if ack is None:
+            return
         pending = s.pending.get(lock.tp)
         if pending is None:
             pending = s.pending[lock.tp] = {}
