@@ -126,8 +126,6 @@ class ShareConsumer:
         self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
-        #: started and not closed (one test on the per-record path)
-        self._open = False
         self._clock = self._cluster.clock
         #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
         self._last_poll: list[ShareRecord] = []
@@ -139,7 +137,6 @@ class ShareConsumer:
         if self._started:
             raise errors.IllegalStateError("share consumer already started")
         self._started = True
-        self._open = True
         self._tasks = TaskOwner(
             f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
             on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
@@ -154,7 +151,6 @@ class ShareConsumer:
         except BaseException:
             tasks, self._tasks = self._tasks, None
             self._closed = True
-            self._open = False
             await self._cluster.close()
             await tasks.close()
             raise
@@ -172,7 +168,6 @@ class ShareConsumer:
         if self._closed:
             return
         self._closed = True
-        self._open = False
         tasks, self._tasks = self._tasks, None
         if tasks is None:
             return
@@ -330,8 +325,9 @@ class ShareConsumer:
         another member) or ``"reject"`` (unprocessable: never deliver again). Local until the next fetch
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
-        if not self._open or self._fetcher.fatal_error is not None or self._member.fatal_error is not None:
-            self._check_open()
+        if (self._closed or not self._started or self._fetcher.fatal_error is not None
+                or self._member.fatal_error is not None):
+            self._check_open()     # raises the reason (the usual case costs these attribute reads only)
         ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
         if ack is None:
             raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
