@@ -328,17 +328,22 @@ def rounds(n: int, once: Callable[[], float]) -> dict[str, Any]:
     return out
 
 
+def _figure(result: Awaitable[float] | float) -> float:
+    """A round body's figure: returned at once (a threaded client) or by a coroutine to run (an async one)."""
+    if isinstance(result, (int, float)):
+        return float(result)
+
+    async def wait() -> float:
+        return await result
+    return anyio.run(wait)
+
+
 def on_fresh_mock(body: Callable[[MockCluster, str], Awaitable[float] | float], fill_records: int,
                   partitions: int) -> float:
     with new_mock() as mock:
         topic = "bench-groups"
         anyio.run(fill, mock, topic, fill_records, partitions)
-        result = body(mock, topic)
-        if isinstance(result, (int, float)):
-            return float(result)
-        async def wait() -> float:
-            return await result          # type: ignore[misc]
-        return anyio.run(wait)
+        return _figure(body(mock, topic))
 
 
 def on_fresh_apache(cluster: Any, body: Callable[[Any, str], Awaitable[float] | float], fill_records: int,
@@ -360,13 +365,7 @@ def on_fresh_apache(cluster: Any, body: Callable[[Any, str], Awaitable[float] | 
              ).raise_on_error()
         await fill(cluster, topic, fill_records, partitions, create=False)
     anyio.run(setup)
-    result = body(cluster, topic)
-    if isinstance(result, (int, float)):
-        return float(result)
-
-    async def wait() -> float:
-        return await result          # type: ignore[misc]
-    return anyio.run(wait)
+    return _figure(body(cluster, topic))
 
 
 def profile_share(records: int) -> int:
