@@ -218,6 +218,12 @@ async def test_offsets_sent_to_a_transaction_commit_only_with_it(
             for rec in got:
                 await producer.enqueue(dst, rec.value)
             await producer.send_offsets_to_transaction({tp: got[-1].offset + 1}, meta)
+        # the coordinator applies the commit marker to the group's offsets after EndTxn has answered: wait for it
+        # (a read right after the commit can still see the offsets as pending, i.e. absent)
+
+        async def visible() -> bool:
+            return (await committed(kafka_cluster, group)).get(tp) is not None
+        await kafka_cluster.wait_for(visible, timeout_s=30)
         assert (await committed(kafka_cluster, group))[tp] == 10
         # while a transaction is open its offsets are pending: the admin gives the last committed one at once
         # (it waited for the transaction, up to its timeout when the producer died), or with require_stable waits
