@@ -1,6 +1,7 @@
 """Generate ``akresil/protocol/specs.py`` from Kafka's JSON message specs.
 
-Run once (and again when adding an API): ``python tools/gen_specs.py [SPEC_DIR]``.  The default input is
+Run once (and again when adding an API): ``python tools/gen_specs.py [SPEC_DIR]``; it also regenerates
+``akresil/protocol/messages.py`` (the TypedDicts, tools/gen_messages.py).  The default input is
 the copy of Kafka's ``clients/src/main/resources/common/message/*.json`` that kafka-python ships; the
 output is committed, so akresil does not need kafka-python at runtime.  Only facts are carried over
 (names, types, version ranges, tags, defaults); the prose ("about") is dropped.
@@ -204,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     Path(args.out).write_text("".join(out))
     print(f"wrote {len(consts)} schemas to {args.out}", file=sys.stderr)
+    if Path(args.out) == OUT:
+        # the typed views follow the schemas (tools/gen_messages.py reads the file just written)
+        import subprocess
+
+        subprocess.run([sys.executable, str(Path(__file__).with_name("gen_messages.py"))], check=True)
     return 0
 
 

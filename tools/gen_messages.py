@@ -1,0 +1,157 @@
+"""Generate ``akresil/protocol/messages.py``: a TypedDict per request and response, from the compiled schemas.
+
+Messages stay plain dicts at run time (the compiled codecs make and read dicts); these types only let mypy check
+the key reads and writes in the shell. They are derived from ``akresil.protocol.specs`` (itself generated from
+Kafka's JSON by ``tools/gen_specs.py``, which runs this too), so the two cannot drift:
+``python tools/gen_messages.py --check`` fails when the file is stale (a unit test runs it).
+
+Typing rules, from what the codec does (``akresil/protocol/compiler.py``):
+
+* a decoded response holds exactly the fields of its version, so a field missing from some valid version is
+  ``NotRequired``; a field in every version is required;
+* a tagged struct or array absent from the wire decodes as ``None``; a field nullable in any version may be ``None``;
+* a request may leave any field out (it takes its default), so request types are ``total=False``, and take any
+  sequence for an array and any buffer for bytes;
+* ``records`` decode to a slice of the input (``bytes`` or a zero-copy ``memoryview``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from akresil.protocol import specs  # noqa: E402
+from akresil.protocol.api import ApiKey  # noqa: E402
+from akresil.protocol.schema import Field, Message, Versions  # noqa: E402
+
+OUT = ROOT / "akresil" / "protocol" / "messages.py"
+
+_SCALARS = {
+    "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int",
+    "float64": "float", "bool": "bool", "uuid": "bytes", "string": "str",
+}
+
+
+@dataclass
+class _Out:
+    classes: list[str] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+
+
+def _scalar(type_: str, request: bool) -> str:
+    if type_ in _SCALARS:
+        return _SCALARS[type_]
+    if type_ == "bytes":
+        return "Buffer" if request else "bytes"
+    if type_ == "records":
+        return "Buffer"
+    raise ValueError(f"unknown primitive {type_!r}")
+
+
+def _class_name(message: Message, element: str) -> str:
+    return element if element.startswith(message.name) else message.name + element
+
+
+def _may_be_none(f: Field, message: Message) -> bool:
+    if not f.nullable.empty:
+        return True
+    # a tagged struct or array that is not on the wire decodes as None (compiler: tagged defaults)
+    return f.tag is not None and (f.is_struct or f.is_array)
+
+
+def _in_every_version(f: Field, within: Versions) -> bool:
+    """Whether ``f`` exists wherever its parent (the message, or the struct field holding it) does."""
+    return f.versions.lo <= within.lo and f.versions.hi >= within.hi
+
+
+def _type_of(f: Field, message: Message, out: _Out, request: bool, within: Versions) -> str:
+    if f.is_struct:
+        inner = _class_name(message, f.element)
+        # the struct's fields exist where both they and this field do
+        lo, hi = max(f.versions.lo, within.lo), min(f.versions.hi, within.hi)
+        _struct(inner, f.fields, message, out, request, Versions(lo, hi))
+    else:
+        inner = _scalar(f.element, request)
+    if f.is_array:
+        inner = f"Sequence[{inner}]" if request else f"list[{inner}]"
+    if _may_be_none(f, message):
+        inner += " | None"
+    return inner
+
+
+def _struct(name: str, fields: tuple[Field, ...], message: Message, out: _Out, request: bool,
+            within: Versions) -> None:
+    if name in out.names:
+        return
+    out.names.add(name)
+    lines = []
+    for f in fields:
+        type_ = _type_of(f, message, out, request, within)
+        if not request and not _in_every_version(f, within):
+            type_ = f"NotRequired[{type_}]"
+        lines.append(f"    {f.name}: {type_}\n")
+    if message.flexible.hi >= message.flexible.lo:
+        lines.append("    _unknown_tags: NotRequired[dict[int, bytes]]\n")
+    total = ", total=False" if request else ""
+    body = "".join(lines) or "    pass\n"
+    out.classes.append(f"class {name}(TypedDict{total}):\n{body}")
+
+
+def render() -> str:
+    out = _Out()
+    by_key: dict[int, dict[str, str]] = {}
+    for message in specs.ALL:
+        if message.kind not in ("request", "response"):
+            continue
+        request = message.kind == "request"
+        _struct(message.name, message.fields, message, out, request, message.valid)
+        if message.api_key is not None:
+            by_key.setdefault(message.api_key, {})[message.kind] = message.name
+    names = {int(k): k.name for k in ApiKey}
+    pairs = []
+    for key in sorted(by_key):
+        if key not in names:
+            continue
+        kinds = by_key[key]
+        pairs.append(f"    ApiKey.{names[key]}: ({kinds['request']}, {kinds['response']}),\n")
+    head = (
+        '"""Typed views of Kafka\'s messages, generated by tools/gen_messages.py from akresil.protocol.specs: '
+        'do not edit.\n\n'
+        "At run time messages are plain dicts; these TypedDicts let a type checker see each key read and write.\n"
+        '"""\n\n'
+        "from __future__ import annotations\n\n"
+        "from collections.abc import Sequence\n"
+        "from typing import TypedDict\n\n"
+        "from typing_extensions import NotRequired\n\n"
+        "from akresil.protocol.api import ApiKey\n\n"
+        "Buffer = bytes | bytearray | memoryview\n\n\n"
+    )
+    tail = (
+        "\n\n#: the request and response type of each API akresil speaks\n"
+        "BY_API_KEY: dict[ApiKey, tuple[type, type]] = {\n" + "".join(pairs) + "}\n"
+    )
+    return head + "\n\n".join(out.classes) + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail when the committed file is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT} is stale: run python tools/gen_messages.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
