@@ -137,15 +137,18 @@ class KafkaCluster(BlockingLifecycle):
     """A local Apache Kafka KRaft cluster.  ``with KafkaCluster(brokers=3) as c: c.bootstrap_servers``.
 
     ``version``: a Kafka release (default ``kafka_jars.DEFAULT_KAFKA_VERSION``, or ``AKRESIL_KAFKA_VERSION``).
-    ``broker_config``: extra ``server.properties`` entries for every broker.  ``security``: add the SASL/SSL
-    listeners and the ACL authorizer.  ``heap_mb``: each broker JVM's maximum heap.
+    ``broker_config``: extra ``server.properties`` entries for every broker.  ``classpath``: jars or class folders
+    added to every node's classpath after Kafka's own (broker plugins: a metric reporter, an authorizer), named
+    in ``broker_config``.  ``security``: add the SASL/SSL listeners and the ACL authorizer.  ``heap_mb``: each
+    broker JVM's maximum heap.
 
     ``start()``/``stop()`` block (fixtures, scripts); the controls tests use (``kill_broker``, ``move_leader``,
     ``set_client_quota`` ...) are coroutines that run under asyncio or trio.
     """
 
     def __init__(self, brokers: int = 3, *, version: str | None = None, security: bool = False,
-                 broker_config: Mapping[str, str | int] | None = None, heap_mb: int = 512,
+                 broker_config: Mapping[str, str | int] | None = None,
+                 classpath: Iterable[str | os.PathLike[str]] = (), heap_mb: int = 512,
                  startup_timeout_s: float = 120.0, stop_timeout_s: float = 30.0, keep_logs: bool = False,
                  host: str = "127.0.0.1") -> None:
         if not 1 <= brokers <= 9:
@@ -156,6 +159,10 @@ class KafkaCluster(BlockingLifecycle):
         self.brokers = brokers
         self.security = security
         self.broker_config = {k: str(v) for k, v in (broker_config or {}).items()}
+        self.classpath = [Path(entry) for entry in classpath]
+        for entry in self.classpath:
+            if not entry.exists():
+                raise ValueError(f"KafkaCluster classpath: {entry} does not exist")
         self.heap_mb = heap_mb
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -369,7 +376,7 @@ class KafkaCluster(BlockingLifecycle):
 
     def _classpath(self) -> str:
         assert self._libs is not None
-        return str(self._libs / "*")
+        return os.pathsep.join([str(self._libs / "*"), *(str(entry.resolve()) for entry in self.classpath)])
 
     def _format_all(self) -> None:
         """``kafka-storage format`` for every node: the controller seeds the quorum (``--standalone``) and the

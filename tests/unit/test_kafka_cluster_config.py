@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,13 @@ def test_spark_connector_jars_are_what_pyspark_lacks(monkeypatch: pytest.MonkeyP
         kafka_jars.resolve_spark_kafka_jars("4.1.0", cache_dir=tmp_path, provided=provided)
     with pytest.raises(ValueError, match="4.2.0"):
         kafka_jars.resolve_spark_kafka_jars("latest", cache_dir=tmp_path)
+
+
+def test_plugin_classpath_follows_kafkas_jars(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    cluster = KafkaCluster(1, classpath=[plugin], broker_config={"metric.reporters": "example.Reporter"})
+    cluster._libs = tmp_path / "libs"
+    assert cluster._classpath().split(os.pathsep) == [str(tmp_path / "libs" / "*"), str(plugin)]
+    with pytest.raises(ValueError, match="classpath: .*missing does not exist"):
+        KafkaCluster(1, classpath=[tmp_path / "missing"])
