@@ -3,10 +3,13 @@
 Fetching is pipelined: the fetcher task keeps one Fetch per leader in flight and buffers the answers
 (bounded by ``max_partition_fetch_bytes`` per partition and ``fetch_max_bytes`` overall) while the
 application processes earlier records; positions, pauses, resets and buffered data live in the sans-IO
-``core.fetch_state.FetchState``. With a ``group_id`` and a subscription, membership is the job of
-``net.group.GroupCoordinator`` (classic protocol); this module wires its callbacks into the fetch state and
-commits positions (periodically with ``enable_auto_commit``, on revoke, on close). Without a ``group_id`` a
-subscription simply consumes every partition of the matching topics, and ``commit`` is not available.
+``core.fetch_state.FetchState``. With a ``group_id`` and a subscription, membership is the job of a
+``net.group_session.GroupSession`` (the classic protocol, or KIP-848 with ``group_protocol="consumer"``): it
+calls the listener, gives this module the assignment for the fetch state, and commits positions on revoke; this
+module commits periodically (``enable_auto_commit``) and on close. With a ``group_id`` and manual assignment,
+commits go straight through the group's offsets path (``net.group_offsets``) as no member. Without a
+``group_id`` a subscription simply consumes every partition of the matching topics, and ``commit`` is not
+available.
 
 Positions follow Java's meaning: the offset of the next record the application will receive. ``async for``
 takes records ``max_poll_records`` at a time; records taken but not yet yielded do not count as consumed
@@ -24,12 +27,17 @@ import anyio
 
 from . import errors
 from .config import resolve
+from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .core.missing_topics import MissingTopicWarnings
 from .net.cluster import Cluster
+from .net.coordinator import CoordinatorTracker
 from .net.fetcher import Fetcher
-from .net.group_member import RebalanceListener
+from .net.group_classic import ClassicMember
+from .net.group_heartbeat import ConsumerGroupMember
+from .net.group_offsets import GroupOffsets, check_offsets
+from .net.group_session import GroupSession, MembershipFactory, RebalanceListener
 from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
@@ -37,8 +45,6 @@ if TYPE_CHECKING:
     from typing import Self, Unpack
 
     from .config_keys import ConsumerConfig
-    from .net.group_consumer_protocol import ConsumerGroupMember
-    from .net.group_member import GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +113,11 @@ class Consumer(Generic[KeyT, ValueT]):
             retry_backoff_max_ms=cfg.retry_backoff_max_ms, check_crcs=cfg.check_crcs,
             key_deserializer=key_deserializer, value_deserializer=value_deserializer,
             rng=self._cluster.rng)
-        #: the group member (classic or KIP-848) when subscribed with a group_id; with manual assignment a
-        #: classic one that never joins, used only for OffsetCommit / OffsetFetch (generation -1)
-        self._group: GroupMember | None = None
-        self._offsets: GroupMember | None = None
+        #: the group session (classic or KIP-848) when subscribed with a group_id
+        self._group: GroupSession | None = None
+        #: the group's offsets path (the session's, or with manual assignment one of its own that commits as no
+        #: member, generation -1)
+        self._offsets: GroupOffsets | None = None
         self._fetcher = Fetcher(self._cluster, self._state, cfg, committed_lookup=self._lookup_committed
                                 if cfg.group_id is not None else None)
         self._manual = False
@@ -146,20 +153,22 @@ class Consumer(Generic[KeyT, ValueT]):
             elif self._state.partitions:
                 cluster.set_topics({tp.topic for tp in self._state.partitions})
             await cluster.start(tg)
-            if self.config.group_id is not None:
-                from .net.group import GroupCoordinator
+            group_id = self.config.group_id
+            if group_id is not None:
                 if self._subscribed:
-                    member_cls: type[GroupCoordinator] | type[ConsumerGroupMember] = GroupCoordinator
-                    if self.config.group_protocol == "consumer":   # KIP-848: broker-assigned, heartbeat only
-                        from .net.group_consumer_protocol import ConsumerGroupMember
-                        member_cls = ConsumerGroupMember
-                    self._group = self._offsets = member_cls(
-                        cluster, self.config, subscription=self._subscription, listener=_ListenerBridge(self),
+                    # KIP-848 (group_protocol="consumer") is broker-assigned, heartbeat only
+                    membership: MembershipFactory = (ConsumerGroupMember if self.config.group_protocol == "consumer"
+                                                     else ClassicMember)
+                    self._group = GroupSession(
+                        cluster, self.config, membership, subscription=self._subscription, listener=self._listener,
                         on_assignment_changed=self._sync_group_assignment,
-                        committed_offsets_for_revoke=self._positions_for_revoke)
+                        positions_for_revoke=self._positions_for_revoke)
+                    self._offsets = self._group.offsets
                 else:
-                    self._offsets = GroupCoordinator(cluster, self.config, subscription=set, listener=None,
-                                                     on_assignment_changed=_nothing)
+                    backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms,
+                                                 rng=cluster.rng)
+                    self._offsets = GroupOffsets(cluster, CoordinatorTracker(cluster, group_id, backoff=backoff),
+                                                 request_timeout_ms=self.config.request_timeout_ms, backoff=backoff)
             await tg.start(self._fetcher.run)
             cluster.on_metadata_change(self._warn_missing_topics)
             self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
@@ -219,6 +228,8 @@ class Consumer(Generic[KeyT, ValueT]):
             raise errors.ClientClosedError("consumer is closed")
         if self._fetcher.fatal_error is not None:
             raise self._fetcher.fatal_error
+        if self._group is not None and self._group.fatal_error is not None:
+            raise self._group.fatal_error
 
     # ------------------------------------------------------------------ subscription and assignment
     @property
@@ -531,7 +542,7 @@ class Consumer(Generic[KeyT, ValueT]):
 
     def _positions_for_revoke(self) -> dict[TopicPartition, int]:
         """What the group commits before revoking partitions (with auto-commit, as Java does): every
-        position; the coordinator keeps the revoked ones and commits them before on_partitions_revoked."""
+        position; the session keeps the revoked ones and commits them before on_partitions_revoked."""
         if not self.config.enable_auto_commit:
             return {}
         return {tp: offset for tp, (offset, _, _) in self._current_offsets().items()}
@@ -557,9 +568,12 @@ class Consumer(Generic[KeyT, ValueT]):
             offsets = {tp: v for tp, v in offsets.items() if self._last_committed.get(tp) != v[0]}
         if not offsets:
             return
-        if self._offsets is None:
+        if self._group is not None:
+            await self._group.commit(offsets)
+        elif self._offsets is not None:
+            await self._offsets.commit(check_offsets(offsets))
+        else:
             raise errors.IllegalStateError("consumer not started: no group coordinator to commit to")
-        await self._offsets.commit(offsets)
         for tp, (offset, _, _) in offsets.items():
             self._last_committed[tp] = offset
 
@@ -575,7 +589,7 @@ class Consumer(Generic[KeyT, ValueT]):
     async def _lookup_committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int] | None]:
         if self._offsets is None:
             raise errors.IllegalStateError("consumer not started: no group coordinator to ask")
-        raw = await self._offsets.fetch_committed(tps)
+        raw = await self._offsets.fetch(tps)
         return {tp: (None if off is None or off < 0 else (off, -1)) for tp, off in raw.items()}
 
     async def _auto_commit_loop(self) -> None:
@@ -658,35 +672,6 @@ class Consumer(Generic[KeyT, ValueT]):
                                      self.config.group_instance_id)
 
 
-class _ListenerBridge:
-    """The consumer's side of rebalances: sync the fetch state, then the user's callback. The commit on
-    revoke is the coordinator's (``committed_offsets_for_revoke``): it runs before on_partitions_revoked,
-    for the generation that still owns the partitions."""
-
-    def __init__(self, consumer: Consumer[Any, Any]) -> None:
-        self._consumer = consumer
-        self._user = consumer._listener
-
-    async def _user_call(self, name: str, tps: set[TopicPartition]) -> None:
-        callback = getattr(self._user, name, None) if self._user is not None else None
-        if callback is not None:
-            await callback(tps)
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._user_call("on_partitions_revoked", revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._consumer._sync_group_assignment()
-        await self._user_call("on_partitions_assigned", assigned)
-
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        # nothing is committed: another member may own them already. Java calls revoked when lost is missing
-        if self._user is not None and getattr(self._user, "on_partitions_lost", None) is None:
-            await self._user_call("on_partitions_revoked", lost)
-        else:
-            await self._user_call("on_partitions_lost", lost)
-
-
 def _checked_partitions(partitions: Iterable[TopicPartition], call: str) -> list[TopicPartition]:
     """``partitions`` as TopicPartitions, each with a legal topic name and an int partition >= 0."""
     from .admin import check_topic_name
@@ -722,6 +707,3 @@ def _commit_value(tp: TopicPartition, value: CommitValue) -> tuple[int, int | No
         raise TypeError(f"commit metadata for {tp.topic}-{tp.partition}: must be str or None, got {meta!r}")
     return offset, epoch, meta
 
-
-def _nothing() -> None:
-    return None

@@ -17,8 +17,9 @@ Acknowledgements ride on the next ShareFetch to the record's leader; ``commit()`
 returns the outcome per partition (None: all accepted by the broker; else the first error, e.g.
 ``AcquisitionLockExpiredError`` for a record whose lock ran out before it was acknowledged).
 
-Membership (ShareGroupHeartbeat) runs in ``net.heartbeat_loop``; fetching in ``net.share_fetcher``; the
-state (sessions, locks, acknowledgements) in the sans-IO ``core.share_state`` and ``core.group_heartbeat``.
+Membership (ShareGroupHeartbeat) is a ``net.group_session.GroupSession`` with a ``ShareGroupMember``, the same
+session consumer groups run; fetching is ``net.share_fetcher``'s; the state (sessions, locks,
+acknowledgements) lives in the sans-IO ``core.share_state`` and ``core.group_heartbeat``.
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ import anyio
 
 from . import errors
 from .config import resolve
-from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, Hooks
-from .core.group_heartbeat import ShareMembership
 from .core.share_state import ACK_TYPES, ShareFetchState
 from .net.cluster import Cluster
-from .net.heartbeat_loop import HeartbeatLoop
+from .net.group_heartbeat import ShareGroupMember
+from .net.group_session import GroupSession
 from .net.share_fetcher import ShareFetcher
 from .net.tasks import TaskOwner
-from .protocol.api import ApiKey
 from .types import ShareRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -109,20 +108,18 @@ class ShareConsumer:
             from .metrics import ClientMetrics
             self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
         self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
-        backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, rng=self._cluster.rng)
-        self._member = ShareMembership(cfg.group_id, backoff=backoff)
+        self._topics = frozenset(topics)
+        self._group = GroupSession(self._cluster, cfg, ShareGroupMember, subscription=self.subscription,
+                                   on_assignment_changed=self._assignment_changed)
         self._state = ShareFetchState(
-            cfg.group_id, backoff=backoff, max_wait_ms=cfg.fetch_max_wait_ms,
+            cfg.group_id, backoff=self._group.backoff, max_wait_ms=cfg.fetch_max_wait_ms,
             min_bytes=max(1, cfg.fetch_min_bytes), max_bytes=cfg.fetch_max_bytes,
             max_records=cfg.max_poll_records, key_deserializer=key_deserializer,
             value_deserializer=value_deserializer, whole_batches=share_acquire_mode == "batch_optimized")
-        self._state.member_id = self._member.member_id
-        self._heartbeat = HeartbeatLoop(self._cluster, self._member, ApiKey.SHARE_GROUP_HEARTBEAT,
-                                        on_change=self._on_membership_change, protocol_name="share")
+        self._state.member_id = self._group.member_id
         self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
-        self._topics = frozenset(topics)
-        #: the fetcher's, the heartbeat's and the metadata refresher's task group; start() and close() may run
-        #: in any task
+        #: the fetcher's, the group session's and the metadata refresher's task group; start() and close() may
+        #: run in any task
         self._tasks: TaskOwner | None = None
         self._started = False
         self._closed = False
@@ -144,10 +141,8 @@ class ShareConsumer:
         try:
             self._cluster.set_topics(self._topics)
             await self._cluster.start(tg)
-            self._cluster.on_metadata_change(self._map_assignment)
-            self._member.subscribe(self._topics, self._cluster.clock())
             await tg.start(self._fetcher.run)
-            tg.start_soon(self._heartbeat.run, name="akresil-share-heartbeat")
+            await tg.start(self._group.run)
         except BaseException:
             tasks, self._tasks = self._tasks, None
             self._closed = True
@@ -175,10 +170,9 @@ class ShareConsumer:
         try:
             if self.acknowledgement_mode == "implicit":
                 self._accept_last_poll()
-            self._heartbeat.stop()
             await self._fetcher.stop(timeout + self._state.max_wait_ms)
-            await self._fetcher.close_sessions(timeout)
-            await self._heartbeat.leave(timeout)
+            await self._fetcher.close_sessions(timeout)      # the member heartbeats meanwhile
+            await self._group.leave()
         finally:
             await self._cluster.close()
             await tasks.close()
@@ -191,8 +185,8 @@ class ShareConsumer:
             raise errors.ClientClosedError("share consumer is closed")
         if self._fetcher.fatal_error is not None:
             raise self._fetcher.fatal_error
-        if self._member.fatal_error is not None:
-            raise self._member.fatal_error
+        if self._group.fatal_error is not None:
+            raise self._group.fatal_error
 
     # ------------------------------------------------------------------ membership
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -203,8 +197,7 @@ class ShareConsumer:
             check_topic_name(t)
         self._topics = new
         self._cluster.set_topics(new)
-        self._member.subscribe(new, self._cluster.clock())
-        self._heartbeat.wake()
+        self._group.request_rejoin("subscription changed")
 
     def subscription(self) -> frozenset[str]:
         return self._topics
@@ -215,32 +208,17 @@ class ShareConsumer:
 
     @property
     def member_id(self) -> str:
-        return self._member.member_id
+        return self._group.member_id
 
     @property
     def acquisition_lock_timeout_ms(self) -> int | None:
         """The broker's record lock duration, known after the first ShareFetch answer."""
         return self._state.lock_timeout_ms
 
-    async def _on_membership_change(self) -> None:
-        self._map_assignment()
-
-    def _map_assignment(self) -> None:
-        """Target assignment (topic ids) -> partitions by name; unknown ids wait for a metadata refresh."""
-        snapshot = self._cluster.metadata.snapshot
-        tps: set[TopicPartition] = set()
-        missing = False
-        for tid, parts in self._member.target.items():
-            name = snapshot.topic_name(tid)
-            if name is None:
-                missing = True
-                continue
-            tps.update(TopicPartition(name, p) for p in parts)
-        if missing:
-            self._cluster.request_metadata_refresh("share-assignment-unknown-topic-id")
-        if frozenset(tps) != self._state.assignment:
-            self._state.set_assignment(tps)
-            self._fetcher.wake()
+    def _assignment_changed(self) -> None:
+        """The session took a new assignment (partitions by name): fetch from those leaders."""
+        self._state.set_assignment(set(self._group.assignment))
+        self._fetcher.wake()
 
     # ------------------------------------------------------------------ records
     def _accept_last_poll(self) -> None:
@@ -326,7 +304,7 @@ class ShareConsumer:
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
         if (self._closed or not self._started or self._fetcher.fatal_error is not None
-                or self._member.fatal_error is not None):
+                or self._group.fatal_error is not None):
             self._check_open()     # raises the reason (the usual case costs these attribute reads only)
         ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
         if ack is None:

@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ..types import TopicPartition
 from .backoff import ExponentialBackoff
-from .group_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatAction, HeartbeatMembership
+from .group_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatMembership
+from .group_state import Action
 
 TopicIds = Mapping[bytes, frozenset[int]]
 
@@ -67,9 +68,9 @@ class ConsumerMembership(HeartbeatMembership):
             body["topic_partitions"] = None
             self._owned_pending_ack = False
 
-    def on_response(self, response: Mapping[str, Any], now: float) -> HeartbeatAction:
+    def on_response(self, response: Mapping[str, Any], now: float) -> Action:
         action = super().on_response(response, now)
-        if action is HeartbeatAction.OK and self._owned_pending_ack:
+        if action is Action.OK and self._owned_pending_ack:
             self._owned_sent = True
         return action
 

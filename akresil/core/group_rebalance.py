@@ -4,7 +4,7 @@ leader hands out, and whether the member must rejoin.
 These are the decisions of the Java client's ``ConsumerCoordinator`` (``onJoinPrepare``,
 ``onLeaderElected``, ``onJoinComplete``) as pure functions over sets of partitions and the decoded
 ConsumerProtocolSubscription / ConsumerProtocolAssignment payloads (dicts named as Kafka's JSON specs;
-``akresil.net.group`` turns them into bytes). The rebalance protocol rules (KIP-429):
+``akresil.net.group_classic`` turns them into bytes). The rebalance protocol rules (KIP-429):
 
 - eager: before joining, the member revokes *everything* it owns; after the rebalance it is assigned its
   new set from scratch;

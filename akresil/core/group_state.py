@@ -1,8 +1,9 @@
 """Consumer-group member state (classic protocol), sans-IO: the state machine, its timers, error policy.
 
 ``GroupMembership`` is what the Java client splits over ``AbstractCoordinator`` (member state, generation,
-rejoin flag, coordinator knowledge) and its ``Heartbeat`` class (heartbeat, session and poll timers). The
-I/O shell (``akresil.net.group``) sends requests and feeds their outcomes here; it asks this object what is
+rejoin flag) and its ``Heartbeat`` class (heartbeat, session and poll timers); where the coordinator is, is
+``net.coordinator.CoordinatorTracker``'s (one lookup path for every group protocol). The
+I/O shell (``akresil.net.group_classic``) sends requests and feeds their outcomes here; it asks this object what is
 due and sleeps until ``next_timer_at(now)``. Nothing here reads a clock or sleeps: every method takes
 ``now`` in monotonic milliseconds, so tests drive it with plain numbers.
 
@@ -65,6 +66,7 @@ _ILLEGAL_GENERATION = _E.IllegalGenerationError.errno
 _FENCED = _E.FencedInstanceIdError.errno
 _LOADING = _E.CoordinatorLoadInProgressError.errno
 _REBALANCING = _E.RebalanceInProgressError.errno
+_FENCED_EPOCH = _E.FencedMemberEpochError.errno
 
 
 def classify_find_coordinator_error(code: int) -> Action:
@@ -106,14 +108,18 @@ def classify_sync_error(code: int) -> Action:
     return Action.FATAL
 
 
-def classify_heartbeat_error(code: int, state: MemberState) -> Action:
-    """Heartbeat (Java's HeartbeatResponseHandler); REBALANCE_IN_PROGRESS while SyncGroup is pending is
-    expected (the sync will tell), so it is ignored then."""
+def classify_heartbeat_error(code: int, state: MemberState | None = None) -> Action:
+    """What a heartbeat's error code asks of the member, for all three heartbeat APIs: the classic Heartbeat
+    (Java's HeartbeatResponseHandler), ConsumerGroupHeartbeat (KIP-848) and ShareGroupHeartbeat (KIP-932), as
+    the Java client's heartbeat managers treat them. One table serves all three because no code means two
+    things: ILLEGAL_GENERATION and REBALANCE_IN_PROGRESS only come from the classic API, FENCED_MEMBER_EPOCH only
+    from the new ones. RESET: the membership is gone (partitions lost, join anew); REBALANCE_IN_PROGRESS while
+    a classic SyncGroup is pending (``state``) is expected (the sync will tell), so it is ignored then."""
     if code == 0:
         return Action.OK
     if code == _REBALANCING:
         return Action.IGNORE if state is MemberState.COMPLETING_REBALANCE else Action.REJOIN
-    if code in _RESET_CODES:
+    if code in _RESET_CODES or code == _FENCED_EPOCH:
         return Action.RESET
     if code in _COORDINATOR_CODES:
         return Action.COORDINATOR
@@ -166,7 +172,7 @@ class Expiry(enum.Enum):
 
 
 class GroupMembership:
-    """One member's view of its group: state, generation, coordinator, rejoin flag and timers.
+    """One member's view of its group: state, generation, rejoin flag and timers.
 
     Timers (all ms, Java's ``Heartbeat`` semantics):
 
@@ -200,14 +206,11 @@ class GroupMembership:
         self.group_instance_id = group_instance_id
         self.state = MemberState.UNJOINED
         self.generation = NO_GENERATION
-        #: node id of the group coordinator, None while unknown
-        self.coordinator: int | None = None
         #: why the member must (re)join; None when it need not. A new member must join.
         self.rejoin_reason: str | None = "initial join"
         #: the poll timer ran out and the member left: no rejoin until the application polls again
         self.poll_expired = False
         self.fatal: KafkaError | None = None
-        self._lookup = RetryState(retry_backoff)
         self._join = RetryState(retry_backoff)
         self._immediate_retries = 0
         self._heartbeat_failures = RetryState(retry_backoff)
@@ -257,24 +260,12 @@ class GroupMembership:
             self.fatal = error
         self.state = MemberState.UNJOINED
 
-    # ------------------------------------------------------------------ coordinator discovery
-    def coordinator_found(self, node_id: int) -> None:
-        self.coordinator = node_id
-        self._lookup.on_success()
-
-    def coordinator_lookup_failed(self, now: float) -> float:
-        """A FindCoordinator attempt failed; returns the backoff (KIP-580) before the next one."""
-        self.coordinator = None
-        return self._lookup.on_failure(now)
-
+    # ------------------------------------------------------------------ the coordinator moved
     def coordinator_dead(self, now: float) -> None:
-        """NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost connection: rediscover (after a backoff if
-        lookups keep failing). The membership itself survives if the coordinator is back within the session."""
-        self.coordinator = None
+        """NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost connection: the shell looks the coordinator up
+        again; a heartbeat in flight is forgotten. The membership itself survives if the coordinator is back
+        within the session."""
         self._heartbeat_in_flight = False
-
-    def next_lookup_at(self, now: float) -> float:
-        return self._lookup.next_allowed_at if self._lookup.next_allowed_at is not None else now
 
     # ------------------------------------------------------------------ joining
     def join_due_at(self, now: float) -> float | None:
@@ -343,9 +334,9 @@ class GroupMembership:
 
     # ------------------------------------------------------------------ heartbeats
     def heartbeat_due_at(self, now: float) -> float | None:
-        """When the next heartbeat should go; None when none should (not in a generation, coordinator
-        unknown, one already in flight, or the member left after a poll timeout)."""
-        if not self.in_generation or self.coordinator is None or self._heartbeat_in_flight or self.fatal:
+        """When the next heartbeat should go; None when none should (not in a generation, one already in
+        flight, or the member failed). The shell finds the coordinator first if it must."""
+        if not self.in_generation or self._heartbeat_in_flight or self.fatal:
             return None
         if self._heartbeat_failures.next_allowed_at is not None:
             return self._heartbeat_failures.next_allowed_at
@@ -373,6 +364,8 @@ class GroupMembership:
             self.reset_generation(f"heartbeat: {_E.error_for_code(code).__name__}",
                                   keep_member_id=code == _ILLEGAL_GENERATION)
         elif action is Action.COORDINATOR:
+            # Java fails the heartbeat too: the next one goes after the retry backoff, to the node found then
+            self._heartbeat_failures.on_failure(now)
             self.coordinator_dead(now)
         elif action is Action.RETRY:
             self._heartbeat_failures.on_failure(now)

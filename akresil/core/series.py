@@ -281,7 +281,7 @@ SERIES: tuple[Series, ...] = (
            ("error",), "{rebalance}", "Rebalances that failed, by error class",
            feeds={ev.REBALANCE_FAILED: lambda s, f: [((f["error"],), 1)]}),
     Series("akresil_consumer_rebalance_duration_seconds", "akresil.consumer.rebalance_duration", "histogram", (),
-           "s", "Time from JoinGroup to the new assignment", REBALANCE_BUCKETS,
+           "s", "Time from a rebalance's first step to the new assignment", REBALANCE_BUCKETS,
            feeds={ev.REBALANCE: lambda s, f: [] if f.get("duration_ms") is None else [((), _s(f["duration_ms"]))]}),
     Series("akresil_consumer_assigned_partitions", "akresil.consumer.assigned_partitions", "gauge", (),
            "{partition}", "Partitions currently assigned to the consumer",

@@ -10,7 +10,9 @@ lookup in flight per key, and the one rule for invalidation: whoever learns that
 component already cached is kept.
 
 What a failed lookup means (retry after a backoff, or fatal such as an authorization error) is the caller's:
-``find`` raises the broker's error and each caller classifies it as its protocol says.
+``find`` raises the broker's error and each caller classifies it as its protocol says. ``CoordinatorTracker``
+is that caller for a group member (of any protocol) and for a consumer's offsets: the node it uses now, one
+lookup at a time with KIP-580 backoff between failed ones, and the failed node handed back as ``stale``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 import anyio
 
 from .. import errors
-from ..core.group_state import error_for, find_coordinator_body, find_coordinator_result
+from ..core.backoff import ExponentialBackoff, RetryState
+from ..core.group_state import (Action, classify_find_coordinator_error, error_for, find_coordinator_body,
+                                find_coordinator_result)
 from ..protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CoordinatorLocator", "GROUP", "TRANSACTION"]
+__all__ = ["CoordinatorLocator", "CoordinatorTracker", "GROUP", "TRANSACTION"]
 
 #: FindCoordinator key types
 GROUP, TRANSACTION = 0, 1
@@ -136,3 +140,68 @@ class CoordinatorLocator:
             if isinstance(outcome, int):
                 self._cache[(key_type, key)] = outcome
         return out
+
+
+_TRANSPORT_ERRORS = (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.ProtocolError)
+
+
+class CoordinatorTracker:
+    """The coordinator of one key (a group) as one member sees it: ``node`` while known, ``get`` to find it.
+
+    Lookups go through the cluster's ``CoordinatorLocator`` one at a time, with the KIP-580 backoff after each
+    failed one; ``lost(why)`` forgets the node, and the next lookup passes it as ``stale`` so the locator's
+    cache does not hand it back. Every requester of the member (heartbeats, joins, commits, offset fetches)
+    uses this one object, so they agree on the node and never look it up twice at once."""
+
+    def __init__(self, cluster: Cluster, key: str, *, backoff: ExponentialBackoff, key_type: int = GROUP) -> None:
+        self._cluster = cluster
+        self.key = key
+        self._key_type = key_type
+        #: the coordinator's node id, None until found and after ``lost``
+        self.node: int | None = None
+        self._last: int | None = None
+        self._retry = RetryState(backoff)
+        self._lock = anyio.Lock()
+
+    async def get(self, deadline_ms: float | None = None) -> int:
+        """The coordinator's node id, looked up if unknown. Raises ``KafkaTimeoutError`` when the next lookup
+        would come after ``deadline_ms`` (a clock reading), and the FindCoordinator errors that retrying cannot
+        mend (authorization); transient failures are retried after the backoff."""
+        async with self._lock:
+            while self.node is None:
+                now = self._cluster.clock()
+                at = self._retry.next_allowed_at if self._retry.next_allowed_at is not None else now
+                if deadline_ms is not None and at > deadline_ms:
+                    raise errors.KafkaTimeoutError(
+                        f"coordinator of {self.key!r} not found in time (last lookup failed; next in "
+                        f"{at - now:.0f} ms)")
+                if at > now:
+                    await anyio.sleep((at - now) / 1000.0)
+                await self._lookup()
+            return self.node
+
+    async def _lookup(self) -> None:
+        try:
+            node = await self._cluster.coordinators.find(self.key, self._key_type, stale=self._last)
+        except _TRANSPORT_ERRORS as exc:
+            backoff = self._retry.on_failure(self._cluster.clock())
+            log.debug("coordinator of %r: FindCoordinator failed (%s); next try in %.0f ms", self.key, exc, backoff)
+            return
+        except errors.ClientClosedError:
+            raise
+        except errors.KafkaError as exc:
+            if classify_find_coordinator_error(exc.errno) is Action.FATAL:
+                raise
+            backoff = self._retry.on_failure(self._cluster.clock())
+            log.debug("coordinator of %r: FindCoordinator: %s; next try in %.0f ms", self.key, exc, backoff)
+            return
+        log.debug("coordinator of %r is node %d", self.key, node)
+        self.node = self._last = node
+        self._retry.on_success()
+
+    def lost(self, why: object) -> None:
+        """The node answered that it is not (or not yet) the coordinator, or its connection failed: the next
+        ``get`` looks it up again."""
+        if self.node is not None:
+            log.info("coordinator of %r: node %s unusable (%s); looking it up again", self.key, self.node, why)
+        self.node = None

@@ -65,7 +65,7 @@ async def consumers(h: MockHarness, topic: str, mode: str) -> AsyncIterator[list
 
 def coordinator_of(c: Consumer) -> int | None:
     group = c._group   # the test needs to fail a broker that is not the coordinator
-    return None if group is None else group._core.coordinator
+    return None if group is None else group.coordinator.node
 
 
 @pytest.mark.parametrize(("mode", "fault"), [("assigned", "down"), ("assigned", "hung"), ("group", "down"),

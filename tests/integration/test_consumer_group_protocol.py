@@ -205,7 +205,8 @@ def test_an_expired_member_loses_its_partitions_and_rejoins(mock: MockCluster) -
             with anyio.fail_after(30):
                 while len(c.assignment()) < 2:
                     await c.getmany(timeout_ms=50)
-                coordinator = c._group._loop.coordinator
+                assert c._group is not None
+                coordinator = c._group.coordinator.node
                 await anyio.to_thread.run_sync(mock.broker_set_rtt, coordinator, 2500)
                 while not tracker.lost:
                     await c.getmany(timeout_ms=50)

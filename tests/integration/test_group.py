@@ -1,4 +1,4 @@
-"""GroupCoordinator against real brokers: noida-db (Kafka-like group semantics, ~1 s rebalances) for most
+"""GroupSession with the classic protocol against real brokers: noida-db (Kafka-like group semantics, ~1 s rebalances) for most
 cases, Tansu (6-8 s per rebalance) for one split-and-leave run."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from akresil.admin import Admin
 from akresil.config import resolve
 from akresil.net.cluster import Cluster
-from akresil.net.group import GroupCoordinator
+from akresil.net.group_classic import ClassicMember
+from akresil.net.group_session import GroupSession
 from akresil.testing import EmbeddedBroker
 from akresil.types import NewTopic, TopicPartition
 
@@ -33,9 +34,9 @@ def unique(prefix: str) -> str:
 
 
 class Member:
-    """One consumer's membership: its own Cluster (own connections) and GroupCoordinator."""
+    """One consumer's membership: its own Cluster (own connections) and GroupSession."""
 
-    def __init__(self, name: str, cluster: Cluster, gc: GroupCoordinator, events: list[tuple[str, set[Any]]]):
+    def __init__(self, name: str, cluster: Cluster, gc: GroupSession, events: list[tuple[str, set[Any]]]):
         self.name, self.cluster, self.gc, self.events = name, cluster, gc, events
 
     @property
@@ -67,8 +68,7 @@ async def member(bootstrap: str, group: str, topics: set[str], *, leave: bool = 
         cluster = Cluster(cfg)
         await cluster.start(tg)
         cluster.set_topics(topics)
-        gc = GroupCoordinator(cluster, cfg, subscription=lambda: topics, listener=_Listener(events),
-                              on_assignment_changed=lambda: None)
+        gc = GroupSession(cluster, cfg, ClassicMember, subscription=lambda: topics, listener=_Listener(events))
         await tg.start(gc.run)
         try:
             yield Member(kw.get("group_instance_id") or "m", cluster, gc, events)
@@ -105,7 +105,7 @@ async def _split_then_leave(bootstrap: str, timeout: float, **kw: Any) -> None:
             assert a.assignment | b.assignment == everything
             assert a.gc.member_id != b.gc.member_id
         # b left the group (LeaveGroup): a gets everything back
-        await eventually(lambda: a.assignment == everything and a.gc.state.value == "stable", timeout)
+        await eventually(lambda: a.assignment == everything and a.gc.member.stable, timeout)
         assert ("revoked", set(everything)) in a.events  # eager: revoked all before rejoining
         assert not [e for e in a.events if e[0] == "lost"]
 

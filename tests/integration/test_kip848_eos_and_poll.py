@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from akresil import Consumer, Producer, TopicPartition
-from akresil.net.group_consumer_protocol import ConsumerGroupMember
+from akresil.net.group_heartbeat import ConsumerGroupMember
 from akresil.protocol.api import ApiKey
 from akresil.runner import HandlerContext, Runner
 from akresil.testing.rdkafka_mock import MockCluster
@@ -78,9 +78,10 @@ def test_exactly_once_runner_over_a_kip848_group(mock: MockCluster, backend: str
                         await anyio.sleep(0.05)
             requests = mock.stop_request_tracking()
             metadata = consumer.group_metadata()
-            member = consumer._group
+            assert consumer._group is not None
+            member = consumer._group.member
             assert isinstance(member, ConsumerGroupMember)
-            assert metadata.generation_id == member.member_epoch > 0 and metadata.member_id == member.member_id
+            assert metadata.generation_id == member.core.member_epoch > 0 and metadata.member_id == member.member_id
         # the mock answers TxnOffsetCommit without storing the offsets, so they are not read back here
         assert any(r.api_key == ApiKey.TXN_OFFSET_COMMIT for r in requests)
         out = await read_all(mock.bootstrap_servers, dst, 2, 2 * n)

@@ -8,7 +8,8 @@ from typing import Any
 from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.consumer_membership import ConsumerMembership
-from akresil.core.group_heartbeat import HeartbeatAction, MemberPhase
+from akresil.core.group_heartbeat import MemberPhase
+from akresil.core.group_state import Action
 from akresil.types import TopicPartition
 
 A, B = bytes([1] * 16), bytes([2] * 16)
@@ -20,7 +21,6 @@ def member(**kw: Any) -> ConsumerMembership:
     m = ConsumerMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
                            rebalance_timeout_ms=30_000, **kw)
     m.subscribe(frozenset({"a", "b"}), 0)
-    m.on_coordinator_found()
     return m
 
 
@@ -85,7 +85,7 @@ def test_fencing_loses_everything_and_rejoins_at_epoch_zero() -> None:
     m.on_response(answer(1, {A: [0]}), 10)
     m.set_owned(tps(("a", 0)), IDS.get, 20)
     m.build_heartbeat(20)
-    assert m.on_response(answer(1, code=errors.FencedMemberEpochError.errno), 30) is HeartbeatAction.REJOIN
+    assert m.on_response(answer(1, code=errors.FencedMemberEpochError.errno), 30) is Action.RESET
     assert m.member_epoch == 0 and m.target == {}
     assert m.lose_all() == tps(("a", 0)) and m.owned == frozenset()
     body = m.build_heartbeat(30)
@@ -99,7 +99,6 @@ def test_unreported_ownership_is_resent_after_a_failed_heartbeat() -> None:
     m.set_owned(tps(("a", 0)), IDS.get, 20)
     assert m.build_heartbeat(20)["topic_partitions"] is not None
     m.on_failure(30)                                      # lost on the way: still not reported
-    m.on_coordinator_found()
     assert m.build_heartbeat(200)["topic_partitions"] == [{"topic_id": A, "partitions": [0]}]
     m.on_response(answer(1), 210)
     assert m.build_heartbeat(1210)["topic_partitions"] is None
@@ -116,7 +115,6 @@ def test_poll_timer_leaves_with_epoch_minus_one_and_the_next_poll_joins_at_epoch
     m = ConsumerMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
                            rebalance_timeout_ms=30_000, max_poll_interval_ms=5_000)
     m.subscribe(frozenset({"a"}), 0)
-    m.on_coordinator_found()
     assert m.poll(0) is False
     m.build_heartbeat(0)
     m.on_response(answer(3, {A: [0]}), 10)

@@ -1,7 +1,9 @@
-"""CoordinatorLocator: the one FindCoordinator path and cache of a client (groups, transactions, the admin)."""
+"""CoordinatorLocator: the one FindCoordinator path and cache of a client (groups, transactions, the admin); and
+CoordinatorTracker, the coordinator as one group member (of any protocol) or a consumer's offsets path sees it."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +12,8 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from akresil import errors
-from akresil.net.coordinator import GROUP, TRANSACTION, CoordinatorLocator
+from akresil.core.backoff import ExponentialBackoff
+from akresil.net.coordinator import GROUP, TRANSACTION, CoordinatorLocator, CoordinatorTracker
 from akresil.protocol.api import ApiKey
 
 
@@ -23,6 +26,11 @@ class FakeCluster:
         self.gate: anyio.Event | None = None
         self.config = SimpleNamespace(request_timeout_ms=50)
         self.metadata = SimpleNamespace(snapshot=SimpleNamespace(brokers=brokers if brokers is not None else {1, 2, 3}))
+        self.coordinators = CoordinatorLocator(self)  # type: ignore[arg-type]
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
 
     async def request_any(self, api: ApiKey, body: Any, **kw: Any) -> tuple[int, int, dict[str, Any]]:
         assert api is ApiKey.FIND_COORDINATOR
@@ -107,5 +115,39 @@ def test_find_many_batches_what_is_not_cached_and_reports_errors_per_key() -> No
         assert found == {"a": 1, "b": 2, "c": (errors.CoordinatorLoadInProgressError.errno, None)}
         assert cluster.asked[-1] == (GROUP, ["b", "c"])
         assert locator.cached("b") == 2 and locator.cached("c") is None
+
+    anyio.run(main)
+
+
+def tracker(cluster: FakeCluster) -> CoordinatorTracker:
+    return CoordinatorTracker(cluster, "g", backoff=ExponentialBackoff(100, 1_000, rng=random.Random(0),  # type: ignore[arg-type]
+                                                                       jitter=0.0))
+
+
+def test_tracker_backs_off_between_failed_lookups_and_hands_a_failed_node_back_as_stale() -> None:
+    cluster = FakeCluster({"g": -errors.CoordinatorNotAvailableError.errno})
+    t = tracker(cluster)
+
+    async def main() -> None:
+        with pytest.raises(errors.KafkaTimeoutError, match="not found in time"):
+            await t.get(deadline_ms=50)               # failed once; the next lookup (100 ms on) is past the deadline
+        assert len(cluster.asked) == 1 and t.node is None
+        cluster.nodes["g"] = 2
+        cluster.now = 100                             # the backoff is over: no sleep, one more lookup
+        assert await t.get() == 2 and len(cluster.asked) == 2
+        assert await t.get() == 2 and len(cluster.asked) == 2     # known: no lookup
+        cluster.nodes["g"] = 3
+        t.lost("NOT_COORDINATOR")
+        assert await t.get() == 3 and len(cluster.asked) == 3     # node 2 was passed as stale: not from the cache
+
+    anyio.run(main)
+
+
+def test_tracker_raises_what_retrying_cannot_mend() -> None:
+    cluster = FakeCluster({"g": -errors.GroupAuthorizationFailedError.errno})
+
+    async def main() -> None:
+        with pytest.raises(errors.GroupAuthorizationFailedError):
+            await tracker(cluster).get()
 
     anyio.run(main)

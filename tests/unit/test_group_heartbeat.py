@@ -9,8 +9,8 @@ import pytest
 
 from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
-from akresil.core.group_heartbeat import (HeartbeatAction, MemberPhase, ShareMembership,
-                                          classify_heartbeat_error)
+from akresil.core.group_heartbeat import MemberPhase, ShareMembership
+from akresil.core.group_state import Action, classify_heartbeat_error
 
 TID = bytes(range(16))
 
@@ -27,16 +27,18 @@ def answer(epoch: int, *, interval: int = 5000, assignment: Any = None, code: in
             "member_epoch": epoch, "heartbeat_interval_ms": interval, "assignment": assignment}
 
 
-def test_error_table() -> None:
-    assert classify_heartbeat_error(0) is HeartbeatAction.OK
-    assert classify_heartbeat_error(errors.NotCoordinatorError.errno) is HeartbeatAction.COORDINATOR
-    assert classify_heartbeat_error(errors.CoordinatorNotAvailableError.errno) is HeartbeatAction.COORDINATOR
-    assert classify_heartbeat_error(errors.CoordinatorLoadInProgressError.errno) is HeartbeatAction.RETRY
-    assert classify_heartbeat_error(errors.UnknownMemberIdError.errno) is HeartbeatAction.REJOIN
-    assert classify_heartbeat_error(errors.FencedMemberEpochError.errno) is HeartbeatAction.REJOIN
+def test_error_table_of_the_heartbeat_only_protocols() -> None:
+    """The one heartbeat error table (core.group_state) read for ConsumerGroupHeartbeat / ShareGroupHeartbeat:
+    a fenced or unknown member starts over (RESET), as the classic protocol's unknown member does."""
+    assert classify_heartbeat_error(0) is Action.OK
+    assert classify_heartbeat_error(errors.NotCoordinatorError.errno) is Action.COORDINATOR
+    assert classify_heartbeat_error(errors.CoordinatorNotAvailableError.errno) is Action.COORDINATOR
+    assert classify_heartbeat_error(errors.CoordinatorLoadInProgressError.errno) is Action.RETRY
+    assert classify_heartbeat_error(errors.UnknownMemberIdError.errno) is Action.RESET
+    assert classify_heartbeat_error(errors.FencedMemberEpochError.errno) is Action.RESET
     for fatal in (errors.GroupAuthorizationFailedError, errors.GroupMaxSizeReachedError, errors.InvalidRequestError,
                   errors.UnsupportedAssignorError, errors.UnreleasedInstanceIdError):
-        assert classify_heartbeat_error(fatal.errno) is HeartbeatAction.FATAL
+        assert classify_heartbeat_error(fatal.errno) is Action.FATAL
 
 
 def test_join_sends_the_subscription_then_only_when_it_changes() -> None:
@@ -47,7 +49,7 @@ def test_join_sends_the_subscription_then_only_when_it_changes() -> None:
     assert body["member_epoch"] == 0 and body["subscribed_topic_names"] == ["a", "b"]
     assert len(m.member_id) == 36                             # KIP-1082: the client makes its member id
     assert m.heartbeat_due_at(1) is None                      # in flight
-    assert m.on_response(answer(3, interval=2000), 10) is HeartbeatAction.OK
+    assert m.on_response(answer(3, interval=2000), 10) is Action.OK
     assert m.phase is MemberPhase.STABLE and m.member_epoch == 3
     assert m.heartbeat_due_at(10) == 2010                     # the broker's interval
     assert m.build_heartbeat(2010)["subscribed_topic_names"] is None
@@ -89,7 +91,7 @@ def test_fenced_member_rejoins_at_epoch_zero_with_its_subscription_and_no_assign
     m.build_heartbeat(0)
     m.on_response(answer(4, assignment={"topic_partitions": [{"topic_id": TID, "partitions": [0]}]}), 10)
     m.build_heartbeat(5010)
-    assert m.on_response(answer(4, code=errors.FencedMemberEpochError.errno), 5020) is HeartbeatAction.REJOIN
+    assert m.on_response(answer(4, code=errors.FencedMemberEpochError.errno), 5020) is Action.RESET
     assert m.member_epoch == 0 and m.target == {} and m.phase is MemberPhase.JOINING
     assert m.heartbeat_due_at(5020) == 5020
     body = m.build_heartbeat(5020)
@@ -98,16 +100,13 @@ def test_fenced_member_rejoins_at_epoch_zero_with_its_subscription_and_no_assign
 
 def test_coordinator_errors_and_transport_failures_back_off_exponentially() -> None:
     m = member("t")
-    m.on_coordinator_found()
     m.build_heartbeat(0)
-    assert m.on_response(answer(0, code=errors.NotCoordinatorError.errno), 10) is HeartbeatAction.COORDINATOR
-    assert m.needs_coordinator and m.retry.next_allowed_at == 110
-    m.on_coordinator_found()
+    assert m.on_response(answer(0, code=errors.NotCoordinatorError.errno), 10) is Action.COORDINATOR
+    assert m.retry.next_allowed_at == 110
     assert m.heartbeat_due_at(20) == 110
     m.build_heartbeat(110)
-    assert m.on_failure(120) is HeartbeatAction.COORDINATOR
+    assert m.on_failure(120) is Action.COORDINATOR
     assert m.retry.next_allowed_at == 320                     # 2nd failure: 200 ms
-    m.on_coordinator_found()
     m.build_heartbeat(320)
     m.on_response(answer(1), 330)
     assert m.retry.failures == 0
@@ -116,7 +115,7 @@ def test_coordinator_errors_and_transport_failures_back_off_exponentially() -> N
 def test_fatal_error_stops_heartbeats() -> None:
     m = member()
     m.build_heartbeat(0)
-    assert m.on_response(answer(0, code=errors.GroupAuthorizationFailedError.errno), 10) is HeartbeatAction.FATAL
+    assert m.on_response(answer(0, code=errors.GroupAuthorizationFailedError.errno), 10) is Action.FATAL
     assert isinstance(m.fatal_error, errors.GroupAuthorizationFailedError)
     assert m.heartbeat_due_at(10) is None
 

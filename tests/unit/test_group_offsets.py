@@ -1,5 +1,5 @@
-"""OffsetCommit / OffsetFetch shared by the classic group and the KIP-848 member: the shapes (``core.group_state``)
-and the one retrying path (``net.group_member.GroupOffsets``)."""
+"""OffsetCommit / OffsetFetch shared by the classic group, the KIP-848 member and manual assignment: the shapes
+(``core.group_state``) and the one retrying path (``net.group_offsets.GroupOffsets``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from akresil.core.backoff import ExponentialBackoff
 from akresil.core.group_state import (offset_commit_body, offset_fetch_body, read_offset_fetch,
                                       settle_offset_fetch_errors)
 from akresil.net.cluster import coordinator_lane
-from akresil.net.group_member import GroupOffsets
+from akresil.net.group_offsets import GroupOffsets, check_offsets
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition as TP
 
@@ -94,19 +94,26 @@ class ScriptedCluster:
         return 8, answer
 
 
+class Coordinators:
+    """Stands in for the ``CoordinatorTracker``: the coordinator is ``nodes[0]`` until told it moved (then the
+    next one); records why."""
+
+    key = "g"
+
+    def __init__(self, nodes: list[int], lost: list[BaseException]) -> None:
+        self.nodes, self.lost_why = nodes, lost
+
+    async def get(self, deadline_ms: float | None = None) -> int:
+        return self.nodes[0]
+
+    def lost(self, why: BaseException) -> None:
+        self.lost_why.append(why)
+        self.nodes.pop(0)
+
+
 def offsets_client(cluster: ScriptedCluster, nodes: list[int], lost: list[BaseException]) -> GroupOffsets:
-    """A GroupOffsets whose coordinator is ``nodes[0]`` until told it moved (then the next one)."""
-
-    async def coordinator(deadline: float) -> int:
-        return nodes[0]
-
-    def coordinator_lost(why: BaseException) -> None:
-        lost.append(why)
-        nodes.pop(0)
-
-    return GroupOffsets(cluster, "g", request_timeout_ms=60_000,  # type: ignore[arg-type]
-                        backoff=ExponentialBackoff(1, 1, rng=random.Random(0), jitter=0.0),
-                        coordinator=coordinator, coordinator_lost=coordinator_lost)
+    return GroupOffsets(cluster, Coordinators(nodes, lost), request_timeout_ms=60_000,  # type: ignore[arg-type]
+                        backoff=ExponentialBackoff(1, 1, rng=random.Random(0), jitter=0.0))
 
 
 def test_offset_fetch_asks_the_next_coordinator_after_not_coordinator() -> None:
@@ -163,3 +170,25 @@ def test_commit_stops_where_the_member_judges_it_must() -> None:
 
     anyio.run(main)
     assert len(cluster.sent) == 1
+
+
+@pytest.mark.parametrize(("code", "raised"), [(errors.UnknownMemberIdError.errno, errors.CommitFailedError),
+                                              (errors.RebalanceInProgressError.errno, errors.CommitFailedError),
+                                              (errors.OffsetMetadataTooLargeError.errno,
+                                               errors.OffsetMetadataTooLargeError)])
+def test_manual_assignment_commits_as_no_member(code: int, raised: type[Exception]) -> None:
+    """A consumer without a subscription commits through the same path with generation -1 and no member id: no
+    group member stands behind it. Transient errors retry; the group's rebalance errors fail the commit."""
+    cluster = ScriptedCluster([commit_answer(LOADING), commit_answer(0), commit_answer(code)])
+
+    async def main() -> None:
+        client = offsets_client(cluster, [1], [])
+        await client.commit(check_offsets({TP("t", 0): (10, None, None)}))
+        with pytest.raises(raised):
+            await client.commit(check_offsets({TP("t", 0): (11, 2, "m")}))
+
+    anyio.run(main)
+    bodies = [body for _, _, body in cluster.sent]
+    assert [(b["generation_id_or_member_epoch"], b["member_id"]) for b in bodies] == [(-1, "")] * 3
+    assert bodies[2]["topics"][0]["partitions"][0] == {"partition_index": 0, "committed_offset": 11,
+                                                       "committed_leader_epoch": 2, "committed_metadata": "m"}

@@ -26,7 +26,6 @@ def make(now: float = 0.0, *, instance: str | None = None, session: int = 10_000
 
 def joined(now: float = 0.0, **kw: object) -> GroupMembership:
     m = make(now, **kw)  # type: ignore[arg-type]
-    m.coordinator_found(1)
     m.join_sent(now)
     m.join_succeeded(5, "m-1", "range", now)
     m.sync_succeeded(now)
@@ -57,7 +56,6 @@ def test_new_member_must_join_and_has_no_generation() -> None:
 # ---------------------------------------------------------------------------- join / sync
 def test_join_flow_states_and_rejoin_flag() -> None:
     m = make()
-    m.coordinator_found(7)
     reason = m.join_sent(10)
     assert reason == "initial join"
     assert m.state is MemberState.PREPARING_REBALANCE
@@ -73,7 +71,6 @@ def test_join_flow_states_and_rejoin_flag() -> None:
 
 def test_rejoin_requested_during_a_rebalance_survives_its_completion() -> None:
     m = make()
-    m.coordinator_found(1)
     m.join_sent(0)
     m.request_rejoin("subscription changed")
     m.join_succeeded(1, "m", "range", 0)
@@ -84,7 +81,6 @@ def test_rejoin_requested_during_a_rebalance_survives_its_completion() -> None:
 
 def test_member_id_required_keeps_the_given_id_and_rejoins_at_once() -> None:
     m = make()
-    m.coordinator_found(1)
     m.join_sent(0)
     m.member_id_required("given-id")
     m.rebalance_failed(classify_join_error(E.MemberIdRequiredError.errno), 0)
@@ -96,27 +92,23 @@ def test_member_id_required_keeps_the_given_id_and_rejoins_at_once() -> None:
 
 def test_join_retry_backs_off_exponentially_kip580() -> None:
     m = make()
-    m.coordinator_found(1)
     for expected in (100, 200, 400):
         m.join_sent(1_000)
         m.rebalance_failed(Action.RETRY, 1_000)
         assert m.join_due_at(1_000) == 1_000 + expected
-        assert m.coordinator == 1  # loading coordinator: same node, just later
 
 
-def test_join_coordinator_error_forgets_the_coordinator_and_backs_off() -> None:
+def test_join_coordinator_error_backs_off_and_rejoins() -> None:
     m = make()
-    m.coordinator_found(1)
     m.join_sent(0)
     m.rebalance_failed(classify_join_error(E.NotCoordinatorError.errno), 0)
-    assert m.coordinator is None and m.rejoin_needed and m.state is MemberState.UNJOINED
+    assert m.rejoin_needed and m.state is MemberState.UNJOINED
     assert m.join_due_at(0) == 100
 
 
 def test_immediate_rejoins_are_bounded() -> None:
     """REBALANCE_IN_PROGRESS / MEMBER_ID_REQUIRED rejoin at once, but not forever in a tight loop."""
     m = make()
-    m.coordinator_found(1)
     dues = []
     for _ in range(6):
         m.join_sent(0)
@@ -161,28 +153,6 @@ def test_fatal_stops_joining_and_heartbeats() -> None:
     assert m.fatal is err  # the first fatal error sticks
 
 
-# ---------------------------------------------------------------------------- coordinator discovery
-def test_coordinator_lookup_backoff_grows_and_resets() -> None:
-    m = make()
-    assert m.next_lookup_at(50) == 50
-    assert m.coordinator_lookup_failed(0) == 100
-    assert m.coordinator_lookup_failed(100) == 200
-    assert m.next_lookup_at(150) == 300
-    m.coordinator_found(3)
-    assert m.next_lookup_at(400) == 400 and m.coordinator == 3
-
-
-def test_coordinator_lookup_backoff_has_jitter() -> None:
-    firsts, seconds = set(), set()
-    for seed in range(20):
-        m = GroupMembership(session_timeout_ms=10_000, heartbeat_interval_ms=3_000, max_poll_interval_ms=60_000,
-                            retry_backoff=ExponentialBackoff(100, 1_000, jitter=0.2, rng=random.Random(seed)))
-        firsts.add(m.coordinator_lookup_failed(0))
-        seconds.add(m.coordinator_lookup_failed(0))
-    assert all(80 <= d <= 120 for d in firsts) and all(160 <= d <= 240 for d in seconds)
-    assert len(firsts) > 10  # jittered: members that failed together do not retry together
-
-
 # ---------------------------------------------------------------------------- heartbeats
 def test_heartbeat_schedule_follows_sends() -> None:
     m = joined(0)
@@ -210,7 +180,6 @@ def test_heartbeat_rebalance_in_progress_requests_rejoin_when_stable_only() -> N
     assert m.heartbeat_answered(E.RebalanceInProgressError.errno, sent, 110) is Action.REJOIN
     assert m.rejoin_needed and m.generation.generation_id == 5  # member keeps its identity
     m2 = make()
-    m2.coordinator_found(1)
     m2.join_sent(0)
     m2.join_succeeded(1, "m", "range", 0)
     sent = m2.heartbeat_sent(10)
@@ -245,17 +214,15 @@ def test_heartbeat_answer_for_an_old_generation_is_ignored() -> None:
     assert m.generation.generation_id == 6
 
 
-def test_heartbeat_not_coordinator_and_transport_failure_forget_coordinator() -> None:
+def test_heartbeat_not_coordinator_and_transport_failure_retry_after_the_backoff() -> None:
     m = joined(0)
     sent = m.heartbeat_sent(100)
     assert m.heartbeat_answered(E.NotCoordinatorError.errno, sent, 110) is Action.COORDINATOR
-    assert m.coordinator is None and m.heartbeat_due_at(110) is None and m.stable
-    m.coordinator_found(2)
-    m.heartbeat_sent(200)
+    assert m.heartbeat_due_at(110) == 210 and m.stable  # retry backoff (Java fails the heartbeat too)
+    m.heartbeat_sent(210)
     m.heartbeat_failed(250)
-    assert m.coordinator is None and m.stable  # membership survives a coordinator move
-    m.coordinator_found(2)
-    assert m.heartbeat_due_at(250) == 350  # retry backoff, not the interval
+    assert m.stable  # membership survives a coordinator move
+    assert m.heartbeat_due_at(250) == 450  # the second failure in a row: 200 ms, not the interval
 
 
 # ---------------------------------------------------------------------------- session and poll timers
@@ -263,7 +230,7 @@ def test_session_expires_without_successful_heartbeat() -> None:
     m = joined(0)
     assert m.expire(9_999) == []
     assert m.expire(10_000) == [Expiry.SESSION]
-    assert m.generation == NO_GENERATION and m.coordinator is None and m.rejoin_needed
+    assert m.generation == NO_GENERATION and m.rejoin_needed
     assert m.session_expires_at() is None
 
 

@@ -1,5 +1,6 @@
-"""GroupCoordinator (the I/O shell) against a scripted in-process coordinator: request flows, error paths,
-listener order. Timers are tens of milliseconds, so the whole file runs in about a second."""
+"""GroupSession with the classic protocol (``ClassicMember``) against a scripted in-process coordinator: request
+flows, error paths, listener order, rebalance events. Timers are tens of milliseconds, so the whole file runs in
+about a second."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import pytest
 
 from akresil import errors
 from akresil.config import resolve
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.events import REBALANCE, REBALANCE_FAILED, Hooks, RecordingHook
 from akresil.core.group_state import MemberState
 from akresil.core.metadata import BrokerInfo, MetadataSnapshot, PartitionInfo
 from akresil.net.cluster import coordinator_lane
-from akresil.net.group import GroupCoordinator
-from akresil.net.coordinator import CoordinatorLocator
+from akresil.net.coordinator import CoordinatorLocator, CoordinatorTracker
+from akresil.net.group_classic import ClassicMember
+from akresil.net.group_offsets import GroupOffsets, check_offsets
+from akresil.net.group_session import GroupSession
 from akresil.protocol.api import ApiKey, decode_versioned, encode_versioned
 from akresil.types import TopicPartition as TP
 
@@ -43,6 +48,8 @@ class FakeCluster:
         self.added_topics: set[str] = set()
         self.metadata_listeners: list[Callable[[], None]] = []
         self.coordinators = CoordinatorLocator(self)  # type: ignore[arg-type]
+        self.recorded = RecordingHook()
+        self.hooks = Hooks([self.recorded])
 
     def clock(self) -> float:
         return time.monotonic() * 1000.0
@@ -87,6 +94,7 @@ class FakeGroup:
         self.members = 0
         self.heartbeat_errors: list[int] = []
         self.commit_errors: list[int] = []
+        self.join_errors: list[int] = []
         self.committed: dict[TP, int] = {}
         self.sync_assignment: list[TP] | None = None  # override what SyncGroup returns
         c = cluster.handlers
@@ -103,6 +111,9 @@ class FakeGroup:
         return {"coordinators": [{"key": GROUP, **entry}]} if v >= 4 else entry
 
     def join(self, body: dict[str, Any], v: int) -> dict[str, Any]:
+        if self.join_errors:
+            return {"error_code": self.join_errors.pop(0), "generation_id": -1, "protocol_name": None,
+                    "leader": "", "member_id": body["member_id"], "members": []}
         if not body["member_id"] and body.get("group_instance_id") is None:
             self.members += 1
             return {"error_code": E.MemberIdRequiredError.errno, "generation_id": -1, "protocol_name": None,
@@ -171,14 +182,28 @@ def config(**kw: Any) -> Any:
 
 
 def coordinator(cluster: FakeCluster, events: list[tuple[str, Any]], *, topics: set[str] | None = None,
-                positions: dict[TP, int] | None = None, **kw: Any) -> GroupCoordinator:
+                positions: dict[TP, int] | None = None, listener: Any = None, **kw: Any) -> GroupSession:
     def for_revoke() -> dict[TP, int]:
         events.append(("positions", None))
         return dict(positions or {})
 
-    return GroupCoordinator(cluster, config(**kw), subscription=lambda: topics if topics is not None else {"t"},  # type: ignore[arg-type]
-                            listener=Recorder(events), on_assignment_changed=lambda: events.append(("changed", None)),
-                            committed_offsets_for_revoke=for_revoke)
+    return GroupSession(cluster, config(**kw), ClassicMember,  # type: ignore[arg-type]
+                        subscription=lambda: topics if topics is not None else {"t"},
+                        listener=listener or Recorder(events),
+                        on_assignment_changed=lambda: events.append(("changed", None)), positions_for_revoke=for_revoke)
+
+
+def state(gc: GroupSession) -> MemberState:
+    member = gc.member
+    assert isinstance(member, ClassicMember)
+    return member.state
+
+
+def standalone(cluster: FakeCluster, request_timeout_ms: int = 2_000) -> GroupOffsets:
+    """The offsets path of a consumer with manual assignment: no member, generation -1."""
+    backoff = ExponentialBackoff(20, 200, rng=cluster.rng)
+    return GroupOffsets(cluster, CoordinatorTracker(cluster, GROUP, backoff=backoff),  # type: ignore[arg-type]
+                        request_timeout_ms=request_timeout_ms, backoff=backoff)
 
 
 ALL4 = frozenset(TP("t", p) for p in range(4))
@@ -209,6 +234,11 @@ async def test_member_id_required_then_leader_assigns_itself() -> None:
         assert gc.assignment == ALL4 and gc.generation_id == 1 and gc.member_id == "member-1"
         assert events[-2:] == [("changed", None), ("assigned", ALL4)]
         assert "t" in cluster.added_topics
+        # one completed rebalance; KIP-394's MEMBER_ID_REQUIRED round is part of joining, not a failure
+        [done] = cluster.recorded.named(REBALANCE)
+        assert done["generation"] == 1 and done["assigned"] == sorted(ALL4) and done["revoked"] == []
+        assert done["group_id"] == GROUP and done["duration_ms"] >= 0
+        assert cluster.recorded.named(REBALANCE_FAILED) == []
         # heartbeats flow at the interval, for the current generation
         await until(lambda: len(cluster.sent(ApiKey.HEARTBEAT)) >= 3)
         hb = cluster.sent(ApiKey.HEARTBEAT)[0]
@@ -278,7 +308,7 @@ async def test_unknown_member_loses_partitions_and_rejoins_as_new_member() -> No
             await gc.wait_assignment()
         events.clear()
         group.heartbeat_errors = [E.UnknownMemberIdError.errno]
-        await until(lambda: gc.generation_id == 2 and gc.state is MemberState.STABLE)
+        await until(lambda: gc.generation_id == 2 and state(gc) is MemberState.STABLE)
         assert events[0] == ("lost", ALL4)  # no commit ("positions") before losing
         assert ("positions", None) not in events
         assert [j["member_id"] for j in cluster.sent(ApiKey.JOIN_GROUP)][-2:] == ["", "member-2"]
@@ -297,7 +327,7 @@ async def test_rebalance_in_progress_eager_commits_then_revokes_then_rejoins() -
             await gc.wait_assignment()
         events.clear()
         group.heartbeat_errors = [E.RebalanceInProgressError.errno]
-        await until(lambda: gc.generation_id == 2 and gc.state is MemberState.STABLE)
+        await until(lambda: gc.generation_id == 2 and state(gc) is MemberState.STABLE)
         names = [e for e, _ in events]
         assert names[:3] == ["positions", "revoked", "changed"]
         assert group.committed == {TP("t", 1): 42}  # only revoked partitions are committed
@@ -324,7 +354,7 @@ async def test_revoke_commit_retries_next_generation_when_broker_bumped_it_early
             await gc.wait_assignment()
         group.commit_errors = [E.IllegalGenerationError.errno, second_code]
         group.heartbeat_errors = [E.RebalanceInProgressError.errno]
-        await until(lambda: gc.generation_id == 2 and gc.state is MemberState.STABLE)
+        await until(lambda: gc.generation_id == 2 and state(gc) is MemberState.STABLE)
         commits = cluster.sent(ApiKey.OFFSET_COMMIT)
         assert [c["generation_id_or_member_epoch"] for c in commits] == [1, 2]
         assert group.committed == committed
@@ -415,12 +445,12 @@ async def test_not_coordinator_rediscovers_with_backoff() -> None:
 
         cluster.handlers[ApiKey.FIND_COORDINATOR] = find
         group.heartbeat_errors = [E.NotCoordinatorError.errno]
-        await until(lambda: gc.coordinator_id == 2)
+        await until(lambda: gc.coordinator.node == 2)
         times = [t for t, _, k, _ in cluster.log if k == ApiKey.FIND_COORDINATOR][-3:]
         gaps = [b - a for a, b in zip(times, times[1:])]
         assert gaps[0] >= 16 and gaps[1] >= 32  # 20 ms then 40 ms, +-20% jitter (KIP-580)
         await until(lambda: any(n == coordinator_lane(2) for _, n, k, _ in cluster.log if k == ApiKey.HEARTBEAT))
-        assert gc.generation_id == 1 and gc.state is MemberState.STABLE  # membership survived the move
+        assert gc.generation_id == 1 and state(gc) is MemberState.STABLE  # membership survived the move
         await gc.leave()
         tg.cancel_scope.cancel()
 
@@ -473,15 +503,16 @@ async def test_commit_and_fetch_committed_roundtrip_v9_and_v7() -> None:
         cluster, events = FakeCluster(versions=versions), []  # type: ignore[arg-type]
         FakeGroup(cluster)
         gc = coordinator(cluster, events)
-        # never joined (manual assignment): commits with no generation
-        await gc.commit({TP("t", 0): (10, 3, "meta"), TP("t", 2): (7, None, None)})
+        gc = standalone(cluster)
+        # manual assignment: commits with no generation
+        await gc.commit(check_offsets({TP("t", 0): (10, 3, "meta"), TP("t", 2): (7, None, None)}))
         body = cluster.sent(ApiKey.OFFSET_COMMIT)[0]
         assert body["generation_id_or_member_epoch"] == -1 and body["member_id"] == ""
         parts = body["topics"][0]["partitions"]
         assert parts[0] == {"partition_index": 0, "committed_offset": 10, "committed_leader_epoch": 3,
                             "committed_metadata": "meta"}
         assert parts[1]["committed_leader_epoch"] == -1 and parts[1]["committed_metadata"] == ""
-        got = await gc.fetch_committed([TP("t", 0), TP("t", 1), TP("t", 2)])
+        got = await gc.fetch([TP("t", 0), TP("t", 1), TP("t", 2)])
         assert got == {TP("t", 0): 10, TP("t", 1): None, TP("t", 2): 7}
         fetch = cluster.sent(ApiKey.OFFSET_FETCH)[0]
         if versions:
@@ -492,11 +523,10 @@ async def test_commit_and_fetch_committed_roundtrip_v9_and_v7() -> None:
 
 
 async def test_commit_retries_coordinator_errors_then_succeeds() -> None:
-    cluster, events = FakeCluster(), []
+    cluster = FakeCluster()
     group = FakeGroup(cluster)
-    gc = coordinator(cluster, events)
     group.commit_errors = [E.NotCoordinatorError.errno, E.CoordinatorLoadInProgressError.errno]
-    await gc.commit({TP("t", 0): (10, None, None)})
+    await standalone(cluster).commit(check_offsets({TP("t", 0): (10, None, None)}))
     assert group.committed == {TP("t", 0): 10}
     assert len(cluster.sent(ApiKey.OFFSET_COMMIT)) == 3
     assert len(cluster.sent(ApiKey.FIND_COORDINATOR)) == 2  # rediscovered after NOT_COORDINATOR
@@ -530,22 +560,20 @@ async def test_commit_after_rebalance_raises_commit_failed(code: int, rejoin_onl
 
 
 async def test_commit_non_retriable_error_is_raised_as_is() -> None:
-    cluster, events = FakeCluster(), []
+    cluster = FakeCluster()
     group = FakeGroup(cluster)
-    gc = coordinator(cluster, events)
     group.commit_errors = [E.OffsetMetadataTooLargeError.errno]
     with pytest.raises(E.OffsetMetadataTooLargeError, match=r"t\[0\]"):
-        await gc.commit({TP("t", 0): (10, None, "x" * 10)})
+        await standalone(cluster).commit(check_offsets({TP("t", 0): (10, None, "x" * 10)}))
 
 
 async def test_commit_gives_up_after_request_timeout() -> None:
-    cluster, events = FakeCluster(), []
+    cluster = FakeCluster()
     group = FakeGroup(cluster)
-    gc = coordinator(cluster, events, request_timeout_ms=150)
     group.commit_errors = [E.CoordinatorLoadInProgressError.errno] * 100
     start = time.monotonic()
     with pytest.raises(E.KafkaTimeoutError, match="request_timeout_ms=150"):
-        await gc.commit({TP("t", 0): (10, None, None)})
+        await standalone(cluster, request_timeout_ms=150).commit(check_offsets({TP("t", 0): (10, None, None)}))
     # a commit that ignored request_timeout_ms would retry the 100 errors with backoff for tens of seconds
     assert time.monotonic() - start < 2.0
 
@@ -564,5 +592,51 @@ async def test_bad_offsets_are_rejected_with_a_clear_error() -> None:
 
 async def test_group_id_is_required() -> None:
     with pytest.raises(E.ConfigError, match="group_id"):
-        GroupCoordinator(FakeCluster(), resolve("consumer", {}), subscription=set,  # type: ignore[arg-type]
-                         listener=None, on_assignment_changed=lambda: None)
+        GroupSession(FakeCluster(), resolve("consumer", {}), ClassicMember, subscription=set)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- rebalance events and the listener
+async def test_rebalance_events_count_what_was_revoked_and_failed_attempts() -> None:
+    """A rebalance runs from its first step (here: revoking everything, eager) to the new assignment; a failed
+    JoinGroup in between is a ``rebalance_failed`` and the retry belongs to the same rebalance."""
+    cluster, events = FakeCluster(), []
+    group = FakeGroup(cluster)
+    gc = coordinator(cluster, events)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+        group.join_errors = [E.CoordinatorLoadInProgressError.errno]
+        group.heartbeat_errors = [E.RebalanceInProgressError.errno]
+        await until(lambda: len(cluster.recorded.named(REBALANCE)) == 2)
+        second = cluster.recorded.named(REBALANCE)[1]
+        assert second["generation"] == 2 and second["revoked"] == sorted(ALL4) and second["assigned"] == sorted(ALL4)
+        assert [f["error"] for f in cluster.recorded.named(REBALANCE_FAILED)] == ["CoordinatorLoadInProgressError"]
+        await gc.leave()
+        tg.cancel_scope.cancel()
+
+
+class RevokedOnly:
+    def __init__(self, events: list[tuple[str, Any]]) -> None:
+        self.events = events
+
+    async def on_partitions_revoked(self, tps: set[TP]) -> None:
+        self.events.append(("revoked", frozenset(tps)))
+
+
+async def test_a_listener_without_on_partitions_lost_hears_of_lost_partitions_as_revoked() -> None:
+    """Java calls onPartitionsRevoked when the listener does not override onPartitionsLost; nothing is committed
+    (another member may own the partitions already)."""
+    cluster, events = FakeCluster(), []
+    group = FakeGroup(cluster)
+    gc = coordinator(cluster, events, positions={TP("t", 0): 5}, listener=RevokedOnly(events))
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+        events.clear()
+        group.heartbeat_errors = [E.UnknownMemberIdError.errno]
+        await until(lambda: ("revoked", ALL4) in events)
+        assert ("positions", None) not in events and group.committed == {}
+        await gc.leave()
+        tg.cancel_scope.cancel()
