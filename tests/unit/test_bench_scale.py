@@ -1,0 +1,78 @@
+"""benchmarks/bench_scale.py's pure parts: case parsing, the figures of a round, medians and worst rounds, targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scale.py"
+_spec = importlib.util.spec_from_file_location("bench_scale", _PATH)
+assert _spec is not None and _spec.loader is not None
+bs = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("bench_scale", bs)     # dataclasses look their module up there
+_spec.loader.exec_module(bs)
+
+
+def test_cases_parse_with_defaults() -> None:
+    assert bs.parse_case("10000") == bs.Case(10000, 1, 3)
+    assert bs.parse_case("10000/1000@30") == bs.Case(10000, 1000, 30)
+    assert bs.parse_case("10000/1000").per_topic == 10
+    assert [bs.parse_case(c).name for c in bs.DEFAULT_CASES]
+
+
+@pytest.mark.parametrize("text", ["", "ten", "10/3", "0", "10/0", "10@0", "10/2@3/4"])
+def test_bad_cases_name_the_option(text: str) -> None:
+    with pytest.raises(ValueError, match="--cases"):
+        bs.parse_case(text)
+
+
+def test_layout_goes_round_robin_over_topics_then_partitions() -> None:
+    assert bs.layout("t", 2, 2) == [("t-0", 0), ("t-0", 1), ("t-1", 0), ("t-1", 1)]
+
+
+def test_round_figures_and_summary() -> None:
+    case = bs.Case(1000)
+    raw = {"records": 200_000, "wall_s": 2.0, "cpu_s": 1.0, "peak_rss_kib": 61_440.0, "base_rss_kib": 40_960.0,
+           "load_1m": 1.5}
+    fig = bs.derive(raw, case)
+    assert fig["cpu_us_per_record"] == pytest.approx(5.0)
+    assert fig["records_per_s"] == pytest.approx(100_000)
+    assert fig["rss_growth_mib"] == pytest.approx(20.0)
+    assert fig["kib_per_partition"] == pytest.approx(20.48)
+    slow = bs.derive({**raw, "wall_s": 4.0, "cpu_s": 3.0}, case)
+    out = bs.summarize([fig, slow, bs.derive({"error": "exit 1"}, case)])
+    assert out["rounds"] == 2 and out["errors"] == ["exit 1"]
+    assert out["cpu_s"]["worst"] == 3.0           # lower is better: the worst is the highest
+    assert out["records_per_s"]["worst"] == 50_000   # higher is better: the worst is the lowest
+    assert out["cpu_s"]["median"] == 2.0
+
+
+def _case(name: str, produce: dict[str, float], consume: dict[str, float]) -> dict[str, object]:
+    def fig(v: float) -> dict[str, float]:
+        return {"median": v, "worst": v * 2}
+    return {"case": name,
+            "produce": {i: {"cpu_s": fig(v), "cpu_us_per_record": fig(v * 5)} for i, v in produce.items()},
+            "consume": {i: {"records_per_s": fig(v)} for i, v in consume.items()}}
+
+
+def test_targets_compare_the_issue_figures() -> None:
+    cases = [_case("10/1@3", {"akresil gather": 3.0, "akresil callback": 1.2, "akresil tasks": 1.6,
+                              "confluent callback": 1.0}, {}),
+             _case("10000/1@3", {"akresil gather": 0.9, "akresil callback": 0.9, "akresil tasks": 2.0,
+                                 "akresil send_many": 0.5, "confluent callback": 1.0},
+                   {"akresil getmany": 90.0, "confluent consume": 100.0})]
+    by = {(t["target"], t["case"], t["median"]): t["met"] for t in bs.targets(cases)}
+    assert by[("consumer records/s vs confluent-kafka", "10000/1@3", 0.9)] is False
+    assert by[("produce CPU vs confluent-kafka", "10000/1@3", 0.5)] is True
+    assert by[("produce CPU vs confluent-kafka", "10000/1@3", 2.0)] is False
+    assert by[("CPU per record vs librdkafka", "10/1@3", 1.2)] is True
+    assert by[("CPU per record vs librdkafka", "10/1@3", 3.0)] is False
+    ratios = bs.ratios(cases)["10/1@3"]
+    assert ratios["akresil gather / confluent callback cpu_s"] == {"median": 3.0, "worst": 3.0}
+
+
+def test_missing_figures_make_no_verdict() -> None:
+    assert all(t["met"] is None for t in bs.targets([]))
