@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from functools import partial
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, cast
 
 import anyio
@@ -31,6 +32,7 @@ from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .core.missing_topics import MissingTopicWarnings
+from .core.tracing import ProcessSpan, TraceSite, processing
 from .net.cluster import Cluster
 from .net.coordinator import CoordinatorTracker
 from .net.fetcher import Fetcher
@@ -106,6 +108,10 @@ class Consumer(Generic[KeyT, ValueT]):
             from .metrics import ClientMetrics
             self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
         self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
+        #: record handed out last (ended by the consumer's next call)
+        self._trace_site = TraceSite("consumer", cfg.client_id, cfg.group_id, self._cluster.metadata)
+        self._processing: ProcessSpan | None = None
         self._state = FetchState(
             max_partition_fetch_bytes=cfg.max_partition_fetch_bytes, fetch_max_bytes=cfg.fetch_max_bytes,
             max_buffered_bytes=max_buffered, auto_offset_reset=cfg.auto_offset_reset,
@@ -197,6 +203,8 @@ class Consumer(Generic[KeyT, ValueT]):
 
     async def close(self) -> None:
         """Commit (with auto-commit), leave the group, stop fetching and release every task and connection."""
+        if self._processing is not None:
+            self._end_processing()
         if self._closed:
             return
         self._closed = True
@@ -409,6 +417,16 @@ class Consumer(Generic[KeyT, ValueT]):
         Raises a partition's pending error (e.g. ``OffsetOutOfRangeError`` with ``auto_offset_reset='none'``)
         once no records are ready.
         """
+        if self._processing is not None:
+            self._end_processing()
+        got = await self._getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
+        tracer = self.hooks.tracer
+        if tracer is not None and got:
+            tracer.received(self._trace_site, [r for records in got.values() for r in records])
+        return got
+
+    async def _getmany(self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
+                       ) -> dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]:
         self._check_open()
         if max_records is None:
             max_records = self._max_poll_records
@@ -466,17 +484,27 @@ class Consumer(Generic[KeyT, ValueT]):
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[KeyT, ValueT]:
         """The next record (from ``partitions`` if given), waiting as long as it takes."""
+        if self._processing is not None:
+            self._end_processing()
         if partitions:
-            while True:
-                got = await self.getmany(*partitions, timeout_ms=3_600_000, max_records=1)
+            record = None
+            while record is None:
+                got = await self._getmany(*partitions, timeout_ms=3_600_000, max_records=1)
                 for records in got.values():
-                    return records[0]
-        return await self.__anext__()
+                    record = records[0]
+        else:
+            record = await self._next()
+        tracer = self.hooks.tracer
+        if tracer is not None:
+            self._processing = tracer.start_process(self._trace_site, (record,))
+        return record
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord[KeyT, ValueT]]:
         return self
 
     async def __anext__(self) -> ConsumerRecord[KeyT, ValueT]:
+        if self.hooks.tracer is not None:
+            return await self.getone()
         i = self._pending_index
         pending = self._pending
         if i < len(pending):
@@ -484,12 +512,37 @@ class Consumer(Generic[KeyT, ValueT]):
             return pending[i]
         return await self._refill()
 
+    async def _next(self) -> ConsumerRecord[KeyT, ValueT]:
+        """``__anext__`` without tracing."""
+        i = self._pending_index
+        if i < len(self._pending):
+            self._pending_index = i + 1
+            return self._pending[i]
+        return await self._refill()
+
+    def process(self, record: ConsumerRecord[KeyT, ValueT], *batch: ConsumerRecord[KeyT, ValueT]
+                ) -> AbstractContextManager[Any]:
+        """``with consumer.process(record): handle(record)``: the record's processing, traced when the consumer
+        has a tracer (its ``process {topic}`` span is current inside the block and given to ``as``; an exception
+        from the block is recorded on it and propagates); a batch handled as a unit is ``process(*records)``.
+        For the record ``async for`` / ``getone`` just returned, the span already open for it.  Without a
+        tracer it does nothing (``as`` gets None)."""
+        return processing(self.hooks.tracer, self._trace_site, (record, *batch), self._processing)
+
+    def _end_processing(self) -> None:
+        """End the processing span of the record handed out last (the application came back for more)."""
+        processing, self._processing = self._processing, None
+        if processing is not None:
+            processing.end()
+
     async def _refill(self) -> ConsumerRecord[KeyT, ValueT]:
+        if self._processing is not None:
+            self._end_processing()      # opened while a tracer was attached, which is gone now
         if self._closed:
             raise StopAsyncIteration
         while True:
             try:
-                got = await self.getmany(timeout_ms=3_600_000, max_records=self._max_poll_records)
+                got = await self._getmany(timeout_ms=3_600_000, max_records=self._max_poll_records)
             except errors.ClientClosedError:
                 raise StopAsyncIteration from None
             if got:

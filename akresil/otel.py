@@ -7,14 +7,14 @@ injects the send span's context into each record's headers (``traceparent``, thr
 W3C trace context by default); the consumer extracts it, so a ``process`` span is a child of the producer's
 span (one trace from producer to consumer) and ``receive`` spans link to it.
 
-The traced methods live in subclasses of the clients (``TracedProducer``, ``TracedConsumer``,
-``TracedShareConsumer``), so a traced client is the client and type-checks wherever one is expected.
-``instrument_producer(producer)`` (and ``instrument_consumer`` / ``instrument_share_consumer``) turn one client
-into its traced subclass, with its own providers and an ``OTelMetrics`` hook; ``AkresilInstrumentor``
-(``akresil.otel_instrumentor``, run by ``opentelemetry-instrument``) gives the clients' classes the traced
-methods, so every client is traced without code changes.  Methods rather than hooks inside the clients: spans
-must wrap the public calls and headers must be added before the producer serializes a record, which no core
-event can do; untraced clients keep their hot paths as they are.
+``OTelTracing`` is a tracer hook (``core.tracing.Tracer``, as franz-go's kotel is a kgo hook): the clients call
+it around their sends, polls and the processing of what they hand out, and pass it what it needs to know of them
+(``core.tracing.TraceSite``), so tracing needs no subclass, no patched method and nothing private of a client.
+``instrument_producer(producer)`` (and ``instrument_consumer`` / ``instrument_share_consumer``) give one client
+an ``OTelTracing`` with its own providers and an ``OTelMetrics`` hook; ``AkresilInstrumentor``
+(``akresil.otel_instrumentor``, run by ``opentelemetry-instrument``) makes an ``OTelTracing`` the default tracer
+of every client without one, so every client is traced without code changes.  The runner opens a ``process``
+span per handler call through its consumer (``Consumer.process``), so what the handler sends joins the trace.
 
 ``OTelMetrics`` records the metrics of ``akresil.metrics.ClientMetrics`` (the Prometheus hook) through the
 OpenTelemetry metrics API; both are derived from one table (``core.series.SERIES``): same events, same label
@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar, Token
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar, cast
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
@@ -39,17 +37,18 @@ from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from . import __version__
-from .core.series import SERIES, Labels, Series, SeriesHook
-from .net.clock import Clock, monotonic_ms
 from .consumer import Consumer
-from .delivery import DeliveryCallback, DeliveryFuture
+from .core import tracing
+from .core.series import SERIES, Labels, Series, SeriesHook
+from .core.tracing import TracedRecord, TraceSite
+from .net.clock import Clock, monotonic_ms
 from .producer import Producer
 from .share_consumer import ShareConsumer
-from .types import ConsumerRecord, Header, RecordMetadata, ShareRecord, TopicPartition
+from .types import ConsumerRecord, Header, RecordMetadata, ShareRecord
 
-__all__ = ["OTelMetrics", "TracedProducer", "TracedConsumer", "TracedShareConsumer", "instrument_producer",
-           "instrument_consumer", "instrument_share_consumer", "producer_context", "METRIC_NAMES",
-           "HeadersGetter", "HeadersSetter"]
+__all__ = ["OTelMetrics", "OTelTracing", "TracedProducer", "TracedConsumer", "TracedShareConsumer",
+           "instrument_producer", "instrument_consumer", "instrument_share_consumer", "producer_context",
+           "set_default_tracing", "METRIC_NAMES", "HeadersGetter", "HeadersSetter"]
 
 _SCOPE = "akresil"
 K = TypeVar("K")
@@ -119,77 +118,8 @@ def _key_attribute(key: object) -> str | None:
     return key if isinstance(key, str) else None
 
 
-def _fail(span: Span, exc: BaseException) -> None:
-    span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-    span.set_attribute("error.type", type(exc).__name__)
-
-
-# ============================================================================================ tracing state
-#: set while a traced call runs: calls it makes to other traced methods (``getone`` -> ``__anext__``) add no span
-_IN_TRACED_CALL: ContextVar[bool] = ContextVar("akresil_otel_in_traced_call", default=False)
-
-
-class _Tracing:
-    """Where a client's spans go: a tracer and a propagator (None: the global ones at the time of each call,
-    so clients built before ``opentelemetry-instrument`` configured the SDK still follow it)."""
-
-    def __init__(self, tracer_provider: TracerProvider | None = None,
-                 propagator: TextMapPropagator | None = None) -> None:
-        self.tracer = _tracer(tracer_provider)
-        self._propagator = propagator
-
-    @property
-    def propagator(self) -> TextMapPropagator:
-        return _propagator(self._propagator)
-
-
-#: the tracing of clients that ``instrument_*`` did not configure (``AkresilInstrumentor`` replaces it)
-_default_tracing = _Tracing()
-
-
-def set_default_tracing(tracer_provider: TracerProvider | None = None,
-                        propagator: TextMapPropagator | None = None) -> None:
-    """Providers for every client without its own (``instrument_*`` sets a client's own); used by the
-    instrumentor's ``instrument(tracer_provider=...)``."""
-    global _default_tracing
-    _default_tracing = _Tracing(tracer_provider, propagator)
-
-
-def _tracing(client: object) -> _Tracing:
-    found = vars(client).get("_akresil_tracing")
-    return found if isinstance(found, _Tracing) else _default_tracing
-
-
-@contextmanager
-def _inner_calls_untraced() -> Iterator[None]:
-    token = _IN_TRACED_CALL.set(True)
-    try:
-        yield
-    finally:
-        _IN_TRACED_CALL.reset(token)
-
-
-def _broker(client: Any, topic: str, partition: int) -> tuple[str, int] | None:
-    """Host and port of the partition's leader (where its produce and fetch requests go), if known."""
-    try:
-        snapshot = client._cluster.metadata.snapshot
-        leader = snapshot.leader_of(TopicPartition(topic, partition))
-        broker = snapshot.brokers[leader[0]] if leader is not None else None
-    except (AttributeError, KeyError):
-        return None
-    return (broker.host, broker.port) if broker is not None else None
-
-
-def _set_server(span: Span, client: Any, topic: str, partition: int) -> None:
-    address = _broker(client, topic, partition)
-    if address is not None:
-        span.set_attribute(SERVER_ADDRESS, address[0])
-        span.set_attribute(SERVER_PORT, address[1])
-
-
 def _raw_size(value: object) -> int | None:
-    """The body size when the value is already the bytes that travel (no serializer / deserializer)."""
+    """The body size when the value is already the bytes that travel (no deserializer)."""
     if isinstance(value, (bytes, bytearray)):
         return len(value)
     if isinstance(value, memoryview):
@@ -197,139 +127,14 @@ def _raw_size(value: object) -> int | None:
     return None
 
 
-# ============================================================================================ producer
-#: Producer's own methods, captured before any patching: the traced methods call these
-_PRODUCER_SEND = Producer.send
-_PRODUCER_ENQUEUE = Producer.enqueue
-_PRODUCER_SEND_MANY = Producer.send_many
+def _fail(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+    span.set_attribute("error.type", type(exc).__name__)
 
 
-@contextmanager
-def _send_span(producer: Producer[Any, Any], topic: str, key: object, partition: int | None, count: int | None,
-               headers: Sequence[Header] | None) -> Iterator[tuple[Span, list[Header]]]:
-    tracing = _tracing(producer)
-    attributes: dict[str, Any] = {SYSTEM: "kafka", OPERATION_TYPE: "send", OPERATION_NAME: "send",
-                                  DESTINATION: topic, CLIENT_ID: str(producer.config.client_id)}
-    if partition is not None:
-        attributes[PARTITION] = str(partition)
-    if count is not None:
-        attributes[BATCH_COUNT] = count
-    key_text = _key_attribute(key)
-    if key_text is not None:
-        attributes[MESSAGE_KEY] = key_text
-    with tracing.tracer.start_as_current_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes,
-                                              record_exception=False, set_status_on_exception=False) as span:
-        carrier: list[Header] = list(headers) if headers else []
-        tracing.propagator.inject(carrier, setter=_SETTER)
-        try:
-            with _inner_calls_untraced():
-                yield span, carrier
-        except Exception as exc:     # a cancellation is not the operation's failure
-            if partition is not None:
-                _set_server(span, producer, topic, partition)
-            _fail(span, exc)
-            raise
-
-
-class TracedProducer(Producer[K, V]):
-    """A ``Producer`` whose ``send`` / ``enqueue`` / ``send_many`` create ``send`` spans (kind PRODUCER) and put
-    the span's trace context in the records' headers: ``instrument_producer(producer)`` makes a producer one,
-    ``AkresilInstrumentor`` gives ``Producer`` these methods.
-
-    ``send`` spans end at the broker's acknowledgement and carry the partition, offset, broker address and body
-    size; ``enqueue`` spans end once the record is buffered (the delivery is awaited later, outside the span); a
-    ``send_many`` call is one span with ``messaging.batch.message_count``, its context shared by its records.
-    """
-
-    async def send(self, topic: str, value: V | None = None, key: K | None = None, *,
-                   partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: Sequence[Header] | None = None) -> RecordMetadata:
-        """``Producer.send`` inside a ``send {topic}`` span that ends at the acknowledgement."""
-        if _IN_TRACED_CALL.get():
-            return await _PRODUCER_SEND(self, topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
-                                        headers=headers)
-        with _send_span(self, topic, key, partition, None, headers) as (span, carrier):
-            if value is None:
-                span.set_attribute(TOMBSTONE, True)
-            md = await _PRODUCER_SEND(self, topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
-                                      headers=carrier)
-            span.set_attribute(PARTITION, str(md.partition))
-            span.set_attribute(OFFSET, md.offset)
-            if md.serialized_value_size >= 0 and value is not None:
-                span.set_attribute(BODY_SIZE, md.serialized_value_size)
-            _set_server(span, self, topic, md.partition)
-            return md
-
-    async def enqueue(self, topic: str, value: V | None = None, key: K | None = None, *,
-                      partition: int | None = None, timestamp_ms: int | None = None,
-                      headers: Sequence[Header] | None = None,
-                      on_delivery: DeliveryCallback | None = None) -> DeliveryFuture:
-        """``Producer.enqueue`` inside a ``send {topic}`` span that ends once the record is buffered."""
-        if _IN_TRACED_CALL.get():
-            return await _PRODUCER_ENQUEUE(self, topic, value, key, partition=partition,
-                                           timestamp_ms=timestamp_ms, headers=headers, on_delivery=on_delivery)
-        with _send_span(self, topic, key, partition, None, headers) as (span, carrier):
-            if value is None:
-                span.set_attribute(TOMBSTONE, True)
-            elif self._value_serializer is None and (size := _raw_size(value)) is not None:
-                span.set_attribute(BODY_SIZE, size)
-            if partition is not None:
-                _set_server(span, self, topic, partition)
-            return await _PRODUCER_ENQUEUE(self, topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
-                                           headers=carrier, on_delivery=on_delivery)
-
-    async def send_many(self, topic: str, records: Iterable[tuple[K | None, V | None]], *,
-                        partition: int | None = None, headers: Sequence[Header] | None = None,
-                        timestamp_ms: int | None = None, raise_on_error: bool = True) -> list[RecordMetadata]:
-        """``Producer.send_many`` as one ``send {topic}`` span with the batch's message count."""
-        if _IN_TRACED_CALL.get():
-            return await _PRODUCER_SEND_MANY(self, topic, records, partition=partition, headers=headers,
-                                             timestamp_ms=timestamp_ms, raise_on_error=raise_on_error)
-        items = records if isinstance(records, list) else list(records)
-        with _send_span(self, topic, None, partition, len(items), headers) as (span, carrier):
-            if partition is not None:
-                _set_server(span, self, topic, partition)
-            return await _PRODUCER_SEND_MANY(self, topic, items, partition=partition, headers=carrier,
-                                             timestamp_ms=timestamp_ms, raise_on_error=raise_on_error)
-
-
-# ============================================================================================ consumers
+# ============================================================================================ the tracer hook
 AnyRecord = ConsumerRecord[Any, Any] | ShareRecord
-
-
-class _Processing(NamedTuple):
-    """The ``process`` span opened for the record an ``async for`` step (or ``getone``) returned; it is the
-    current span until the consumer's next call, so the application's work on the record happens inside it."""
-
-    record: AnyRecord
-    span: Span
-    token: Token[otel_context.Context]
-
-
-def _consumer_attributes(consumer: Any, operation: str, name: str, topic: str | None) -> dict[str, Any]:
-    attributes: dict[str, Any] = {SYSTEM: "kafka", OPERATION_TYPE: operation, OPERATION_NAME: name,
-                                  CLIENT_ID: str(consumer.config.client_id)}
-    if topic is not None:
-        attributes[DESTINATION] = topic
-    group = consumer.config.group_id
-    if group is not None:
-        attributes[CONSUMER_GROUP] = group
-    return attributes
-
-
-def _record_attributes(attributes: dict[str, Any], consumer: Any, record: AnyRecord) -> None:
-    attributes[PARTITION] = str(record.partition)
-    attributes[OFFSET] = record.offset
-    key_text = _key_attribute(record.key)
-    if key_text is not None:
-        attributes[MESSAGE_KEY] = key_text
-    if record.value is None:
-        attributes[TOMBSTONE] = True
-    elif (size := _raw_size(record.value)) is not None:
-        attributes[BODY_SIZE] = size
-    address = _broker(consumer, record.topic, record.partition)
-    if address is not None:
-        attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = address
 
 
 def producer_context(record: AnyRecord, propagator: TextMapPropagator | None = None) -> otel_context.Context:
@@ -337,231 +142,207 @@ def producer_context(record: AnyRecord, propagator: TextMapPropagator | None = N
     return _propagator(propagator).extract(record.headers, context=otel_context.Context(), getter=_GETTER)
 
 
-def _link(consumer: Any, record: AnyRecord) -> Link | None:
-    context = producer_context(record, _tracing(consumer).propagator)
-    span_context = trace.get_current_span(context).get_span_context()
-    return Link(span_context) if span_context.is_valid else None
+def _set_server(attributes: dict[str, Any], site: TraceSite, topic: str, partition: int) -> None:
+    address = site.leader(topic, partition)
+    if address is not None:
+        attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = address
 
 
-def _receive_span(consumer: Any, records: Sequence[AnyRecord]) -> None:
-    """One ``receive`` span (kind CLIENT, as the conventions give pull-based receives) for ``records``."""
-    if not records:
-        return
-    topics = {r.topic for r in records}
-    topic = records[0].topic if len(topics) == 1 else None
-    attributes = _consumer_attributes(consumer, "receive", "poll", topic)
-    if len(records) == 1:
-        _record_attributes(attributes, consumer, records[0])
-    else:
-        attributes[BATCH_COUNT] = len(records)
-        if topic is not None and len({r.partition for r in records}) == 1:
-            attributes[PARTITION] = str(records[0].partition)
-            address = _broker(consumer, topic, records[0].partition)
-            if address is not None:
-                attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = address
-    links = [link for link in (_link(consumer, r) for r in records) if link is not None]
-    span = _tracing(consumer).tracer.start_span(f"receive {topic}" if topic else "receive", kind=SpanKind.CLIENT,
-                                                attributes=attributes, links=links)
+def _end(span: Span, token: object) -> None:
+    """End ``span``, restoring the context it replaced when it is still this task's current span."""
+    if trace.get_current_span() is span:
+        otel_context.detach(token)  # type: ignore[arg-type]
     span.end()
 
 
-def _start_process_span(consumer: Any, record: AnyRecord) -> tuple[Span, Link | None]:
-    """A ``process {topic}`` span (kind CONSUMER): a child of the producer's span when the record carries its
-    context (and linked to it), else of the current span."""
-    attributes = _consumer_attributes(consumer, "process", "process", record.topic)
-    _record_attributes(attributes, consumer, record)
-    link = _link(consumer, record)
-    parent = (producer_context(record, _tracing(consumer).propagator) if link is not None
-              else otel_context.get_current())
-    span = _tracing(consumer).tracer.start_span(f"process {record.topic}", context=parent, kind=SpanKind.CONSUMER,
-                                                attributes=attributes, links=[link] if link is not None else None)
-    return span, link
+class _Send:
+    """One ``send`` span (kind PRODUCER), current while the send runs; its context is in ``headers``."""
+
+    __slots__ = ("span", "headers", "_token", "_site", "_topic", "_tombstone")
+
+    def __init__(self, tracing_: OTelTracing, site: TraceSite, topic: str, key: object, partition: int | None,
+                 count: int | None, headers: Sequence[Header] | None, tombstone: bool,
+                 body_size: int | None) -> None:
+        attributes: dict[str, Any] = {SYSTEM: "kafka", OPERATION_TYPE: "send", OPERATION_NAME: "send",
+                                      DESTINATION: topic, CLIENT_ID: site.client_id}
+        if partition is not None:
+            attributes[PARTITION] = str(partition)
+            _set_server(attributes, site, topic, partition)
+        if count is not None:
+            attributes[BATCH_COUNT] = count
+        key_text = _key_attribute(key)
+        if key_text is not None:
+            attributes[MESSAGE_KEY] = key_text
+        if tombstone:
+            attributes[TOMBSTONE] = True
+        elif body_size is not None:
+            attributes[BODY_SIZE] = body_size
+        self.span = tracing_.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        self.headers: list[Header] = list(headers) if headers else []
+        tracing_.propagator.inject(self.headers, setter=_SETTER)
+        self._site, self._topic, self._tombstone = site, topic, tombstone
+
+    def end(self, metadata: RecordMetadata | None = None, error: BaseException | None = None) -> None:
+        span = self.span
+        if metadata is not None:
+            attributes: dict[str, Any] = {PARTITION: str(metadata.partition), OFFSET: metadata.offset}
+            if metadata.serialized_value_size >= 0 and not self._tombstone:
+                attributes[BODY_SIZE] = metadata.serialized_value_size
+            _set_server(attributes, self._site, self._topic, metadata.partition)
+            span.set_attributes(attributes)
+        if isinstance(error, Exception):     # a cancellation is not the operation's failure
+            _fail(span, error)
+        _end(span, self._token)
 
 
-def _end_processing(consumer: Any) -> None:
-    """End the ``process`` span of the record handed out last (the application came back for more)."""
-    processing: _Processing | None = vars(consumer).pop("_akresil_processing", None)
-    if processing is None:
-        return
-    if trace.get_current_span() is processing.span:     # still this task's current span: restore the parent
-        otel_context.detach(processing.token)
-    processing.span.end()
+class _Process:
+    """A ``process`` span (kind CONSUMER), current from its start until ``end``."""
+
+    __slots__ = ("records", "span", "_token")
+
+    def __init__(self, records: tuple[TracedRecord, ...], span: Span) -> None:
+        self.records = records
+        self.span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+
+    def fail(self, error: BaseException) -> None:
+        _fail(self.span, error)
+
+    def end(self) -> None:
+        _end(self.span, self._token)
 
 
-def _begin_processing(consumer: Any, record: AnyRecord) -> None:
-    span, _ = _start_process_span(consumer, record)
-    token = otel_context.attach(trace.set_span_in_context(span))
-    vars(consumer)["_akresil_processing"] = _Processing(record, span, token)
+class OTelTracing:
+    """akresil's tracer hook on OpenTelemetry: ``Producer(hooks=[OTelTracing()])``, or ``client.hooks.add(...)``.
 
-
-@contextmanager
-def _process(consumer: Any, record: AnyRecord) -> Iterator[Span]:
-    processing: _Processing | None = vars(consumer).get("_akresil_processing")
-    if processing is not None and processing.record is record:
-        span = processing.span     # the span the async-for step opened for this record: no second one
-        try:
-            yield span
-        except Exception as exc:
-            _fail(span, exc)
-            raise
-        return
-    span, _ = _start_process_span(consumer, record)
-    with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-        try:
-            yield span
-        except Exception as exc:     # a cancellation is not the operation's failure
-            _fail(span, exc)
-            raise
-
-
-_CONSUMER_GETMANY = Consumer.getmany
-_CONSUMER_GETONE = Consumer.getone
-_CONSUMER_ANEXT = Consumer.__anext__
-_CONSUMER_CLOSE = Consumer.close
-
-
-class TracedConsumer(Consumer[K, V]):
-    """A ``Consumer`` that traces what it hands out: ``instrument_consumer(consumer)`` makes a consumer one,
-    ``AkresilInstrumentor`` gives ``Consumer`` these methods.
-
-    ``async for`` / ``getone``: a ``process {topic}`` span (kind CONSUMER) per record, a child of the record's
-    producer span (linked to it too), current from the moment the record is returned until the next call to the
-    consumer, so the application's spans for the record belong to the producer's trace. ``getmany``: one
-    ``receive`` span (kind CLIENT) linked to every record's producer span; ``with consumer.process(record):``
-    then gives one record's handling its ``process`` span.
+    ``tracer_provider`` / ``propagator``: None uses the global ones at the time of each call, so a client made
+    before ``opentelemetry-instrument`` configured the SDK still follows it.  ``instrument_*`` and
+    ``AkresilInstrumentor`` attach it for you.
     """
 
-    async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord[K, V]]]:
-        """``Consumer.getmany``; a non-empty answer is recorded as one ``receive`` span."""
-        if _IN_TRACED_CALL.get():
-            return await _CONSUMER_GETMANY(self, *partitions, timeout_ms=timeout_ms, max_records=max_records)
-        _end_processing(self)
-        with _inner_calls_untraced():
-            got = await _CONSUMER_GETMANY(self, *partitions, timeout_ms=timeout_ms, max_records=max_records)
-        _receive_span(self, [r for records in got.values() for r in records])
-        return got
+    def __init__(self, tracer_provider: TracerProvider | None = None,
+                 propagator: TextMapPropagator | None = None) -> None:
+        self.tracer: Tracer = _tracer(tracer_provider)
+        self._propagator = propagator
 
-    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[K, V]:
-        if _IN_TRACED_CALL.get():
-            return await _CONSUMER_GETONE(self, *partitions)
-        _end_processing(self)
-        with _inner_calls_untraced():
-            record = await _CONSUMER_GETONE(self, *partitions)
-        _begin_processing(self, record)
-        return record
+    @property
+    def propagator(self) -> TextMapPropagator:
+        return _propagator(self._propagator)
 
-    async def __anext__(self) -> ConsumerRecord[K, V]:
-        if _IN_TRACED_CALL.get():
-            return await _CONSUMER_ANEXT(self)
-        _end_processing(self)
-        with _inner_calls_untraced():
-            record = await _CONSUMER_ANEXT(self)
-        _begin_processing(self, record)
-        return record
+    def start_send(self, site: TraceSite, topic: str, key: object, partition: int | None, count: int | None,
+                   headers: Sequence[Header] | None, *, tombstone: bool, body_size: int | None) -> _Send:
+        return _Send(self, site, topic, key, partition, count, headers, tombstone, body_size)
 
-    async def close(self) -> None:
-        _end_processing(self)
-        await _CONSUMER_CLOSE(self)
+    def received(self, site: TraceSite, records: Sequence[TracedRecord]) -> None:
+        """One ``receive`` span (kind CLIENT, as the conventions give pull-based receives), linked to the
+        producer span of every record that carries one."""
+        attributes = self._attributes(site, "receive", "poll", records)
+        topic = attributes.get(DESTINATION)
+        span = self.tracer.start_span(f"receive {topic}" if topic else "receive", kind=SpanKind.CLIENT,
+                                      attributes=attributes, links=self._links(records))
+        span.end()
 
-    def process(self, record: ConsumerRecord[K, V]) -> AbstractContextManager[Span]:
-        """``with consumer.process(record): handle(record)`` — the record's ``process {topic}`` span, current
-        inside the block; an exception from the block is recorded on it and propagates.  For a record that
-        ``async for`` / ``getone`` just returned, the span already open for it."""
-        return _process(self, record)
+    def start_process(self, site: TraceSite, records: Sequence[TracedRecord]) -> _Process:
+        """A ``process`` span: a child of the producer's span when the records carry one context (one record,
+        or a batch sent by one ``send_many``), linked to every producer span; else a child of the current span."""
+        attributes = self._attributes(site, "process", "process", records)
+        topic = attributes.get(DESTINATION)
+        links = self._links(records)
+        parent = otel_context.get_current()
+        if links and len(links) == len(records) and len({link.context.span_id for link in links}) == 1:
+            parent = self.producer_context(records[0])
+        span = self.tracer.start_span(f"process {topic}" if topic else "process", context=parent,
+                                      kind=SpanKind.CONSUMER, attributes=attributes, links=links or None)
+        return _Process(tuple(records), span)
 
-    def producer_context(self, record: ConsumerRecord[K, V]) -> otel_context.Context:
+    def producer_context(self, record: AnyRecord) -> otel_context.Context:
         """The trace context the producer put in ``record``'s headers (empty when there is none)."""
-        return producer_context(record, _tracing(self).propagator)
+        return producer_context(record, self._propagator)
+
+    def _links(self, records: Sequence[TracedRecord]) -> list[Link]:
+        links = []
+        for record in records:
+            context = trace.get_current_span(self.producer_context(record)).get_span_context()
+            if context.is_valid:
+                links.append(Link(context))
+        return links
+
+    @staticmethod
+    def _attributes(site: TraceSite, operation: str, name: str, records: Sequence[TracedRecord]) -> dict[str, Any]:
+        attributes: dict[str, Any] = {SYSTEM: "kafka", OPERATION_TYPE: operation, OPERATION_NAME: name,
+                                      CLIENT_ID: site.client_id}
+        first = records[0]
+        one_topic = all(r.topic == first.topic for r in records)
+        if one_topic:
+            attributes[DESTINATION] = first.topic
+        if site.group_id is not None:
+            attributes[CONSUMER_GROUP] = site.group_id
+        if len(records) == 1:
+            attributes[PARTITION] = str(first.partition)
+            attributes[OFFSET] = first.offset
+            key_text = _key_attribute(first.key)
+            if key_text is not None:
+                attributes[MESSAGE_KEY] = key_text
+            if first.value is None:
+                attributes[TOMBSTONE] = True
+            elif (size := _raw_size(first.value)) is not None:
+                attributes[BODY_SIZE] = size
+        else:
+            attributes[BATCH_COUNT] = len(records)
+        if one_topic and all(r.partition == first.partition for r in records):
+            attributes[PARTITION] = str(first.partition)
+            _set_server(attributes, site, first.topic, first.partition)
+        return attributes
 
 
-_SHARE_GETMANY = ShareConsumer.getmany
-_SHARE_ANEXT = ShareConsumer.__anext__
-_SHARE_CLOSE = ShareConsumer.close
+def set_default_tracing(tracer_provider: TracerProvider | None = None,
+                        propagator: TextMapPropagator | None = None, *, enabled: bool = True) -> None:
+    """Trace every client that has no tracer of its own, made before or after, through ``tracer_provider``
+    (``AkresilInstrumentor.instrument`` calls it); ``enabled=False`` stops that."""
+    tracing.set_default_tracer(OTelTracing(tracer_provider, propagator) if enabled else None)
 
 
-class TracedShareConsumer(ShareConsumer):
-    """A ``ShareConsumer`` traced as ``TracedConsumer``: ``process`` spans for ``async for``, ``receive`` spans
-    for ``getmany``."""
+# ============================================================================================ one client at a time
+#: The clients trace through their tracer hook, so a traced client is the client itself: these names stay as
+#: aliases for code written when tracing needed subclasses.
+TracedProducer = Producer
+TracedConsumer = Consumer
+TracedShareConsumer = ShareConsumer
 
-    async def getmany(self, *, timeout_ms: float = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[ShareRecord]]:
-        if _IN_TRACED_CALL.get():
-            return await _SHARE_GETMANY(self, timeout_ms=timeout_ms, max_records=max_records)
-        _end_processing(self)
-        with _inner_calls_untraced():
-            got = await _SHARE_GETMANY(self, timeout_ms=timeout_ms, max_records=max_records)
-        _receive_span(self, [r for records in got.values() for r in records])
-        return got
-
-    async def __anext__(self) -> ShareRecord:
-        if _IN_TRACED_CALL.get():
-            return await _SHARE_ANEXT(self)
-        _end_processing(self)
-        with _inner_calls_untraced():
-            record = await _SHARE_ANEXT(self)
-        _begin_processing(self, record)
-        return record
-
-    async def close(self) -> None:
-        _end_processing(self)
-        await _SHARE_CLOSE(self)
-
-    def process(self, record: ShareRecord) -> AbstractContextManager[Span]:
-        """As ``TracedConsumer.process``."""
-        return _process(self, record)
+P = TypeVar("P", Producer[Any, Any], Consumer[Any, Any], ShareConsumer)
 
 
-#: (class, its traced subclass, the traced method names): what ``AkresilInstrumentor`` patches
-TRACED_METHODS: tuple[tuple[type, type, tuple[str, ...]], ...] = (
-    (Producer, TracedProducer, ("send", "enqueue", "send_many")),
-    (Consumer, TracedConsumer, ("getmany", "getone", "__anext__", "close")),
-    (ShareConsumer, TracedShareConsumer, ("getmany", "__anext__", "close")),
-)
-
-def _make_traced(client: Any, traced: type, tracer_provider: TracerProvider | None,
-                 propagator: TextMapPropagator | None) -> None:
-    """Turn ``client`` into an instance of its traced subclass (same object, same state: the subclass only
-    adds methods) with its own tracing."""
-    if not isinstance(client, traced):
-        client.__class__ = traced
-    vars(client)["_akresil_tracing"] = _Tracing(tracer_provider, propagator)
+def _instrument(client: P, kind: str, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None,
+                propagator: TextMapPropagator | None, metrics: bool) -> P:
+    if metrics:
+        client.hooks.add(OTelMetrics(meter_provider, client_id=str(client.config.client_id), kind=kind))
+    client.hooks.set_tracer(OTelTracing(tracer_provider, propagator))
+    return client
 
 
 def instrument_producer(producer: Producer[K, V], *, tracer_provider: TracerProvider | None = None,
                         meter_provider: MeterProvider | None = None, propagator: TextMapPropagator | None = None,
-                        metrics: bool = True) -> TracedProducer[K, V]:
-    """Trace ``producer``'s sends and (``metrics=True``) record its metrics through ``meter_provider``.
-
-    Returns ``producer`` itself, now a ``TracedProducer`` (a ``Producer`` subclass: it goes wherever a
-    ``Producer`` is expected).  Providers and propagator default to the global ones."""
-    if metrics:
-        producer.hooks.add(OTelMetrics(meter_provider, client_id=str(producer.config.client_id), kind="producer"))
-    _make_traced(producer, TracedProducer, tracer_provider, propagator)
-    return cast("TracedProducer[K, V]", producer)
+                        metrics: bool = True) -> Producer[K, V]:
+    """Trace ``producer``'s sends with its own ``OTelTracing`` and (``metrics=True``) record its metrics through
+    ``meter_provider``.  Returns ``producer`` itself.  Providers and propagator default to the global ones."""
+    return _instrument(producer, "producer", tracer_provider, meter_provider, propagator, metrics)
 
 
 def instrument_consumer(consumer: Consumer[K, V], *, tracer_provider: TracerProvider | None = None,
                         meter_provider: MeterProvider | None = None, propagator: TextMapPropagator | None = None,
-                        metrics: bool = True) -> TracedConsumer[K, V]:
+                        metrics: bool = True) -> Consumer[K, V]:
     """Trace ``consumer``'s records and (``metrics=True``) record its metrics through ``meter_provider``.
-
-    Returns ``consumer`` itself, now a ``TracedConsumer`` (a ``Consumer`` subclass)."""
-    if metrics:
-        consumer.hooks.add(OTelMetrics(meter_provider, client_id=str(consumer.config.client_id), kind="consumer"))
-    _make_traced(consumer, TracedConsumer, tracer_provider, propagator)
-    return cast("TracedConsumer[K, V]", consumer)
+    Returns ``consumer`` itself."""
+    return _instrument(consumer, "consumer", tracer_provider, meter_provider, propagator, metrics)
 
 
 def instrument_share_consumer(consumer: ShareConsumer, *, tracer_provider: TracerProvider | None = None,
                               meter_provider: MeterProvider | None = None,
                               propagator: TextMapPropagator | None = None,
-                              metrics: bool = True) -> TracedShareConsumer:
-    """As ``instrument_consumer``, for a share consumer: returns it as a ``TracedShareConsumer``."""
-    if metrics:
-        consumer.hooks.add(OTelMetrics(meter_provider, client_id=str(consumer.config.client_id), kind="consumer"))
-    _make_traced(consumer, TracedShareConsumer, tracer_provider, propagator)
-    return cast(TracedShareConsumer, consumer)
+                              metrics: bool = True) -> ShareConsumer:
+    """As ``instrument_consumer``, for a share consumer."""
+    return _instrument(consumer, "consumer", tracer_provider, meter_provider, propagator, metrics)
 
 
 # ============================================================================================ metrics

@@ -6,10 +6,11 @@ calls ``instrument()``; an application may call it itself::
     from akresil.otel_instrumentor import AkresilInstrumentor
     AkresilInstrumentor().instrument(tracer_provider=provider)   # optional: propagator=...
 
-``instrument()`` gives ``Producer``, ``Consumer`` and ``ShareConsumer`` the traced methods of their subclasses in
-``akresil.otel`` (``TracedProducer.send`` becomes ``Producer.send``, ...), so every client, made before or after,
-is traced and stays of its own type; ``uninstrument()`` puts the original methods back.  A client given its own
-providers by ``instrument_producer`` & co. keeps them.
+``instrument()`` makes an ``akresil.otel.OTelTracing`` the default tracer hook (``core.tracing``): every
+``Producer``, ``Consumer`` and ``ShareConsumer``, made before or after, that has no tracer of its own calls it
+around its sends, polls and processing (and so does a ``Runner`` around its handler calls); ``uninstrument()``
+takes it away.  No class or method is patched.  A client given its own tracer by ``instrument_producer`` & co.
+keeps it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ from . import otel
 
 __all__ = ["AkresilInstrumentor"]
 
-#: (class, name) -> the class's own function before instrument() (module-level: BaseInstrumentor is a
-#: singleton whose __init__ runs again on every ``AkresilInstrumentor()``)
-_originals: dict[tuple[type, str], Any] = {}
-
 
 class AkresilInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces akresil's producers, consumers and share consumers (``akresil.otel`` describes the spans)."""
@@ -35,13 +32,6 @@ class AkresilInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         otel.set_default_tracing(kwargs.get("tracer_provider"), kwargs.get("propagator"))
-        for cls, traced, names in otel.TRACED_METHODS:
-            for name in names:
-                _originals[(cls, name)] = cls.__dict__[name]
-                setattr(cls, name, traced.__dict__[name])
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for (cls, name), original in _originals.items():
-            setattr(cls, name, original)
-        _originals.clear()
-        otel.set_default_tracing()
+        otel.set_default_tracing(enabled=False)

@@ -29,6 +29,7 @@ from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
 from .core.events import CLIENT_CLOSED, Hooks
 from .core.partitioner import DefaultPartitioner
+from .core.tracing import Tracer, TraceSite
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
 from .net.cluster import Cluster
@@ -111,6 +112,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             from .metrics import ClientMetrics
             self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="producer"))
         self._cluster = Cluster(cfg, hooks=self.hooks)
+        #: what a tracer (``hooks.tracer``) is told about this producer
+        self._trace_site = TraceSite("producer", cfg.client_id, None, self._cluster.metadata)
         self._acc = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, delivery_timeout_ms=cfg.delivery_timeout_ms,
             request_timeout_ms=cfg.request_timeout_ms, buffer_memory=cfg.buffer_memory,
@@ -371,10 +374,29 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                    partition: int | None = None,
                    timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> RecordMetadata:
         """Send one record and wait for its acknowledgement."""
+        tracer = self.hooks.tracer
+        if tracer is not None:
+            return await self._send_traced(tracer, topic, value, key, partition, timestamp_ms, headers)
         fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, None)
         if fut.__class__ is not DeliveryFuture:
             fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, None)
         return await fut  # type: ignore[misc]
+
+    async def _send_traced(self, tracer: Tracer, topic: str, value: Any, key: Any, partition: int | None,
+                           timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordMetadata:
+        """``send`` inside the tracer's span, which ends at the acknowledgement."""
+        span = tracer.start_send(self._trace_site, topic, key, partition, None, headers, tombstone=value is None,
+                                 body_size=None)
+        try:
+            fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, span.headers, None)
+            if fut.__class__ is not DeliveryFuture:
+                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers, None)
+            md: RecordMetadata = await fut  # type: ignore[misc]
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.end(md)
+        return md
 
     async def enqueue(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
                       partition: int | None = None,
@@ -386,10 +408,32 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         ``as_completed`` take it as it is). ``on_delivery(metadata, error)`` is called once, synchronously, when
         the record is acknowledged or fails: the cheapest way to learn every record's outcome.
         """
+        tracer = self.hooks.tracer
+        if tracer is not None:
+            return await self._enqueue_traced(tracer, topic, value, key, partition, timestamp_ms, headers,
+                                              on_delivery)
         fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         if fut.__class__ is DeliveryFuture:
             return fut  # type: ignore[return-value]
         return await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, on_delivery)
+
+    async def _enqueue_traced(self, tracer: Tracer, topic: str, value: Any, key: Any, partition: int | None,
+                              timestamp_ms: int | None, headers: Sequence[Header] | None,
+                              on_delivery: DeliveryCallback | None) -> DeliveryFuture:
+        """``enqueue`` inside the tracer's span, which ends once the record is buffered."""
+        raw = value if self._value_serializer is None and isinstance(value, (bytes, bytearray, memoryview)) else None
+        span = tracer.start_send(self._trace_site, topic, key, partition, None, headers, tombstone=value is None,
+                                 body_size=None if raw is None else memoryview(raw).nbytes)
+        try:
+            fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, span.headers, on_delivery)
+            if fut.__class__ is not DeliveryFuture:
+                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers,
+                                               on_delivery)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.end()
+        return fut  # type: ignore[return-value]
 
     def _enqueue_nowait(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
                         headers: Sequence[Header] | None, on_delivery: DeliveryCallback | None
@@ -506,8 +550,24 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         completed; those are delivered, the rest fail with it, and ``error.results`` holds every record's
         outcome. Cancelling the call does not recall records already buffered.
         """
-        self._check_send()
         items = records if isinstance(records, list) else list(records)
+        tracer = self.hooks.tracer
+        if tracer is None:
+            return await self._send_many(topic, items, partition, headers, timestamp_ms, raise_on_error)
+        span = tracer.start_send(self._trace_site, topic, None, partition, len(items), headers, tombstone=False,
+                                 body_size=None)
+        try:
+            results = await self._send_many(topic, items, partition, span.headers, timestamp_ms, raise_on_error)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.end()
+        return results
+
+    async def _send_many(self, topic: str, items: list[Any], partition: int | None,
+                         headers: Sequence[Header] | None, timestamp_ms: int | None,
+                         raise_on_error: bool) -> list[RecordMetadata]:
+        self._check_send()
         if not items:
             return []
         self._check_topic(topic)

@@ -23,6 +23,7 @@ import inspect
 import logging
 import time
 from collections import deque
+from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
 from typing import (AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Protocol,
                     Sequence, cast)
@@ -459,6 +460,10 @@ class Runner:
                                                      cast(GroupConsumer, consumer))
                                          if processing_guarantee == "exactly_once" else None)
         self._commit_due = False
+        #: a handler call's processing scope: the consumer's ``process`` (traced when it has a tracer: a
+        #: ``process`` span per call, current while the handler runs, so what it sends joins the upstream trace)
+        process = getattr(consumer, "process", None)
+        self._process: Callable[..., AbstractContextManager[Any]] = process if callable(process) else _untraced
 
     # ------------------------------------------------------------------ public surface
     @property
@@ -760,10 +765,11 @@ class Runner:
         return isinstance(exc, self.timeout_errors) and not isinstance(exc, TaskTimeoutError)
 
     async def _call_handler(self, unit: list[ConsumerRecord], ctx: HandlerContext) -> None:
-        result = self.handler(unit[0] if self.mode == "record" else unit, ctx)
-        if not inspect.isawaitable(result):
-            raise _HandlerNotAsync(f"handler must be async (return an awaitable), got {type(result).__name__}")
-        await result
+        with self._process(*unit):
+            result = self.handler(unit[0] if self.mode == "record" else unit, ctx)
+            if not inspect.isawaitable(result):
+                raise _HandlerNotAsync(f"handler must be async (return an awaitable), got {type(result).__name__}")
+            await result
 
     async def _handle_failure(self, unit: list[ConsumerRecord], exc: BaseException) -> list[Awaitable[Any]]:
         """``on_error`` for a non-timeout failure of ``unit``: dead-letter or skip it (returns deliveries)."""
@@ -861,6 +867,12 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{name}: must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name}: must be >= {minimum}, got {value!r}")
+
+
+def _untraced(*records: ConsumerRecord) -> AbstractContextManager[None]:
+    """The processing scope of a consumer without ``process()`` (one that only has the ``RunnerConsumer``
+    surface): nothing."""
+    return nullcontext()
 
 
 def _monotonic_ms() -> float:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Literal
 
 import anyio
@@ -34,6 +35,7 @@ from . import errors
 from .config import resolve
 from .core.events import CLIENT_CLOSED, Hooks
 from .core.share_state import ACK_TYPES, ShareFetchState
+from .core.tracing import ProcessSpan, TraceSite, processing
 from .net.cluster import Cluster
 from .net.group_heartbeat import ShareGroupMember
 from .net.group_session import GroupSession
@@ -111,6 +113,10 @@ class ShareConsumer:
         self._topics = frozenset(topics)
         self._group = GroupSession(self._cluster, cfg, ShareGroupMember, subscription=self.subscription,
                                    on_assignment_changed=self._assignment_changed)
+        #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
+        #: record handed out last (ended by the consumer's next call)
+        self._trace_site = TraceSite("share_consumer", cfg.client_id, cfg.group_id, self._cluster.metadata)
+        self._processing: ProcessSpan | None = None
         self._state = ShareFetchState(
             cfg.group_id, backoff=self._group.backoff, max_wait_ms=cfg.fetch_max_wait_ms,
             min_bytes=max(1, cfg.fetch_min_bytes), max_bytes=cfg.fetch_max_bytes,
@@ -160,6 +166,8 @@ class ShareConsumer:
     async def close(self) -> None:
         """Settle (implicit mode: accept the last poll), send the final acknowledgements, close the share
         sessions (the broker releases records still held), leave the group, release every task."""
+        if self._processing is not None:
+            self._end_processing()
         if self._closed:
             return
         self._closed = True
@@ -229,6 +237,16 @@ class ShareConsumer:
     async def getmany(self, *, timeout_ms: float = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[ShareRecord]]:
         """Records acquired for this consumer, by partition; waits up to ``timeout_ms`` for the first."""
+        if self._processing is not None:
+            self._end_processing()
+        got = await self._getmany(timeout_ms=timeout_ms, max_records=max_records)
+        tracer = self.hooks.tracer
+        if tracer is not None and got:
+            tracer.received(self._trace_site, [r for records in got.values() for r in records])
+        return got
+
+    async def _getmany(self, *, timeout_ms: float, max_records: int | None
+                       ) -> dict[TopicPartition, list[ShareRecord]]:
         self._check_open()
         limit = self.config.max_poll_records if max_records is None else max_records
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -286,6 +304,8 @@ class ShareConsumer:
         """One record at a time from refills of ``max_poll_records``; in implicit mode a record counts as
         handed out (and is accepted at the next refill, ``commit()`` or ``close()``) once it is yielded:
         records of a refill never yielded are not accepted, the broker releases them."""
+        if self._processing is not None:
+            self._end_processing()
         if self._pending_index >= len(self._pending):
             pending: list[ShareRecord] = []
             for recs in (await self._poll(None, self.config.max_poll_records)).values():
@@ -295,7 +315,19 @@ class ShareConsumer:
         rec = self._pending[self._pending_index]
         self._pending_index += 1
         self._last_poll.append(rec)
+        tracer = self.hooks.tracer
+        if tracer is not None:
+            self._processing = tracer.start_process(self._trace_site, (rec,))
         return rec
+
+    def process(self, record: ShareRecord, *batch: ShareRecord) -> AbstractContextManager[Any]:
+        """As ``Consumer.process``: the record's processing, traced when the consumer has a tracer."""
+        return processing(self.hooks.tracer, self._trace_site, (record, *batch), self._processing)
+
+    def _end_processing(self) -> None:
+        processing, self._processing = self._processing, None
+        if processing is not None:
+            processing.end()
 
     # ------------------------------------------------------------------ acknowledgements
     def acknowledge(self, record: ShareRecord, type: str = "accept") -> None:  # noqa: A002 (Java's name)

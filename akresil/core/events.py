@@ -7,12 +7,18 @@ This mirrors franz-go's hooks: small, optional interfaces discovered per hook, s
 it implements and emitting to no hooks costs one dict lookup.
 
 A hook that raises is logged and skipped: a faulty metrics exporter must never break delivery.
+
+A tracer (``core.tracing.Tracer``) is a hook of another kind: the registry keeps it as ``tracer``, which the
+clients call around sends, polls and processing; without one of its own a registry follows the default tracer
+(``core.tracing.set_default_tracer``).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable, Iterable
+
+from . import tracing
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +61,52 @@ ALL_EVENTS = frozenset({
 class Hooks:
     """A registry of hook objects; ``emit`` dispatches an event to the hooks that handle it."""
 
-    __slots__ = ("_hooks", "_dispatch")
+    __slots__ = ("_hooks", "_dispatch", "tracer", "_own_tracer", "__weakref__")
 
     def __init__(self, hooks: Iterable[object] = ()) -> None:
         self._hooks: list[object] = []
         # event name -> bound handlers, built lazily so emit stays a dict lookup on the hot path
         self._dispatch: dict[str, tuple[Callable[..., Any], ...]] = {}
+        #: the tracer the client calls (its own, else the default one); None: the client traces nothing
+        self.tracer: tracing.Tracer | None = tracing.default_tracer()
+        self._own_tracer: tracing.Tracer | None = None
+        tracing.follow_default(self, True)
         for hook in hooks:
             self.add(hook)
 
     def add(self, hook: object) -> None:
-        """Register ``hook``; it must implement ``on_event`` or at least one ``on_<event>`` method."""
-        if not callable(getattr(hook, "on_event", None)) and not any(
-                callable(getattr(hook, "on_" + name, None)) for name in ALL_EVENTS):
+        """Register ``hook``: a tracer (``core.tracing.Tracer``, one per client) or an event hook, which must
+        implement ``on_event`` or at least one ``on_<event>`` method (an object may be both)."""
+        handles_events = callable(getattr(hook, "on_event", None)) or any(
+            callable(getattr(hook, "on_" + name, None)) for name in ALL_EVENTS)
+        if isinstance(hook, tracing.Tracer):
+            if self._own_tracer is not None and self._own_tracer is not hook:
+                raise ValueError(f"hook {hook!r}: this client already has a tracer ({self._own_tracer!r}); "
+                                 "remove it first")
+            self._own_tracer = self.tracer = hook
+            tracing.follow_default(self, False)
+        elif not handles_events:
             raise TypeError(f"hook {hook!r} implements neither on_event nor any on_<event> method "
-                            f"(events: {', '.join(sorted(ALL_EVENTS))})")
-        self._hooks.append(hook)
-        self._dispatch.clear()
+                            f"(events: {', '.join(sorted(ALL_EVENTS))}) nor a tracer's start_send, received "
+                            "and start_process")
+        if handles_events:
+            self._hooks.append(hook)
+            self._dispatch.clear()
+
+    def set_tracer(self, tracer: tracing.Tracer | None) -> None:
+        """Make ``tracer`` this client's own tracer, replacing the one it had (None: follow the default)."""
+        if self._own_tracer is not None:
+            self.remove(self._own_tracer)
+        if tracer is not None:
+            self.add(tracer)
 
     def remove(self, hook: object) -> None:
+        if hook is self._own_tracer and hook is not None:
+            self._own_tracer = None
+            self.tracer = tracing.default_tracer()
+            tracing.follow_default(self, True)
+            if hook not in self._hooks:
+                return
         self._hooks.remove(hook)
         self._dispatch.clear()
 

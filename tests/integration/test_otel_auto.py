@@ -1,6 +1,7 @@
 """``opentelemetry-instrument python app.py`` traces akresil with no OpenTelemetry code in the app: the
 ``opentelemetry_instrumentor`` entry point loads ``AkresilInstrumentor``, and one trace runs from the producer's
-``send`` through the broker to the consumer's ``process`` span, and on to a reply the handler sends.
+``send`` through the broker to the consumer's ``process`` span, and on to a reply the handler sends; a ``Runner``
+service makes the same trace, its handler call being the ``process`` span.
 
 The app runs in a subprocess under the real ``opentelemetry-instrument`` with the console exporter; the entry
 point comes from this checkout's pyproject.toml (a dist-info made from it, first on the path), so the test does
@@ -55,6 +56,37 @@ async def main(bootstrap: str, topic: str) -> None:
 anyio.run(main, sys.argv[1], sys.argv[2])
 '''
 
+#: a Runner service as a user writes it (the upstream producer first, then the service), nothing about tracing
+RUNNER_APP = '''
+import sys
+
+import anyio
+
+from akresil import Consumer, Producer, TopicPartition
+from akresil.runner import Runner
+
+
+async def main(bootstrap: str, topic: str) -> None:
+    async with Producer(bootstrap_servers=bootstrap, client_id="order-api", linger_ms=0) as producer:
+        await producer.send(topic, b"order-1", key=b"alice")
+    done = anyio.Event()
+
+    async def bill(record, ctx):
+        await ctx.send(topic + "-billed", record.value, key=record.key)
+        done.set()
+
+    async with Consumer(bootstrap_servers=bootstrap, client_id="billing", group_id="billing",
+                        enable_auto_commit=False, auto_offset_reset="earliest") as consumer, \\
+            Producer(bootstrap_servers=bootstrap, client_id="billing-out", linger_ms=0) as out:
+        consumer.assign([TopicPartition(topic, 0)])
+        async with Runner(consumer, bill, producer=out):
+            await done.wait()
+    print("billed", file=sys.stderr)
+
+
+anyio.run(main, sys.argv[1], sys.argv[2])
+'''
+
 
 def spans_from(console: str) -> list[dict[str, Any]]:
     """The JSON objects the console exporter wrote, one per span, back to back."""
@@ -80,17 +112,18 @@ def entry_point_dist(tmp_path: Path) -> Path:
     return dist.parent
 
 
-async def test_opentelemetry_instrument_traces_an_unchanged_app(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def run_instrumented(app_text: str, broker: EmbeddedBroker, tmp_path: Path, topic: str
+                           ) -> tuple[subprocess.CompletedProcess[str], set[tuple[str, int]]]:
+    """Create ``topic`` and ``topic-billed``, run the app under ``opentelemetry-instrument`` with the console span
+    exporter; the finished process and the cluster's broker addresses."""
     launcher = Path(sys.executable).parent / "opentelemetry-instrument"
     if not launcher.exists():
         pytest.skip("opentelemetry-instrument is not installed (pip install 'akresil[otel]' opentelemetry-distro)")
-    topic = unique_topic("otel-auto")
     async with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
         await admin.create_topics([NewTopic(topic, num_partitions=1), NewTopic(topic + "-billed", num_partitions=1)])
         cluster = await admin.describe_cluster()
-    brokers = {(b.host, b.port) for b in cluster.brokers}
     app = tmp_path / "app.py"
-    app.write_text(APP, encoding="utf-8")
+    app.write_text(app_text, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(PYTHONPATH=os.pathsep.join([str(entry_point_dist(tmp_path)), str(ROOT)]),
                OTEL_SERVICE_NAME="orders", OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none",
@@ -98,6 +131,12 @@ async def test_opentelemetry_instrument_traces_an_unchanged_app(broker: Embedded
     done = subprocess.run([str(launcher), sys.executable, str(app), broker.bootstrap_servers, topic],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    return done, {(b.host, b.port) for b in cluster.brokers}
+
+
+async def test_opentelemetry_instrument_traces_an_unchanged_app(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    topic = unique_topic("otel-auto")
+    done, brokers = await run_instrumented(APP, broker, tmp_path, topic)
     assert "billed b'order-1'" in done.stderr
 
     spans = spans_from(done.stdout)
@@ -123,21 +162,43 @@ async def test_opentelemetry_instrument_traces_an_unchanged_app(broker: Embedded
     assert send["resource"]["attributes"]["service.name"] == "orders"
 
 
-def test_the_instrumentor_patches_and_restores_the_classes() -> None:
+async def test_opentelemetry_instrument_traces_a_runner_service_in_one_trace(broker: EmbeddedBroker,
+                                                                           tmp_path: Path) -> None:
+    topic = unique_topic("otel-runner")
+    done, brokers = await run_instrumented(RUNNER_APP, broker, tmp_path, topic)
+    assert "billed" in done.stderr
+
+    spans = spans_from(done.stdout)
+    named = {name: [s for s in spans if s["name"] == name]
+             for name in (f"send {topic}", f"receive {topic}", f"process {topic}", f"send {topic}-billed")}
+    [send], [process], [output] = named[f"send {topic}"], named[f"process {topic}"], named[f"send {topic}-billed"]
+    assert named[f"receive {topic}"], "the runner's poll is a receive span"
+
+    # the upstream send (root) -> the handler call's process span -> the handler's ctx.send, in one trace
+    assert send["parent_id"] is None
+    assert process["kind"] == "SpanKind.CONSUMER" and process["parent_id"] == send["context"]["span_id"]
+    assert output["kind"] == "SpanKind.PRODUCER" and output["parent_id"] == process["context"]["span_id"]
+    assert send["context"]["trace_id"] == process["context"]["trace_id"] == output["context"]["trace_id"]
+    assert process["attributes"]["messaging.consumer.group.name"] == "billing"
+    assert (process["attributes"]["server.address"], process["attributes"]["server.port"]) in brokers
+    # the receive span links to the upstream send without being part of its trace
+    [receive] = named[f"receive {topic}"]
+    assert receive["parent_id"] is None
+    assert [link["context"]["span_id"] for link in receive["links"]] == [send["context"]["span_id"]]
+
+
+def test_the_instrumentor_traces_every_client_through_the_default_tracer_and_patches_nothing() -> None:
     from akresil import Consumer, ShareConsumer
-    from akresil.otel import TracedConsumer, TracedProducer, TracedShareConsumer
+    from akresil.otel import OTelTracing
     from akresil.otel_instrumentor import AkresilInstrumentor
 
-    before = {(cls, name): cls.__dict__[name] for cls, name in [
-        (Producer, "send"), (Producer, "enqueue"), (Producer, "send_many"), (Consumer, "getmany"),
-        (Consumer, "getone"), (Consumer, "__anext__"), (Consumer, "close"), (ShareConsumer, "getmany"),
-        (ShareConsumer, "__anext__"), (ShareConsumer, "close")]}
-    traced = {Producer: TracedProducer, Consumer: TracedConsumer, ShareConsumer: TracedShareConsumer}
+    classes = {cls: dict(vars(cls)) for cls in (Producer, Consumer, ShareConsumer)}
+    before = Producer(bootstrap_servers="127.0.0.1:1")
     AkresilInstrumentor().instrument(skip_dep_check=True)
     try:
-        for cls, name in before:
-            assert cls.__dict__[name] is traced[cls].__dict__[name], (cls, name)
+        after = Consumer(bootstrap_servers="127.0.0.1:1")
+        assert isinstance(before.hooks.tracer, OTelTracing) and after.hooks.tracer is before.hooks.tracer
+        assert {cls: dict(vars(cls)) for cls in classes} == classes
     finally:
         AkresilInstrumentor().uninstrument()     # a second instance: the instrumentor is a singleton
-    for (cls, name), function in before.items():
-        assert cls.__dict__[name] is function, (cls, name)
+    assert before.hooks.tracer is None and after.hooks.tracer is None

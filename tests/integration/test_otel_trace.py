@@ -1,5 +1,6 @@
 """akresil.otel end to end: a trace goes producer -> Tansu -> consumer with one trace id, the W3C
-``traceparent`` riding in the record's headers; metrics reach the OpenTelemetry SDK's in-memory reader."""
+``traceparent`` riding in the record's headers, and on through a ``Runner``'s handler to what it sends; metrics
+reach the OpenTelemetry SDK's in-memory reader."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -22,7 +24,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition
+from akresil import Admin, Consumer, ConsumerRecord, NewTopic, Producer, TopicPartition
+from akresil.runner import HandlerContext, Runner
 from akresil.otel import instrument_consumer, instrument_producer
 from akresil.testing import EmbeddedBroker
 
@@ -121,6 +124,58 @@ async def test_one_trace_from_producer_through_the_broker_to_the_consumer(broker
                                                   ("partition", str(md.partition))}))
     assert open_points[lag_key].value == 0    # the consumer's getmany took everything up to the high watermark
     assert lag_key not in points              # and the closed consumer's lag is gone
+
+
+async def test_a_runner_handler_call_is_a_process_span_between_the_upstream_send_and_its_output(
+        broker: EmbeddedBroker) -> None:
+    topic = unique_topic("otel-runner")
+    async with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, num_partitions=1), NewTopic(topic + "-out", num_partitions=1)])
+    exporter = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    w3c = TraceContextTextMapPropagator()
+
+    upstream = instrument_producer(Producer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0),
+                                   tracer_provider=tracing, propagator=w3c, metrics=False)
+    async with upstream:
+        await upstream.send(topic, b"order-1", key=b"alice")
+        await upstream.send(topic, b"order-2", key=b"bob")
+
+    handled: list[bytes | None] = []
+    done = anyio.Event()
+
+    async def handle(record: ConsumerRecord[bytes, bytes], ctx: HandlerContext) -> None:
+        await ctx.send(topic + "-out", record.value, key=record.key)
+        handled.append(record.value)
+        if len(handled) == 2:
+            done.set()
+
+    consumer = instrument_consumer(Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=topic,
+                                            enable_auto_commit=False, auto_offset_reset="earliest"),
+                                   tracer_provider=tracing, propagator=w3c, metrics=False)
+    output = instrument_producer(Producer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0),
+                                 tracer_provider=tracing, propagator=w3c, metrics=False)
+    async with consumer, output:
+        consumer.assign([TopicPartition(topic, 0)])
+        async with Runner(consumer, handle, producer=output):
+            with anyio.fail_after(30):
+                await done.wait()
+
+    spans = exporter.get_finished_spans()
+    sends = by_name(spans, f"send {topic}")
+    processes = by_name(spans, f"process {topic}")
+    outputs = by_name(spans, f"send {topic}-out")
+    assert len(sends) == len(processes) == len(outputs) == 2
+    for send, process, out in zip(sends, processes, outputs):
+        # upstream send (root) -> process (its child, linked to it) -> the handler's ctx.send (child of process)
+        assert send.parent is None and process.kind is SpanKind.CONSUMER and out.kind is SpanKind.PRODUCER
+        assert process.parent is not None and process.parent.span_id == send.context.span_id
+        assert [link.context.span_id for link in process.links] == [send.context.span_id]
+        assert out.parent is not None and out.parent.span_id == process.context.span_id
+        assert send.context.trace_id == process.context.trace_id == out.context.trace_id
+    assert len({s.context.trace_id for s in sends}) == 2          # one trace per upstream record
+    assert [dict(p.attributes or {})["messaging.kafka.offset"] for p in processes] == [0, 1]
 
 
 def otel_points(reader: InMemoryMetricReader) -> dict[tuple[str, frozenset[tuple[str, Any]]], Any]:

@@ -10,7 +10,8 @@ import asyncio
 import heapq
 import itertools
 import random
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import anyio
 import pytest
@@ -274,6 +275,48 @@ async def test_batch_mode_hands_over_chunks_in_order() -> None:
     assert await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 25) is None
     assert [o for b in batches for o in b] == list(range(25))
     assert max(len(b) for b in batches) <= 10
+
+
+class ProcessingConsumer(FakeConsumer):
+    """A consumer with ``process()`` (as ``akresil.Consumer`` has: its tracing scope): records which records
+    each scope held and what was sent inside it."""
+
+    def __init__(self, clock: VirtualClock, logs: Mapping[TopicPartition, int], producer: FakeProducer) -> None:
+        super().__init__(clock, logs)
+        self.producer = producer
+        self.scopes: list[tuple[list[int], int, int, str | None]] = []
+
+    @contextmanager
+    def process(self, *records: ConsumerRecord) -> Iterator[None]:
+        sent_before = self.producer.enqueued
+        failure = None
+        try:
+            yield
+        except Exception as exc:
+            failure = type(exc).__name__
+            raise
+        finally:
+            self.scopes.append(([r.offset for r in records], sent_before, self.producer.enqueued, failure))
+
+
+@pytest.mark.parametrize("mode", ["record", "batch"])
+async def test_each_handler_call_runs_inside_the_consumers_processing_scope(mode: str) -> None:
+    clock = VirtualClock()
+    producer = FakeProducer(clock)
+    consumer = ProcessingConsumer(clock, {P0: 4}, producer)
+
+    async def handler(unit: Any, ctx: HandlerContext) -> None:
+        for record in unit if mode == "batch" else [unit]:
+            await ctx.send("out", record.value, record.key)
+            if record.offset == 3:
+                raise ValueError("bad record")
+
+    runner = make(clock, consumer, handler, producer, mode=mode, max_batch_records=2, on_error="skip")
+    assert await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 4) is None
+    if mode == "record":     # one scope per call, each holding its record's send; the failure recorded
+        assert consumer.scopes == [([0], 0, 1, None), ([1], 1, 2, None), ([2], 2, 3, None), ([3], 3, 4, "ValueError")]
+    else:                    # one scope per batch
+        assert consumer.scopes == [([0, 1], 0, 2, None), ([2, 3], 2, 4, "ValueError")]
 
 
 # --------------------------------------------------------------------------- KIP-572

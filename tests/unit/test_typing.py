@@ -93,14 +93,14 @@ async def main() -> None:
     print(first, typed_first, wrong)
 
     traced = instrument_producer(orders)
-    reveal_type(traced)  # reveal: TracedProducer[bytes | bytearray | memoryview[int], dict[str, int]]
+    reveal_type(traced)  # reveal: Producer[bytes | bytearray | memoryview[int], dict[str, int]]
     await traced.send("orders", {"amount": 2})
     await publish(traced)  # a traced producer is the producer: it goes where one is annotated
     traced_consumer = instrument_consumer(typed)
-    reveal_type(traced_consumer)  # reveal: TracedConsumer[str, Any]
+    reveal_type(traced_consumer)  # reveal: Consumer[str, Any]
     await drain(traced_consumer, instrument_share_consumer(jobs))
     async with instrument_consumer(Consumer("orders")) as entered:
-        reveal_type(entered)  # reveal: TracedConsumer[bytes, bytes]
+        reveal_type(entered)  # reveal: Consumer[bytes, bytes]
         with entered.process(await entered.getone()):
             pass
     with traced_consumer.process(await traced_consumer.getone()) as span:
