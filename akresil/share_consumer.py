@@ -224,9 +224,11 @@ class ShareConsumer:
         return self._state.lock_timeout_ms
 
     def _assignment_changed(self) -> None:
-        """The session took a new assignment (partitions by name): fetch from those leaders."""
+        """The session took a new assignment (partitions by name), or stopped on a fatal error: fetch from those
+        leaders, and wake a waiting poll so it raises the error (``UnsupportedVersionError`` on a broker without
+        share groups) instead of waiting for records that cannot come."""
         self._state.set_assignment(set(self._group.assignment))
-        self._fetcher.wake()
+        self._fetcher.notify()
 
     # ------------------------------------------------------------------ records
     def _accept_last_poll(self) -> None:

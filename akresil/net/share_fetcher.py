@@ -51,6 +51,12 @@ class ShareFetcher:
         """The event the next answer (records, acknowledgement outcomes, an error) sets."""
         return self._changed.current()
 
+    def notify(self) -> None:
+        """Wake whoever waits on ``changed()`` without an answer: the group took a new assignment or stopped
+        on a fatal error (a broker without share groups), which the consumer's next look raises."""
+        self._changed.fire()
+        self.wake()
+
     def _leader_of(self, tp: TopicPartition) -> int | None:
         lead = self.cluster.metadata.snapshot.leader_of(tp)
         return None if lead is None else lead[0]
@@ -93,7 +99,7 @@ class ShareFetcher:
                 state.on_request_failed(plan, exc, cluster.clock())
                 self._fail(errors.UnsupportedVersionError(
                     f"node {plan.node_id} does not support share groups ({api.name} v1): {exc}. Share groups "
-                    f"need Apache Kafka 4.1+ (preview in 4.0) or librdkafka's mock cluster"))
+                    f"need Apache Kafka 4.1+ (4.0's early-access version is not spoken)"))
                 return
             except errors.AuthenticationError as exc:
                 state.on_request_failed(plan, exc, cluster.clock())

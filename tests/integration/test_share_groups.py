@@ -21,7 +21,8 @@ from typing import Any, Awaitable, Callable
 import anyio
 import pytest
 
-from akresil import Producer, ShareConsumer, ShareRecord, TopicPartition, errors
+from akresil import Admin, NewTopic, Producer, ShareConsumer, ShareRecord, TopicPartition, errors
+from akresil.testing import EmbeddedBroker
 from akresil.testing.rdkafka_mock import MockCluster
 
 from ..harness.e2e import check_backoff_gaps, loop_lag, unique_topic
@@ -293,6 +294,25 @@ def test_a_broker_without_share_groups_fails_clearly(mock: MockCluster) -> None:
                     await c.getmany(timeout_ms=100)
 
     run(scenario)
+
+
+@pytest.mark.timeout(60)     # without the fix ``async for`` waited forever for records that cannot come
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_async_for_on_tansu_raises_unsupported_version_naming_kafka_4_1(broker: EmbeddedBroker, backend: str) -> None:
+    """Tansu has no share-group APIs: the first ``async for`` step raises instead of waiting, with the fix named."""
+    topic = unique_topic("share-tansu")
+
+    async def scenario() -> None:
+        async with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(topic, 1)])
+        async with ShareConsumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=topic, **FAST) as c:
+            with pytest.raises(errors.UnsupportedVersionError, match=r"SHARE_GROUP_HEARTBEAT.*4\.1\+"):
+                async for _ in c:
+                    pass
+            with pytest.raises(errors.UnsupportedVersionError):     # and every later call, at once
+                await c.getmany(timeout_ms=60_000)
+
+    run(scenario, backend)
 
 
 def test_share_fetch_errors_back_off_exponentially(mock: MockCluster) -> None:
