@@ -143,6 +143,8 @@ class Consumer(Generic[KeyT, ValueT]):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        if self._closed:
+            raise errors.ClientClosedError("consumer is closed: create a new Consumer to consume again")
         if self._started:
             raise errors.IllegalStateError("consumer already started")
         self._started = True
@@ -208,6 +210,9 @@ class Consumer(Generic[KeyT, ValueT]):
         if self._closed:
             return
         self._closed = True
+        # records ``async for`` took but did not yield are not handed out any more (the iteration ends): their
+        # partitions go back to the first of them, which is what the commits below store
+        self._rewind_pending(None)
         tasks, self._tasks = self._tasks, None
         if tasks is None:
             return
@@ -228,6 +233,11 @@ class Consumer(Generic[KeyT, ValueT]):
             self._fetcher.stop()
             await self._cluster.close()
             await tasks.close()
+
+    def _check_closed(self) -> None:
+        """Every call after ``close()`` raises ``ClientClosedError`` (``async for`` ends instead)."""
+        if self._closed:
+            raise errors.ClientClosedError("consumer is closed")
 
     def _check_open(self) -> None:
         if not self._started:
@@ -326,14 +336,17 @@ class Consumer(Generic[KeyT, ValueT]):
             self._fetcher.wake()
 
     def assignment(self) -> frozenset[TopicPartition]:
+        self._check_closed()
         return self._state.assignment()
 
     def subscription(self) -> frozenset[str]:
+        self._check_closed()
         return frozenset(self._subscription()) if self._subscribed else frozenset()
 
     # ------------------------------------------------------------------ positions
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Consume ``partition`` from ``offset`` on (buffered data for it is dropped)."""
+        self._check_closed()
         self._rewind_pending([partition])
         self._state.seek(partition, offset)
         self._fetcher.wake()
@@ -388,24 +401,29 @@ class Consumer(Generic[KeyT, ValueT]):
 
     def highwater(self, partition: TopicPartition) -> int | None:
         """The partition's high watermark from the last Fetch answer (None before one)."""
+        self._check_closed()
         hw = self._state.state(partition).high_watermark
         return None if hw < 0 else hw
 
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        self._check_closed()
         lso = self._state.state(partition).last_stable_offset
         return None if lso < 0 else lso
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching and returning records of these partitions until ``resume``."""
+        self._check_closed()
         self._rewind_pending(partitions)
         self._state.pause(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
+        self._check_closed()
         self._state.resume(partitions)
         self._fetcher.wake()
         self._fetcher.signal_data()
 
     def paused(self) -> frozenset[TopicPartition]:
+        self._check_closed()
         return self._state.paused()
 
     # ------------------------------------------------------------------ consuming
@@ -415,7 +433,8 @@ class Consumer(Generic[KeyT, ValueT]):
 
         At most ``max_records`` (default ``max_poll_records``) in all; only from ``partitions`` if given.
         Raises a partition's pending error (e.g. ``OffsetOutOfRangeError`` with ``auto_offset_reset='none'``)
-        once no records are ready.
+        once no records are ready, and ``IllegalStateError`` at once when the consumer has neither a subscription
+        nor assigned partitions (it would wait forever; Java's poll() throws IllegalStateException).
         """
         if self._processing is not None:
             self._end_processing()
@@ -428,6 +447,10 @@ class Consumer(Generic[KeyT, ValueT]):
     async def _getmany(self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
                        ) -> dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]:
         self._check_open()
+        if not self._subscribed and not self._state.partitions:
+            raise errors.IllegalStateError(
+                "consumer has no subscription and no assigned partitions, so there is nothing to wait for: pass "
+                "topics or pattern= to Consumer(...), or call assign([...]) before getmany() / getone() / async for")
         if max_records is None:
             max_records = self._max_poll_records
         elif not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
@@ -483,7 +506,13 @@ class Consumer(Generic[KeyT, ValueT]):
                             bytes=size, lag=lag)
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[KeyT, ValueT]:
-        """The next record (from ``partitions`` if given), waiting as long as it takes."""
+        """The next record (from ``partitions`` if given), waiting as long as it takes. Raises
+        ``ClientClosedError`` once the consumer is closed, also when ``close()`` ends the wait."""
+        return await self._one(partitions, ends_on_close=False)
+
+    async def _one(self, partitions: tuple[TopicPartition, ...], *, ends_on_close: bool
+                   ) -> ConsumerRecord[KeyT, ValueT]:
+        """``getone`` (``ends_on_close``: ``async for`` under a tracer), a ``process`` span open for the record."""
         if self._processing is not None:
             self._end_processing()
         if partitions:
@@ -492,8 +521,14 @@ class Consumer(Generic[KeyT, ValueT]):
                 got = await self._getmany(*partitions, timeout_ms=3_600_000, max_records=1)
                 for records in got.values():
                     record = records[0]
-        else:
+        elif ends_on_close:
             record = await self._next()
+        else:
+            self._check_open()
+            try:
+                record = await self._next()
+            except StopAsyncIteration:      # close() ended the wait: getone() is a call on a closed consumer
+                raise errors.ClientClosedError("consumer is closed") from None
         tracer = self.hooks.tracer
         if tracer is not None:
             self._processing = tracer.start_process(self._trace_site, (record,))
@@ -503,8 +538,11 @@ class Consumer(Generic[KeyT, ValueT]):
         return self
 
     async def __anext__(self) -> ConsumerRecord[KeyT, ValueT]:
+        """``async for`` ends (no error) when the consumer is closed, before or while it waits: that is how a
+        service loop stops when a signal handler or another task closes its consumer. Everything else a closed
+        consumer is asked raises ``ClientClosedError``, and so does a consumer a background failure closed."""
         if self.hooks.tracer is not None:
-            return await self.getone()
+            return await self._one((), ends_on_close=True)
         i = self._pending_index
         pending = self._pending
         if i < len(pending):
@@ -544,7 +582,9 @@ class Consumer(Generic[KeyT, ValueT]):
             try:
                 got = await self._getmany(timeout_ms=3_600_000, max_records=self._max_poll_records)
             except errors.ClientClosedError:
-                raise StopAsyncIteration from None
+                if self._closed:        # the application closed the consumer: the iteration is over
+                    raise StopAsyncIteration from None
+                raise                   # a background failure closed it: that is an error
             if got:
                 break
         if len(got) == 1:
@@ -660,6 +700,7 @@ class Consumer(Generic[KeyT, ValueT]):
 
     # ------------------------------------------------------------------ introspection
     def partitions_for(self, topic: str) -> tuple[int, ...]:
+        self._check_closed()
         return self._cluster.metadata.snapshot.partitions_for(topic)
 
     # ------------------------------------------------------------------ offset lookups and lag
@@ -704,6 +745,7 @@ class Consumer(Generic[KeyT, ValueT]):
     def lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the end of ``partition`` as of the last Fetch answer (the high
         watermark, or the last stable offset with ``read_committed``); None until both are known. No I/O."""
+        self._check_closed()
         st = self._state.state(partition)
         end = st.last_stable_offset if self.config.isolation_level == "read_committed" else st.high_watermark
         first = self._pending_first().get(partition)

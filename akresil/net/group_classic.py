@@ -16,7 +16,7 @@ OffsetCommitResponseHandler does.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import anyio
 
@@ -67,6 +67,8 @@ class ClassicMember:
         self._joined_topics: frozenset[str] = frozenset()
         #: the last SyncGroup's plan, for the generation it came with, until the session has applied it
         self._pending: tuple[Generation, AssignPlan] | None = None
+        #: the coordinator a JoinGroup or SyncGroup went to and has not answered (None: none outstanding)
+        self._held_on: int | None = None
         #: leader only: the partition counts its last assignment used (a change triggers a rebalance)
         self._leader_counts: dict[str, int] | None = None
         self._leader_topics: frozenset[str] = frozenset()
@@ -175,9 +177,8 @@ class ClassicMember:
             return body
 
         try:
-            _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.JOIN_GROUP, join_body,
-                                                      min_version=5 if instance_id else 0,
-                                                      timeout_ms=self._join_timeout_ms)
+            _, response = await self._held_request(coordinator, ApiKey.JOIN_GROUP, join_body,
+                                                   min_version=5 if instance_id else 0)
             code = int(response["error_code"])
             action = classify_join_error(code)
             if action is not Action.OK:
@@ -209,6 +210,21 @@ class ClassicMember:
             self._session.coordinator.lost(exc)
             core.rebalance_failed(Action.COORDINATOR, self._session.clock())
             self._session.rebalance_failed(exc)
+
+    async def _held_request(self, coordinator: int, api: ApiKey, body: Callable[[int], dict[str, Any]], *,
+                            min_version: int = 0) -> tuple[int, dict[str, Any]]:
+        """JoinGroup or SyncGroup: the broker holds it until the other members joined (up to the rebalance
+        timeout). ``_held_on`` stays set if the wait is cancelled (``close()``): ``leave`` then knows that the
+        coordinator connection has a request the broker still holds."""
+        self._held_on = coordinator
+        try:
+            answer = await self._cluster.request(coordinator_lane(coordinator), api, body, min_version=min_version,
+                                                 timeout_ms=self._join_timeout_ms)
+        except Exception:
+            self._held_on = None
+            raise
+        self._held_on = None
+        return answer
 
     def _subscription_bytes(self, assignor: Assignor, topics: frozenset[str],
                             owned: frozenset[TopicPartition]) -> bytes:
@@ -268,8 +284,7 @@ class ClassicMember:
                 body["protocol_name"] = protocol
             return body
 
-        _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.SYNC_GROUP, sync_body,
-                                                  timeout_ms=self._join_timeout_ms)
+        _, response = await self._held_request(coordinator, ApiKey.SYNC_GROUP, sync_body)
         code = int(response["error_code"])
         action = classify_sync_error(code)
         if action is not Action.OK:
@@ -356,6 +371,13 @@ class ClassicMember:
         the session times out), then forget the generation."""
         core = self.core
         gen, coordinator = core.generation, self._session.coordinator.node
+        if self._held_on is not None:
+            # a JoinGroup or SyncGroup the broker still holds (close() cancelled our wait for it): a broker answers
+            # one connection's requests in order, so a LeaveGroup behind it would wait up to the rebalance timeout
+            # (the member's close() with it). A new connection carries the LeaveGroup; the broker drops the member
+            # and completes the rebalance without it.
+            self._cluster.disconnect(coordinator_lane(self._held_on))
+            self._held_on = None
         if not core.is_static and gen.member_id and coordinator is not None:
             def body(version: int) -> dict[str, Any]:
                 if version >= 3:

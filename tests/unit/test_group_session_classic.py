@@ -4,6 +4,7 @@ about a second."""
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from typing import Any, Callable
@@ -65,7 +66,13 @@ class FakeCluster:
         payload = body(version) if callable(body) else body
         self.log.append((self.clock(), node_id, api_key, payload))
         await anyio.sleep(0)
-        return version, self.handlers[api_key](payload, version)
+        answer = self.handlers[api_key](payload, version)
+        if inspect.isawaitable(answer):      # a request the broker holds (a JoinGroup waiting for other members)
+            answer = await answer
+        return version, answer
+
+    def disconnect(self, node_id: int, error: BaseException | None = None) -> None:
+        self.log.append((self.clock(), node_id, "disconnect", {}))  # type: ignore[arg-type]
 
     async def request_any(self, api_key: ApiKey, body: Any, *, min_version: int = 0,
                           timeout_ms: int | None = None) -> tuple[int, int, dict[str, Any]]:
@@ -640,3 +647,32 @@ async def test_a_listener_without_on_partitions_lost_hears_of_lost_partitions_as
         assert ("positions", None) not in events and group.committed == {}
         await gc.leave()
         tg.cancel_scope.cancel()
+
+
+async def test_leaving_while_the_broker_holds_our_join_leaves_on_a_new_connection() -> None:
+    """close() while the coordinator holds the JoinGroup (other members have not rejoined yet): a broker answers
+    one connection's requests in order, so a LeaveGroup on that connection would wait up to the rebalance timeout
+    behind it (32 s measured on Kafka and Tansu). The member drops that connection and leaves on a new one."""
+    cluster, events = FakeCluster(), []
+    group = FakeGroup(cluster)
+    held = anyio.Event()
+
+    async def hold(body: dict[str, Any], v: int) -> dict[str, Any]:
+        held.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def join(body: dict[str, Any], v: int) -> Any:
+        return hold(body, v) if body["member_id"] else group.join(body, v)   # MEMBER_ID_REQUIRED, then held
+
+    cluster.handlers[ApiKey.JOIN_GROUP] = join
+    gc = coordinator(cluster, events)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await held.wait()
+            await gc.leave()
+        tg.cancel_scope.cancel()
+    tail = [(node, api) for _, node, api, _ in cluster.log][-2:]
+    assert tail == [(coordinator_lane(1), "disconnect"), (coordinator_lane(1), ApiKey.LEAVE_GROUP)]
+    assert cluster.sent(ApiKey.LEAVE_GROUP)[0]["members"][0]["member_id"] == "member-1"
