@@ -42,13 +42,14 @@ _PENDING, _DONE, _CANCELLED = 0, 1, 2
 class DeliveryFuture:
     """Completion of one record. ``await fut`` returns its ``RecordMetadata`` or raises its error."""
 
-    __slots__ = ("_metadata", "_error", "_state", "_loop", "_cb", "_cb_ctx", "_more", "_event", "_on_delivery",
-                 "_delivered", "_asyncio_future_blocking", "__weakref__")
+    # seven slots, all set in __init__: the object is created once per record and walked by every collection
+    __slots__ = ("_value", "_state", "_loop", "_cb", "_cb_ctx", "_more", "_on_delivery", "_asyncio_future_blocking",
+                 "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None,
                  on_delivery: DeliveryCallback | None = None) -> None:
-        self._metadata: RecordMetadata | None = None
-        self._error: BaseException | None = None
+        #: the outcome, None until it arrives (also after a cancel): the RecordMetadata, or the exception
+        self._value: RecordMetadata | BaseException | None = None
         self._state = _PENDING
         #: the asyncio loop it belongs to; None under other backends (trio)
         self._loop = loop
@@ -56,19 +57,15 @@ class DeliveryFuture:
         self._cb: Callable[[DeliveryFuture], Any] | None = None
         self._cb_ctx: Context | None = None
         self._more: list[tuple[Callable[[DeliveryFuture], Any], Context | None]] | None = None
-        self._event: anyio.Event | None = None
         self._on_delivery = on_delivery
-        #: the record's outcome arrived (also after a cancel, when ``_state`` stays cancelled)
-        self._delivered = False
         self._asyncio_future_blocking = False
 
     # ------------------------------------------------------------------ the core's record callback
     def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
         """The producer reports the record's outcome (exactly once)."""
-        if self._delivered:
+        if self._value is not None:
             return
-        self._delivered = True
-        self._metadata, self._error = metadata, error
+        self._value = error if error is not None else metadata
         pending = self._state == _PENDING
         if pending:
             self._state = _DONE
@@ -77,12 +74,15 @@ class DeliveryFuture:
                 self._on_delivery(metadata, error)
             except Exception:  # noqa: BLE001 - a user callback must not break the sender
                 log.exception("on_delivery callback %r raised", self._on_delivery)
-        if pending:
-            self._wake()
+        # ``_wake`` inlined for the common cases (nobody waits; one waiter under asyncio): once per record
+        if pending and self._cb is not None:
+            if self._more is None and self._loop is not None:
+                _schedule(self._loop, self._cb, self, self._cb_ctx)
+                self._cb = self._cb_ctx = None
+            else:
+                self._wake()
 
     def _wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
         cb = self._cb
         if cb is None:
             return
@@ -109,12 +109,12 @@ class DeliveryFuture:
     def result(self) -> RecordMetadata:
         state = self._state
         if state == _DONE:
-            error = self._error
-            if error is not None:
+            value = self._value
+            if isinstance(value, BaseException):
                 # one error instance is shared by a batch's records: raise it with a fresh traceback each time,
                 # or every raise would chain the raising frame onto it and keep all of them alive
-                raise error.with_traceback(None)
-            return self._metadata  # type: ignore[return-value]
+                raise value.with_traceback(None)
+            return value  # type: ignore[return-value]
         if state == _CANCELLED:
             raise asyncio.CancelledError("waiting for the record's delivery was cancelled (the record was not)")
         raise NotDeliveredError("record not delivered yet")
@@ -124,11 +124,15 @@ class DeliveryFuture:
             raise asyncio.CancelledError("waiting for the record's delivery was cancelled (the record was not)")
         if self._state != _DONE:
             raise NotDeliveredError("record not delivered yet")
-        return self._error
+        value = self._value
+        return value if isinstance(value, BaseException) else None
 
     def delivery_outcome(self) -> tuple[RecordMetadata | None, BaseException | None] | None:
         """``(metadata, error)`` once the record's outcome is known, else None; unaffected by ``cancel()``."""
-        return (self._metadata, self._error) if self._delivered else None
+        value = self._value
+        if value is None:
+            return None
+        return (None, value) if isinstance(value, BaseException) else (value, None)
 
     def add_done_callback(self, fn: Callable[[DeliveryFuture], Any], *, context: Context | None = None) -> None:
         """Call ``fn(fut)`` once done: under asyncio from the loop (``call_soon``), as asyncio does; under other
@@ -188,11 +192,12 @@ class DeliveryFuture:
         return self._await_event()
 
     def _await_event(self) -> Generator[Any, None, RecordMetadata]:
-        """Other backends (trio): wait on an event created only when someone awaits before completion."""
+        """Other backends (trio): wait on an event created only when someone awaits before completion (its
+        ``set`` is a done-callback: they run synchronously at completion there)."""
         if self._state == _PENDING:
-            if self._event is None:
-                self._event = anyio.Event()
-            yield from self._event.wait().__await__()
+            event = anyio.Event()
+            self.add_done_callback(lambda _: event.set())
+            yield from event.wait().__await__()
         return self.result()
 
     def send(self, value: None) -> DeliveryFuture:
@@ -221,7 +226,8 @@ class DeliveryFuture:
 
     def __repr__(self) -> str:
         state = ("pending", "done", "cancelled")[self._state]
-        return f"<DeliveryFuture {state}{' error=' + repr(self._error) if self._error is not None else ''}>"
+        error = self._value if isinstance(self._value, BaseException) else None
+        return f"<DeliveryFuture {state}{' error=' + repr(error) if error is not None else ''}>"
 
 
 #: per asyncio loop: done-callbacks due, run by ``_run_pending`` (asyncio runs done-callbacks from the loop, never

@@ -13,7 +13,7 @@ import enum
 import gc
 import logging
 from itertools import repeat
-from operator import itemgetter
+from operator import add as _add, itemgetter
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..types import RecordMetadata, TopicPartition
@@ -267,18 +267,25 @@ class ProducerBatch:
         self.open = False
         self.base_offset = base_offset
         topic, partition = self.tp
-        known = base_offset >= 0
-        append_time = log_append_time_ms >= 0
-        it = iter(self.singles)
-        for i, ts, callback, key_size, value_size in zip(it, it, it, it, it):
-            if callback is None:
-                continue
-            _call(callback, RecordMetadata(topic, partition, base_offset + i if known else -1,
-                                           log_append_time_ms if append_time else ts, key_size, value_size), None)
+        singles = self.singles
+        if singles:
+            # the records' metadata built by C iterators over the flat slots (index, timestamp, callback, key
+            # size, value size): the loop below only calls back, one Python call per record
+            offsets = map(_add, repeat(base_offset), singles[0::5]) if base_offset >= 0 else repeat(-1)
+            stamps = singles[1::5] if log_append_time_ms < 0 else repeat(log_append_time_ms)
+            mds = map(_new_tuple, repeat(RecordMetadata), zip(repeat(topic), repeat(partition), offsets, stamps,
+                                                              singles[3::5], singles[4::5]))
+            for callback, md in zip(singles[2::5], mds):
+                if callback is not None:
+                    try:
+                        callback(md, None)
+                    except Exception:  # noqa: BLE001 - one bad callback must not stop the others or the scheduler
+                        log.exception("record completion callback %r raised", callback)
         for run in self.ranges:
             try:
-                run.sink.complete_range(topic, partition, run.positions, base_offset + run.first if known else -1,
-                                        log_append_time_ms if append_time else run.timestamp_ms)
+                run.sink.complete_range(topic, partition, run.positions, base_offset + run.first
+                                        if base_offset >= 0 else -1,
+                                        log_append_time_ms if log_append_time_ms >= 0 else run.timestamp_ms)
             except Exception:  # noqa: BLE001 - a broken sink must not stop the others or the scheduler
                 log.exception("bulk completion %r raised", run.sink)
         self.singles = []
@@ -294,7 +301,10 @@ class ProducerBatch:
         self.error = error
         for callback in self.singles[2::5]:
             if callback is not None:
-                _call(callback, None, error)
+                try:
+                    callback(None, error)
+                except Exception:  # noqa: BLE001 - one bad callback must not stop the others or the scheduler
+                    log.exception("record completion callback %r raised", callback)
         for run in self.ranges:
             try:
                 run.sink.fail_range(run.positions, error)
@@ -307,10 +317,3 @@ class ProducerBatch:
     def __repr__(self) -> str:
         return (f"ProducerBatch({self.tp.topic}-{self.tp.partition} #{self.index}, records={self.record_count}, "
                 f"state={self.state.value}, attempts={self.attempts}, seq={self.base_sequence})")
-
-
-def _call(callback: RecordCallback, metadata: RecordMetadata | None, error: BaseException | None) -> None:
-    try:
-        callback(metadata, error)
-    except Exception:  # noqa: BLE001 - one bad callback must not stop the others or the scheduler
-        log.exception("record completion callback %r raised", callback)
