@@ -282,8 +282,9 @@ class RecordAccumulator:
                                       f"({self.buffer_memory})")
 
     def try_append_open(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
-                        headers: Sequence[Header], callback: RecordCallback | None) -> int:
-        """The common case of ``append``, allocation-free: the record joins the partition's open batch.
+                        headers: list[Header], callback: RecordCallback | None) -> int:
+        """The common case of ``append``, allocation-free: the record joins the partition's open batch
+        (``timestamp_ms`` an int, ``headers`` a list: as the encoder takes them).
 
         Returns the bytes reserved, or 0 when ``append`` must decide instead: no open batch, the batch is
         full (it is then closed), memory is short, appenders are waiting, the producer is closing, or the
@@ -314,7 +315,7 @@ class RecordAccumulator:
             size += headers_size(headers)
         if size + BATCH_OVERHEAD > self._size_limit or self._used + size > self.buffer_memory:
             return 0
-        if not last.payload.append(timestamp_ms, key, value, headers):
+        if last.payload.append_at(last.record_count, timestamp_ms, key, value, headers) is None:  # type: ignore[arg-type]
             last.open = False
             return 0
         last.singles += (last.record_count, timestamp_ms, callback, key_size, value_size)
@@ -330,6 +331,8 @@ class RecordAccumulator:
         passing it back as ``waiter`` so it keeps its place in the FIFO."""
         if self._closing:
             raise ClientClosedError("producer is closing: no more records accepted")
+        if headers.__class__ is not list:
+            headers = list(headers)     # the encoder takes a list (the producer passes one)
         if waiter is None:
             size = self.try_append_open(tp, timestamp_ms, key, value, headers, callback)
             if size:
@@ -412,7 +415,8 @@ class RecordAccumulator:
                 self._charge(last, BATCH_OVERHEAD)
                 budget -= BATCH_OVERHEAD
                 new_batches += 1
-            count, used, full = last.payload.append_run(records, pos, timestamp_ms, headers, budget, base, total)
+            count, used, full = last.payload.append_run(records, pos, last.record_count, timestamp_ms, headers, budget,
+                                                        base, total)
             if count:
                 last.add_range(count, positions[pos:pos + count], timestamp_ms, sink)
                 last.reserved_bytes += used

@@ -53,18 +53,21 @@ def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequen
 
 
 class PayloadBuilder(Protocol):
-    """What the accumulator needs from the wire encoder (``akresil.protocol.records.BatchBuilder``)."""
+    """What the accumulator needs from the wire encoder (``akresil.protocol.records.BatchBuilder``).
 
-    record_count: int
+    The batch counts its records and passes each one's offset delta (its index in the batch)."""
 
-    def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
-               headers: Sequence[Header]) -> bool: ...
+    #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` (``headers`` a list): None when the batch is
+    #: full, anything else when the record was taken. An attribute, not a method: the per-record path calls the
+    #: encoder itself
+    append_at: Callable[[int, int, "bytes | None", "bytes | None", "list[Header]"], object]
 
-    def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, timestamp_ms: int,
-                   headers: list[Header], budget: int, base_size: int, stop: int | None = None
+    def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, first_delta: int,
+                   timestamp_ms: int, headers: list[Header], budget: int, base_size: int, stop: int | None = None
                    ) -> tuple[int, int, bool]:
-        """Append ``records[start:stop]`` in order while the estimated bytes (``base_size + len(key) +
-        len(value)`` per record) stay within ``budget``; returns ``(appended, estimated bytes, batch full)``."""
+        """Append ``records[start:stop]`` in order, at offset deltas from ``first_delta`` on, while the estimated
+        bytes (``base_size + len(key) + len(value)`` per record) stay within ``budget``; returns ``(appended,
+        estimated bytes, batch full)``."""
         ...
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None: ...
@@ -245,7 +248,9 @@ class ProducerBatch:
                    callback: RecordCallback | None) -> bool:
         if not self.open:
             return False
-        if not self.payload.append(timestamp_ms, key, value, headers):
+        if headers.__class__ is not list:
+            headers = list(headers)
+        if self.payload.append_at(self.record_count, timestamp_ms, key, value, headers) is None:  # type: ignore[arg-type]
             self.open = False
             return False
         self.singles += (self.record_count, timestamp_ms, callback, -1 if key is None else len(key),

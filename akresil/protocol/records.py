@@ -75,7 +75,7 @@ def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequen
 class BatchBuilder:
     """One magic-2 batch being filled. ``append`` returns False once the batch is full (never for the first)."""
 
-    __slots__ = ("_builder", "_append", "compression", "batch_size", "record_count", "_built", "transactional")
+    __slots__ = ("_builder", "append_at", "compression", "batch_size", "record_count", "_built", "transactional")
 
     def __init__(self, *, compression_type: str | int = "none", batch_size: int = 16_384,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -87,7 +87,11 @@ class BatchBuilder:
         self.transactional = transactional
         self._builder = DefaultRecordBatchBuilder(2, self.compression, int(transactional), producer_id,
                                                   producer_epoch, base_sequence, max(batch_size, BATCH_HEADER_SIZE))
-        self._append = self._builder.append
+        #: the C encoder's own append, the producer's per-record path (no Python frame in between):
+        #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` with ``headers`` a list; returns None when
+        #: the batch is full. The caller tracks offset deltas and appends only before ``build()``
+        self.append_at = self._builder.append
+        #: records taken through ``append`` (the producer's batches count their own)
         self.record_count = 0
         self._built: bytes | bytearray | None = None
 
@@ -100,16 +104,17 @@ class BatchBuilder:
             headers = list(headers) if headers else _NO_HEADERS   # the C builder wants a list; never mutates it
         if timestamp_ms.__class__ is not int:
             timestamp_ms = int(timestamp_ms)
-        if self._append(self.record_count, timestamp_ms, key, value, headers) is None:
+        if self.append_at(self.record_count, timestamp_ms, key, value, headers) is None:
             return False
         self.record_count += 1
         return True
 
-    def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, timestamp_ms: int,
-                   headers: list[Header], budget: int, base_size: int, stop: int | None = None
+    def append_run(self, records: Sequence[tuple[bytes | None, bytes | None]], start: int, first_delta: int,
+                   timestamp_ms: int, headers: list[Header], budget: int, base_size: int, stop: int | None = None
                    ) -> tuple[int, int, bool]:
-        """Append ``records[start:stop]`` (one timestamp, one header list for all) while the estimated bytes
-        stay within ``budget``; returns ``(appended, estimated bytes, batch full)``.
+        """Append ``records[start:stop]`` (one timestamp, one header list for all) at offset deltas from
+        ``first_delta`` on while the estimated bytes stay within ``budget``; returns ``(appended, estimated bytes,
+        batch full)``.
 
         The bulk path of ``send_many``: one tight loop around the C encoder instead of a method call, a
         header conversion and a memory reservation per record. A record's estimate is ``base_size +
@@ -120,8 +125,8 @@ class BatchBuilder:
             raise ProtocolError("record batch already built: no more appends")
         if timestamp_ms.__class__ is not int:
             timestamp_ms = int(timestamp_ms)
-        append = self._append
-        n = self.record_count
+        append = self.append_at
+        n = first_delta
         used = 0
         full = False
         end = len(records) if stop is None else stop
@@ -143,9 +148,7 @@ class BatchBuilder:
             used += size
         else:
             i = end
-        appended = i - start
-        self.record_count += appended
-        return appended, used, full
+        return i - start, used, full
 
     @property
     def size_bytes(self) -> int:
