@@ -311,12 +311,23 @@ def resolve(kind: str, kwargs: Mapping[str, Any], extra: Iterable[str] = ()) -> 
     return Config(kind, values, explicit)
 
 
+#: settings that only mean something on a SASL listener
+_SASL_KEYS = ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
+
+
 def _cross_check(kind: str, v: dict[str, Any], explicit: frozenset[str] = frozenset()) -> None:
     """Rules that involve several keys; ``explicit`` holds the keys the caller set (not defaulted)."""
     if isinstance(v["bootstrap_servers"], str):
         v["bootstrap_servers"] = [s.strip() for s in v["bootstrap_servers"].split(",") if s.strip()]
     else:
         v["bootstrap_servers"] = list(v["bootstrap_servers"])
+    if not v["security_protocol"].startswith("SASL_"):
+        # the Java client only logs such keys as unused; a SASL setting that is silently ignored hides a
+        # misconfiguration (credentials meant for a SASL listener), so it is refused, naming both keys
+        for key in _SASL_KEYS:
+            if key in explicit and v[key] is not None:
+                raise ConfigError(f"{key}: given, but security_protocol={v['security_protocol']!r} does not use "
+                                  f"SASL; set security_protocol='SASL_PLAINTEXT' or 'SASL_SSL', or drop {key}")
     if v["sasl_oauth_token_provider"] is not None and v["sasl_mechanism"] != "OAUTHBEARER":
         raise ConfigError("sasl_oauth_token_provider: only used with sasl_mechanism='OAUTHBEARER'")
     if v["security_protocol"].startswith("SASL_") and v["sasl_mechanism"] == "OAUTHBEARER":

@@ -28,7 +28,7 @@ from .config import resolve
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
 from .core.events import CLIENT_CLOSED, Hooks
-from .core.partitioner import DefaultPartitioner
+from .core.partitioner import DefaultPartitioner, check_partition
 from .core.tracing import Tracer, TraceSite
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
@@ -71,6 +71,28 @@ def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+_MAX_TIMESTAMP = 2**63 - 1
+
+
+def _checked_timestamp(timestamp_ms: Any) -> int:
+    """An explicit ``timestamp_ms``: an int of milliseconds since the epoch, >= 0 (the Java client refuses a
+    negative one too); TypeError / ValueError naming the argument otherwise."""
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+        raise TypeError(f"timestamp_ms must be an int (milliseconds since the epoch) or None, got "
+                        f"{type(timestamp_ms).__name__} {timestamp_ms!r}")
+    if not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
+        raise ValueError(f"timestamp_ms must be >= 0 (milliseconds since the epoch) or None, got {timestamp_ms}")
+    return int(timestamp_ms)
+
+
+def _check_record_args(partition: Any, timestamp_ms: Any) -> None:
+    """Check an explicit ``partition`` / ``timestamp_ms`` before anything waits (metadata, buffer space)."""
+    if partition is not None:
+        check_partition(partition)
+    if timestamp_ms is not None:
+        _checked_timestamp(timestamp_ms)
 
 
 def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
@@ -450,6 +472,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             self._check_send()
         parts = self._cluster.metadata.snapshot.topics.get(topic)
         if not parts:
+            if partition is not None or timestamp_ms is not None:
+                _check_record_args(partition, timestamp_ms)    # bad input fails before waiting for metadata
             return None
         if topic not in self._checked_topics:
             self._check_topic(topic)
@@ -483,6 +507,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         fut = DeliveryFuture(self._loop, on_delivery)
         if timestamp_ms is None:
             timestamp_ms = int(_wall_time() * 1000)
+        elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
+            timestamp_ms = _checked_timestamp(timestamp_ms)
         acc = self._acc
         size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, fut)
         if size:
@@ -571,6 +597,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                          headers: Sequence[Header] | None, timestamp_ms: int | None,
                          raise_on_error: bool) -> list[RecordMetadata]:
         self._check_send()
+        _check_record_args(partition, timestamp_ms)
         if not items:
             return []
         self._check_topic(topic)

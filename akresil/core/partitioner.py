@@ -116,6 +116,14 @@ def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) 
     return (murmur2(key) & _POSITIVE31) % num_partitions
 
 
+def check_partition(partition: object) -> None:
+    """An explicit partition must be an int >= 0 (as Java's ``ProducerRecord``); the error names the argument."""
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise TypeError(f"partition must be an int or None, got {type(partition).__name__} {partition!r}")
+    if partition < 0:
+        raise ValueError(f"partition {partition} is negative: it must be >= 0 or None")
+
+
 @runtime_checkable
 class Partitioner(Protocol):
     """A custom partitioner (Java's ``partitioner.class``).
@@ -348,7 +356,8 @@ class DefaultPartitioner:
         if num_partitions <= 0:
             raise ValueError(f"topic {topic!r} has no partitions (num_partitions={num_partitions})")
         if partition is not None:
-            if not 0 <= partition < num_partitions:
+            check_partition(partition)
+            if partition >= num_partitions:
                 raise ValueError(
                     f"partition {partition} given for topic {topic!r} is not in [0, {num_partitions})"
                 )

@@ -57,6 +57,14 @@ BOOT = "127.0.0.1:1"  # never contacted: every case fails before any I/O
     ("consumer", {"partition_assignment_strategy": ["range", 3]}, r"partition_assignment_strategy: 3 is not"),
     # rules across keys
     ("admin", {"ssl_context": ssl.create_default_context()}, r"ssl_context: given, but security_protocol='PLAINTEXT'"),
+    # SASL settings on a listener without SASL would be ignored: refused, naming both keys
+    ("producer", {"sasl_mechanism": "SCRAM-SHA-512"},
+     r"sasl_mechanism: given, but security_protocol='PLAINTEXT' does not use SASL; set security_protocol="),
+    ("consumer", {"security_protocol": "SSL", "sasl_plain_username": "u", "sasl_plain_password": "p"},
+     r"sasl_plain_username: given, but security_protocol='SSL' does not use SASL"),
+    ("admin", {"sasl_plain_password": "secret"}, r"sasl_plain_password: given, but security_protocol='PLAINTEXT'"),
+    ("admin", {"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": lambda: "jwt"},
+     r"sasl_mechanism: given, but security_protocol='PLAINTEXT' does not use SASL"),
     ("consumer", {"group_instance_id": "box-1"}, r"group_instance_id: static membership needs a group_id"),
     ("consumer", {"enable_auto_commit": True}, r"enable_auto_commit: cannot be True without a group_id"),
 ])
@@ -76,6 +84,13 @@ def test_clients_refuse_bad_configuration_at_construction(client: Any) -> None:
 def test_java_style_comma_separated_assignors_are_accepted() -> None:
     cfg = resolve("consumer", {"partition_assignment_strategy": "range, cooperative-sticky"})
     assert cfg.partition_assignment_strategy == ("range", "cooperative-sticky")
+
+
+def test_sasl_keys_set_to_none_or_with_a_sasl_protocol_are_accepted() -> None:
+    resolve("producer", {"sasl_plain_username": None, "sasl_plain_password": None})   # None: not set
+    for protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        resolve("producer", {"security_protocol": protocol, "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
+                             "sasl_plain_password": "p"})
 
 
 def test_defaulted_keys_do_not_count_as_choices() -> None:
