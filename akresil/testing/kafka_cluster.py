@@ -140,7 +140,9 @@ class KafkaCluster(BlockingLifecycle):
     ``broker_config``: extra ``server.properties`` entries for every broker.  ``classpath``: jars or class folders
     added to every node's classpath after Kafka's own (broker plugins: a metric reporter, an authorizer), named
     in ``broker_config``.  ``security``: add the SASL/SSL listeners and the ACL authorizer.  ``heap_mb``: each
-    broker JVM's maximum heap.
+    broker JVM's maximum heap.  ``features``: feature levels the storage is formatted with (``kafka-storage format
+    --feature``), e.g. ``{"transaction.version": 1}`` for a cluster on transactions v1; ``set_feature`` changes one
+    on a running cluster, as ``kafka-features.sh`` does.
 
     ``start()``/``stop()`` block (fixtures, scripts); the controls tests use (``kill_broker``, ``move_leader``,
     ``set_client_quota`` ...) are coroutines that run under asyncio or trio.
@@ -150,7 +152,7 @@ class KafkaCluster(BlockingLifecycle):
                  broker_config: Mapping[str, str | int] | None = None,
                  classpath: Iterable[str | os.PathLike[str]] = (), heap_mb: int = 512,
                  startup_timeout_s: float = 120.0, stop_timeout_s: float = 30.0, keep_logs: bool = False,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", features: Mapping[str, int] | None = None) -> None:
         if not 1 <= brokers <= 9:
             raise ValueError(f"KafkaCluster brokers must be 1..9, got {brokers}")
         if heap_mb < 128:
@@ -163,6 +165,10 @@ class KafkaCluster(BlockingLifecycle):
         for entry in self.classpath:
             if not entry.exists():
                 raise ValueError(f"KafkaCluster classpath: {entry} does not exist")
+        self.features = dict(features or {})
+        for name, level in self.features.items():
+            if not isinstance(name, str) or isinstance(level, bool) or not isinstance(level, int) or level < 0:
+                raise ValueError(f"KafkaCluster features: {name!r}={level!r} is not a feature name and a level >= 0")
         self.heap_mb = heap_mb
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -390,6 +396,8 @@ class KafkaCluster(BlockingLifecycle):
                 props.write_text(self._node_properties(node, controller_port))
                 (node.workdir / "log4j2.properties").write_text(self._log4j(node))
                 args = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)]
+                for name, level in self.features.items():
+                    args += ["--feature", f"{name}={level}"]
                 if "controller" in node.roles:
                     args.append("--standalone")
                     if self.security:
@@ -549,6 +557,36 @@ class KafkaCluster(BlockingLifecycle):
     def running_brokers(self) -> list[int]:
         return [i for i in self.broker_ids if self.nodes[i].running]
 
+    # ------------------------------------------------------------------ features
+    def finalized_features(self, node_id: int | None = None) -> dict[str, int]:
+        """Finalized feature levels as a broker (the first running one by default) reports them in ApiVersions."""
+        node = self.nodes[node_id if node_id is not None else self.running_brokers()[0]]
+        return _finalized_features(self.host, node.ports["PLAINTEXT"])
+
+    async def set_feature(self, name: str, level: int, *, timeout_s: float = 60.0) -> None:
+        """Upgrade or downgrade a finalized feature (``kafka-features.sh``: Kafka's ``FeatureCommand``), then wait
+        until every running broker reports the new level in ApiVersions, which clients read when they connect."""
+        current = self.finalized_features().get(name, 0)
+        if current == level:
+            return
+        verb = "upgrade" if level > current else "downgrade"
+        args = [self._java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", self._classpath(),
+                "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", self.bootstrap_servers, verb,
+                "--feature", f"{name}={level}"]
+
+        def run() -> None:
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+            if proc.returncode != 0:
+                raise RuntimeError(f"kafka-features {verb} {name}={level} failed (exit {proc.returncode}): "
+                                   f"{(proc.stdout + proc.stderr)[-2000:]}")
+            deadline = time.monotonic() + timeout_s
+            while any(self.finalized_features(i).get(name, 0) != level for i in self.running_brokers()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"brokers did not report {name}={level} within {timeout_s:g} s")
+                time.sleep(0.05)
+
+        await anyio.to_thread.run_sync(run)
+
     # ------------------------------------------------------------------ cluster operations (Admin API)
     def admin(self, **config: Any) -> Any:
         """An ``akresil.Admin`` on this cluster's PLAINTEXT listener (a super user when ACLs are on)."""
@@ -681,6 +719,12 @@ def _probe_api_versions(host: str, port: int) -> str | None:
     if response["error_code"] != 0:
         return f"ApiVersions error code {response['error_code']}"
     return None
+
+
+def _finalized_features(host: str, port: int) -> dict[str, int]:
+    response = _roundtrip(host, port, ApiKey.API_VERSIONS, 3,
+                          {"client_software_name": "akresil-kafka-cluster", "client_software_version": "0"})
+    return {f["name"]: int(f["max_version_level"]) for f in response.get("finalized_features") or ()}
 
 
 def _metadata_broker_ids(host: str, port: int) -> set[int] | None:

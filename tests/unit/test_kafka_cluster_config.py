@@ -163,3 +163,10 @@ def test_plugin_classpath_follows_kafkas_jars(tmp_path: Path) -> None:
     assert cluster._classpath().split(os.pathsep) == [str(tmp_path / "libs" / "*"), str(plugin)]
     with pytest.raises(ValueError, match="classpath: .*missing does not exist"):
         KafkaCluster(1, classpath=[tmp_path / "missing"])
+
+
+@pytest.mark.parametrize("features", [{"transaction.version": -1}, {"transaction.version": "2"},
+                                      {"transaction.version": True}, {7: 1}])
+def test_bad_feature_levels_are_refused(features: dict) -> None:
+    with pytest.raises(ValueError, match="KafkaCluster features"):
+        KafkaCluster(1, features=features)
