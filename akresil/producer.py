@@ -490,13 +490,13 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         hdrs = self._check_headers(headers) if headers else _NO_HEADERS
         num = len(parts)
         partitioner = self._partitioner
-        if partition is not None and 0 <= partition < num:
+        if partition.__class__ is int and 0 <= partition < num:
             sticky = False      # an explicit partition wins over keys and a custom partitioner (as in Java)
             p = partition
         elif partition is None and partitioner.custom is None and (key is None or partitioner.ignore_keys):
             sticky = True
             p = partitioner.sticky.current(topic, num, self._available_partitions(topic))
-        else:                   # (an explicit partition out of range raises there, naming it)
+        else:                   # (an explicit partition that is not an int in range raises there, naming it)
             sticky = False
             p = partitioner.partition(topic, key, num, self._available_partitions(topic)
                                       if partitioner.custom is not None else (), partition)
