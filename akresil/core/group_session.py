@@ -21,11 +21,11 @@ Every time is monotonic milliseconds passed in.
 from __future__ import annotations
 
 import enum
-from typing import Any, Awaitable, Callable, Iterable, NamedTuple
+from typing import Awaitable, Callable, Iterable, NamedTuple, TypedDict
 
 from ..types import TopicPartition
 
-__all__ = ["Step", "WAIT", "Callback", "listener_method", "RebalanceRecord"]
+__all__ = ["Step", "WAIT", "Callback", "listener_method", "RebalanceRecord", "RebalanceEvent", "RebalanceFailedEvent"]
 
 
 class Step(NamedTuple):
@@ -67,8 +67,25 @@ def listener_method(listener: object, callback: Callback
     return method if callable(method) else None
 
 
-def _sorted(partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-    return sorted(partitions)
+class RebalanceEvent(TypedDict):
+    """The ``rebalance`` event's fields (``core.events.REBALANCE``)."""
+
+    group_id: str
+    #: the classic generation, or the member epoch (KIP-848, KIP-932)
+    generation: int
+    #: the full new assignment
+    assigned: list[TopicPartition]
+    #: what the member gave up (revoked or lost) during the rebalance
+    revoked: list[TopicPartition]
+    duration_ms: float
+
+
+class RebalanceFailedEvent(TypedDict):
+    """The ``rebalance_failed`` event's fields (``core.events.REBALANCE_FAILED``)."""
+
+    group_id: str
+    #: the error's class name
+    error: str
 
 
 class RebalanceRecord:
@@ -97,16 +114,16 @@ class RebalanceRecord:
         self.revoked.update(partitions)
 
     def complete(self, group_id: str, generation: int, assigned: Iterable[TopicPartition],
-                 now: float) -> dict[str, Any]:
-        """The ``rebalance`` event's fields (``assigned``: the full new assignment); the record starts afresh."""
+                 now: float) -> RebalanceEvent:
+        """The ``rebalance`` event's fields; the record starts afresh."""
         started = self.started_at if self.started_at is not None else now
-        fields: dict[str, Any] = {"group_id": group_id, "generation": generation, "assigned": _sorted(assigned),
-                                  "revoked": _sorted(self.revoked), "duration_ms": max(0.0, now - started)}
+        fields = RebalanceEvent(group_id=group_id, generation=generation, assigned=sorted(assigned),
+                                revoked=sorted(self.revoked), duration_ms=max(0.0, now - started))
         self.started_at = None
         self.revoked = set()
         return fields
 
-    def failed(self, group_id: str, error: BaseException, now: float) -> dict[str, Any]:
+    def failed(self, group_id: str, error: BaseException, now: float) -> RebalanceFailedEvent:
         """The ``rebalance_failed`` event's fields; the rebalance goes on (its retry is part of it)."""
         self.start(now)
-        return {"group_id": group_id, "error": type(error).__name__}
+        return RebalanceFailedEvent(group_id=group_id, error=type(error).__name__)

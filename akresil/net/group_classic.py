@@ -16,7 +16,7 @@ OffsetCommitResponseHandler does.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -30,7 +30,7 @@ from ..core.group_state import (Action, Expiry, Generation, GroupMembership, Mem
                                 classify_join_error, classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
-from .cluster import coordinator_lane
+from .cluster import BodyBuilder, coordinator_lane
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class ClassicMember:
             core.rebalance_failed(Action.COORDINATOR, self._session.clock())
             self._session.rebalance_failed(exc)
 
-    async def _held_request(self, coordinator: int, api: ApiKey, body: Callable[[int], dict[str, Any]], *,
+    async def _held_request(self, coordinator: int, api: ApiKey, body: BodyBuilder, *,
                             min_version: int = 0) -> tuple[int, dict[str, Any]]:
         """JoinGroup or SyncGroup: the broker holds it until the other members joined (up to the rebalance
         timeout). ``_held_on`` stays set if the wait is cancelled (``close()``): ``leave`` then knows that the
