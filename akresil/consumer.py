@@ -32,6 +32,7 @@ from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .core.missing_topics import MissingTopicWarnings
+from .core.re2j import to_re2j
 from .core.tracing import ProcessSpan, TraceSite, processing
 from .net.cluster import Cluster
 from .net.coordinator import CoordinatorTracker
@@ -63,7 +64,8 @@ class Consumer(Generic[KeyT, ValueT]):
     """Async Kafka consumer. ``async with Consumer("topic", bootstrap_servers=..., group_id=...) as c``.
 
     ``*topics``: subscribe to these topics; or ``pattern=`` (a regex matched against every topic name in the
-    cluster, internal ``__`` topics excluded); or neither, then ``assign()`` partitions. ``listener``: a
+    cluster, internal ``__`` topics excluded; with ``group_protocol="consumer"`` the broker matches it, in RE2J
+    syntax, and assigns topics created later); or neither, then ``assign()`` partitions. ``listener``: a
     ``RebalanceListener`` for group subscriptions. Other keyword arguments are Kafka consumer configs in
     snake_case (``akresil.config``) plus ``key_deserializer`` / ``value_deserializer`` (callables on bytes),
     ``hooks`` and ``max_buffered_bytes`` (prefetch bound, default ``fetch_max_bytes``).
@@ -100,6 +102,10 @@ class Consumer(Generic[KeyT, ValueT]):
                 raise errors.ConfigError(f"pattern: {pattern!r} is not a valid regex: {exc}") from None
             if not isinstance(self._pattern, re.Pattern):
                 raise errors.ConfigError(f"pattern: expected a str or compiled regex, got {pattern!r}")
+        #: KIP-848 with a group: the broker resolves the regex (SubscribedTopicRegex), in RE2J syntax
+        self._broker_pattern: str | None = None
+        if self._pattern is not None and cfg.group_id is not None and cfg.group_protocol == "consumer":
+            self._broker_pattern = to_re2j(self._pattern)
         if listener is not None and not (topics or pattern is not None):
             raise errors.ConfigError("listener: only meaningful with a subscription (topics or pattern)")
         self._listener = listener
@@ -170,7 +176,7 @@ class Consumer(Generic[KeyT, ValueT]):
                     self._group = GroupSession(
                         cluster, self.config, membership, subscription=self._subscription, listener=self._listener,
                         on_assignment_changed=self._sync_group_assignment,
-                        positions_for_revoke=self._positions_for_revoke)
+                        positions_for_revoke=self._positions_for_revoke, pattern=self._broker_pattern)
                     self._offsets = self._group.offsets
                 else:
                     backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms,

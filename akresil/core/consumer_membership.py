@@ -46,6 +46,8 @@ class ConsumerMembership(HeartbeatMembership):
         self.instance_id = instance_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.server_assignor = server_assignor
+        #: the broker-side subscription regex (RE2J, KIP-848), None when subscribed by names
+        self.regex: str | None = None
         #: partitions the member owns now, by topic id (what heartbeats report) and by name
         self.owned: frozenset[TopicPartition] = frozenset()
         self._owned_ids: dict[bytes, frozenset[int]] = {}
@@ -57,9 +59,9 @@ class ConsumerMembership(HeartbeatMembership):
         body["instance_id"] = self.instance_id if full else None
         body["rebalance_timeout_ms"] = self.rebalance_timeout_ms if full else -1
         body["server_assignor"] = self.server_assignor if full else None
-        # The subscription is by names; an empty regex says "no regex" (what the Java client sends to clear
-        # one). librdkafka's mock asserts that names and regex are either both given or both null.
-        body["subscribed_topic_regex"] = "" if body.get("subscribed_topic_names") is not None else None
+        # By names, an empty regex says "no regex" (what the Java client sends to clear one); by regex, the names
+        # are empty. librdkafka's mock asserts that names and regex are either both given or both null.
+        body["subscribed_topic_regex"] = (self.regex or "") if body.get("subscribed_topic_names") is not None else None
         if full or not self._owned_sent:
             body["topic_partitions"] = [{"topic_id": tid, "partitions": sorted(parts)}
                                         for tid, parts in sorted(self._owned_ids.items())]
@@ -67,6 +69,20 @@ class ConsumerMembership(HeartbeatMembership):
         else:
             body["topic_partitions"] = None
             self._owned_pending_ack = False
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self.subscription) or bool(self.regex)
+
+    def subscribe_regex(self, regex: str, now: float) -> None:
+        """Subscribe by a regex the broker resolves (RE2J): topics created later are assigned by the broker."""
+        if not isinstance(regex, str) or not regex:
+            raise ValueError(f"regex: a non-empty RE2J regex is required, got {regex!r}")
+        if regex != self.regex:
+            self.regex = regex
+            self.subscribe(frozenset(), now)
+            self._subscription_sent = False
+            self.heartbeat_now(now)
 
     def on_response(self, response: Mapping[str, Any], now: float) -> Action:
         action = super().on_response(response, now)

@@ -82,6 +82,11 @@ class HeartbeatMembership:
     def subscription(self) -> frozenset[str]:
         return self._subscription
 
+    @property
+    def subscribed(self) -> bool:
+        """The member has something to join with."""
+        return bool(self._subscription)
+
     def subscribe(self, topics: frozenset[str], now: float) -> None:
         """Change the subscription; it goes out with the next heartbeat, which is due at once."""
         if topics != self._subscription:
@@ -96,7 +101,7 @@ class HeartbeatMembership:
         if self._in_flight or self.phase in (MemberPhase.LEFT, MemberPhase.FATAL, MemberPhase.LEAVING,
                                              MemberPhase.STALE):
             return None
-        if self.member_epoch == JOIN_EPOCH and not self._subscription:
+        if self.member_epoch == JOIN_EPOCH and not self.subscribed:
             return None   # nothing to join with: Kafka refuses a first heartbeat without topics (INVALID_REQUEST)
         due = self._next_at
         if self.retry.next_allowed_at is not None:

@@ -59,6 +59,8 @@ class HeartbeatMember:
         self._epoch_changed = anyio.Event()
         #: the target topic ids the metadata could not name at the last look (refreshed once per change)
         self._unresolved: frozenset[bytes] = frozenset()
+        #: the lowest heartbeat version that carries what this member sends
+        self._min_version = 0
         self._cluster.on_metadata_change(self._on_metadata_change)
 
     @property
@@ -160,13 +162,15 @@ class HeartbeatMember:
         before = (m.target_version, m.member_epoch)
         body = m.build_heartbeat(clock())
         try:
-            _, response = await self._cluster.request(coordinator_lane(coordinator), self._api, body)
+            _, response = await self._cluster.request(coordinator_lane(coordinator), self._api, body,
+                                                      min_version=self._min_version)
         except errors.UnsupportedVersionError as exc:
             m.on_failure(clock())
             m.fail(errors.UnsupportedVersionError(
                 f"group {m.group_id}: the broker does not support the {self._protocol} group protocol "
-                f"({self._api.name}): {exc}. It needs Apache Kafka 4.0+ for group_protocol='consumer' and "
-                f"4.1+ for share groups (or librdkafka's mock cluster)"))
+                f"({self._api.name}{f' v{self._min_version}+' if self._min_version else ''}): {exc}. It needs "
+                f"Apache Kafka 4.0+ for group_protocol='consumer' (a regex subscription too) and 4.1+ for share "
+                f"groups (or librdkafka's mock cluster)"))
             self._session.notify()
             return
         except _TRANSPORT_ERRORS as exc:
@@ -217,6 +221,21 @@ class ConsumerGroupMember(HeartbeatMember):
             max_poll_interval_ms=config.max_poll_interval_ms), ApiKey.CONSUMER_GROUP_HEARTBEAT, "consumer")
         #: the target version the member last reconciled completely (-1: none yet)
         self._reconciled = -1
+        if session.pattern is not None:
+            self._min_version = 1       # SubscribedTopicRegex is ConsumerGroupHeartbeat v1+
+
+    def start(self, now: float) -> None:
+        if self._session.pattern is None:
+            super().start(now)
+            return
+        self.core.subscribe_regex(self._session.pattern, now)
+        self.core.poll(now)
+
+    def request_rejoin(self, reason: str) -> None:
+        """By names: the next heartbeat, at once, carries the new subscription. By regex the broker follows the
+        topics itself."""
+        if self._session.pattern is None:
+            super().request_rejoin(reason)
 
     @property
     def stable(self) -> bool:

@@ -162,7 +162,8 @@ class GroupSession:
     def __init__(self, cluster: Cluster, config: Config, membership: MembershipFactory, *,
                  subscription: Callable[[], Iterable[str]], listener: RebalanceListener | None = None,
                  on_assignment_changed: Callable[[], None] | None = None,
-                 positions_for_revoke: Callable[[], dict[TopicPartition, int]] | None = None) -> None:
+                 positions_for_revoke: Callable[[], dict[TopicPartition, int]] | None = None,
+                 pattern: str | None = None) -> None:
         if not config.group_id:
             raise errors.ConfigError("group_id: a group member needs a non-empty group_id")
         if not callable(subscription):
@@ -174,6 +175,8 @@ class GroupSession:
         self._listener = listener
         self._on_assignment_changed = on_assignment_changed
         self._positions_for_revoke = positions_for_revoke
+        #: a subscription regex the broker resolves (KIP-848, RE2J syntax), None: by topic names
+        self.pattern = pattern
         self.backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
         self.coordinator = CoordinatorTracker(cluster, self.group_id, backoff=self.backoff)
         self.offsets = GroupOffsets(cluster, self.coordinator, request_timeout_ms=config.request_timeout_ms,

@@ -140,3 +140,18 @@ def test_a_static_member_leaves_a_poll_timeout_with_epoch_minus_two() -> None:
 
 def test_without_max_poll_interval_there_is_no_poll_timer() -> None:
     assert member().poll_expires_at() is None
+
+
+def test_a_regex_subscription_joins_with_the_regex_and_no_names() -> None:
+    """KIP-848 SubscribedTopicRegex: the broker resolves it (and assigns topics created later); the names go empty,
+    so a heartbeat carries both or neither (librdkafka's mock insists)."""
+    m = ConsumerMembership("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
+                           rebalance_timeout_ms=30_000)
+    assert m.heartbeat_due_at(0) is None                  # nothing to join with yet
+    m.subscribe_regex("orders-.*", 0)
+    assert m.heartbeat_due_at(0) == 0
+    body = m.build_heartbeat(0)
+    assert body["subscribed_topic_regex"] == "orders-.*" and body["subscribed_topic_names"] == []
+    m.on_response(answer(3), 10)
+    body = m.build_heartbeat(1010)
+    assert body["subscribed_topic_regex"] is None and body["subscribed_topic_names"] is None
