@@ -6,6 +6,10 @@ akresil.spark.register(spark)
 df = spark.read.format("akresil").option("kafka.bootstrap.servers", bs).option("subscribe", "t").load()
 df.write.format("akresil").option("kafka.bootstrap.servers", bs).option("topic", "out").mode("append").save()
 akresil.spark.last_write_summary()
+query = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", bs).option("subscribe", "t").load()
+         .writeStream.format("akresil").option("kafka.bootstrap.servers", bs).option("topic", "out")
+         .option("checkpointLocation", "/path/to/checkpoint").start())
+akresil.spark.stream_write_summaries(query.id)
 ```
 
 The pyspark-dependent parts load on first use, so the pure modules (``options``, ``offsets``) import
@@ -20,6 +24,7 @@ from typing import Any
 _LAZY = {
     "register": "akresil.spark.source",
     "last_write_summary": "akresil.spark.source",
+    "stream_write_summaries": "akresil.spark.source",
     "AkresilDataSource": "akresil.spark.source",
     "WriteSummary": "akresil.spark.writer",
     "DeliveryFailedError": "akresil.spark.writer",

@@ -119,7 +119,8 @@ class WorkerClients:
             return self._portal
 
     def lease(self, kind: str, config: Mapping[str, Any]) -> _Cached:
-        """A started client of ``kind`` ("producer"/"consumer") for ``config``, reused when one is free."""
+        """A started client of ``kind`` ("producer"/"consumer"/"admin") for ``config``, reused when one is
+        free."""
         key = (kind, repr(sorted(config.items())))
         portal = self.portal
         with self._lock:
@@ -129,8 +130,11 @@ class WorkerClients:
                     entry.mark = entry.stats.snapshot()
                     return entry
         stats = ClientStats()
-        cls = Producer if kind == "producer" else Consumer
-        client = cls(**config, hooks=[stats])
+        client: Any
+        if kind == "admin":
+            client = Admin(**config)
+        else:
+            client = (Producer if kind == "producer" else Consumer)(**config, hooks=[stats])
         context = portal.wrap_async_context_manager(client)
         context.__enter__()
         entry = _Cached(client, stats, context)

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..types import TopicPartition
 
 __all__ = [
-    "EARLIEST", "LATEST", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
+    "EARLIEST", "LATEST", "AT_LEAST_ONCE", "EXACTLY_ONCE", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
     "parse_read_options", "parse_write_options", "client_config",
 ]
 
@@ -47,7 +47,8 @@ _JAVA_ONLY = {
     "sasl.jaas.config": "use kafka.sasl.mechanism with kafka.sasl.plain.username / kafka.sasl.plain.password",
     "ssl.truststore.location": "JKS stores do not apply; TLS uses the system trust store (kafka.security.protocol)",
     "ssl.keystore.location": "JKS stores do not apply",
-    "transactional.id": "the akresil sink is idempotent, not transactional (at-least-once, as Spark's sink)",
+    "transactional.id": "the sink names its transactions itself: writeStream with deliveryGuarantee=exactly-once "
+                        "(ids start with transactionalIdPrefix)",
 }
 #: akresil configs a string option cannot express (Python objects)
 _OBJECT_CONFIGS = {"ssl_context", "metrics_registry", "partitioner"}
@@ -61,7 +62,8 @@ _CANONICAL = {name.lower(): name for name in (
     "kafkaConsumer.pollTimeoutMs", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
     "includeHeaders", "topic", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
     "endingTimestamp", "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay",
-    "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.cacheCapacity")}
+    "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.cacheCapacity",
+    "deliveryGuarantee", "transactionalIdPrefix")}
 
 _COMMON = {"kafka.bootstrap.servers"}
 _READ_KEYS = {
@@ -73,7 +75,11 @@ _READ_KEYS = {
 }
 #: Spark's default maxTriggerDelay (15 minutes)
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
-_WRITE_KEYS = {"topic"}
+_WRITE_KEYS = {"topic", "deliveryguarantee", "transactionalidprefix"}
+#: deliveryGuarantee values (streaming writes)
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+#: the default transactionalIdPrefix: transactional ids and marker groups are ``<prefix>-<query id>-<partition>``
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "akresil-spark"
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,14 @@ class WriteOptions:
     topic: str | None
     #: akresil producer configuration (snake_case keys), already validated
     producer: Mapping[str, Any]
+    #: deliveryGuarantee (streaming writes): AT_LEAST_ONCE, or EXACTLY_ONCE (a transaction per task and
+    #: micro-batch, a replayed micro-batch recognised by its marker)
+    guarantee: str = AT_LEAST_ONCE
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == EXACTLY_ONCE
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -201,10 +215,12 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Validate a batch write's options."""
+def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
+    """Validate a write's options; ``streaming`` for writeStream (deliveryGuarantee is only there)."""
     opts = _lower(options)
-    _check_known(opts, _COMMON | _WRITE_KEYS, "write", other=_READ_KEYS)
+    # Spark hands a streaming sink the query's own checkpointLocation option along with the user's
+    allowed = _COMMON | _WRITE_KEYS | ({"checkpointlocation"} if streaming else set())
+    _check_known(opts, allowed, "streaming write" if streaming else "write", other=_READ_KEYS)
     topic = opts.get("topic")
     if topic is not None:
         from ..admin import check_topic_name
@@ -212,7 +228,26 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             check_topic_name(topic)
         except Exception as exc:
             raise ConfigError(f"topic: {exc}") from None
-    return WriteOptions(topic=topic, producer=client_config(opts, "producer"))
+    guarantee = opts.get("deliveryguarantee", AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ConfigError(f"deliveryGuarantee: expected '{AT_LEAST_ONCE}' or '{EXACTLY_ONCE}', "
+                          f"got {opts['deliveryguarantee']!r}")
+    if "deliveryguarantee" in opts and not streaming:
+        raise ConfigError("deliveryGuarantee: only for streaming writes (writeStream); a batch write is "
+                          "at-least-once")
+    prefix = opts.get("transactionalidprefix", DEFAULT_TRANSACTIONAL_ID_PREFIX).strip()
+    if "transactionalidprefix" in opts and guarantee != EXACTLY_ONCE:
+        raise ConfigError(f"transactionalIdPrefix: only with deliveryGuarantee={EXACTLY_ONCE}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,150}", prefix):
+        raise ConfigError("transactionalIdPrefix: expected 1-150 letters, digits, '.', '_' or '-', "
+                          f"got {opts['transactionalidprefix']!r}")
+    producer = client_config(opts, "producer")
+    if guarantee == EXACTLY_ONCE:
+        try:
+            resolve("producer", {**producer, "transactional_id": f"{prefix}-check"})
+        except ConfigError as exc:
+            raise ConfigError(f"deliveryGuarantee={EXACTLY_ONCE} needs a transactional producer: {exc}") from None
+    return WriteOptions(topic=topic, producer=producer, guarantee=guarantee, transactional_id_prefix=prefix)
 
 
 def client_config(opts: Mapping[str, str], kind: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ import tempfile
 import uuid
 from pathlib import Path
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from .. import errors
@@ -15,11 +17,11 @@ from .options import parse_read_options, parse_write_options
 from .schema import kafka_schema
 from .writer import WriteSummary, read_summary
 
-__all__ = ["AkresilDataSource", "register", "last_write_summary", "summary_dir"]
+__all__ = ["AkresilDataSource", "register", "last_write_summary", "stream_write_summaries", "summary_dir"]
 
 
 class AkresilDataSource(DataSource):
-    """Spark data source ``akresil``: batch write, batch read and streaming read of Kafka topics.
+    """Spark data source ``akresil``: batch and streaming reads and writes of Kafka topics.
 
     Options are validated when Spark instantiates the source (at ``load()`` / ``save()``), so a bad option
     fails the query on the driver with a message naming it, before any task runs.
@@ -54,6 +56,15 @@ class AkresilDataSource(DataSource):
         columns = check_input_schema(schema, options.topic)
         return AkresilWriter(options, columns, self.summary_dir)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``writeStream.format("akresil")``; ``overwrite`` (complete output mode) appends the whole result each
+        micro-batch, as Spark's Kafka sink does: a topic cannot be truncated."""
+        from .stream_writer import AkresilStreamWriter
+        from .writer import check_input_schema
+        options = parse_write_options(self.options, streaming=True)
+        columns = check_input_schema(schema, options.topic)
+        return AkresilStreamWriter(options, columns, self.summary_dir)
+
     def _check_schema(self, schema: StructType) -> None:
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         if schema != kafka_schema(include):
@@ -86,15 +97,25 @@ def register(spark: SparkSession) -> None:
 
 
 def last_write_summary() -> WriteSummary | None:
-    """Summary of the most recent ``akresil`` write of this driver program (None before the first one).
+    """Summary of the most recent ``akresil`` write of this driver program — a batch write or a streaming
+    micro-batch — (None before the first one).
 
     Written by Spark's driver-side commit (or abort) step, which runs in its own Python process; this
     reads it back from the program's summary directory.
     """
+    files = _summary_files("*.json")
+    return read_summary(files[-1]) if files else None
+
+
+def stream_write_summaries(query_id: str | None = None) -> list[WriteSummary]:
+    """Summaries of the streaming micro-batches this driver program wrote, oldest first: those of the query
+    ``query_id`` (``query.id``), or of every query. The newest 200 per query are kept."""
+    pattern = f"*-stream-{query_id}-*.json" if query_id is not None else "*-stream-*.json"
+    return [read_summary(f) for f in _summary_files(pattern)]
+
+
+def _summary_files(pattern: str) -> list[Path]:
     directory = Path(summary_dir())
     if not directory.is_dir():
-        return None
-    files = sorted(directory.glob("*.json"))
-    if not files:
-        return None
-    return read_summary(files[-1])
+        return []
+    return sorted(directory.glob(pattern))

@@ -5,12 +5,16 @@ compute and hands every group to ``Producer.send_many`` as one list of ``(key, v
 runs in Python per row except the pairs themselves. The producer is the worker process's cached one
 (``kafka_io.WorkerClients``), reused by the worker's next task. Rows go out in the order Spark hands them
 over: one Arrow batch is appended and acknowledged before the next one is appended, while the task thread
-already converts the next batch, so a partition's records stay in row order. A task returns a ``TaskDelivery`` only when every one of its
-records was acknowledged; otherwise it raises ``DeliveryFailedError`` naming the partitions, record counts
-and first rows that failed, and Spark fails (or retries) the task. A retried task sends all its rows
-again: delivery is at-least-once, never silently lossy. The job commits only when every task delivered;
-the driver-side ``commit``/``abort`` writes a ``WriteSummary`` that ``akresil.spark.last_write_summary()``
-reads back in the driver program.
+already converts the next batch, so a partition's records stay in row order.
+
+A task whose records the brokers refused (after the producer's own retries, within delivery.timeout.ms)
+stops sending and reports what landed and what failed in its commit message instead of raising: Spark would
+retry a failed task, and the retry would only resend the rows already acknowledged. The driver-side
+``commit`` then fails the write with ``DeliveryFailedError`` naming the partitions, counts and first rows,
+and ``abort`` stores a ``WriteSummary`` that counts every record that landed, the failed tasks' included;
+``akresil.spark.last_write_summary()`` reads it back in the driver program. Any other task error (an
+exception, a lost executor) fails the task as usual and Spark retries it: delivery is at-least-once.
+The streaming sink (``stream_writer``) reuses all of this per micro-batch.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from .. import errors
 from ..types import Header, RecordMetadata
 from .options import WriteOptions
 
-__all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "group_batch", "deliver_batches",
-           "needs_row_order",
-           "check_input_schema", "read_summary"]
+__all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "TaskRows",
+           "group_batch", "deliver_batches", "send_rows", "needs_row_order", "check_input_schema", "read_summary", "store_summary",
+           "raise_on_failed_tasks"]
 
 #: first failed rows quoted per partition in an error
 _QUOTED_ROWS = 5
@@ -68,11 +72,18 @@ class RowGroup:
 
 
 class TaskDelivery(WriterCommitMessage):
-    """What one successful task delivered: sent back to the driver as its commit message (picklable)."""
+    """What one task delivered, sent back to the driver as its commit message (picklable).
+
+    ``records`` / ``bytes`` / ``partitions`` count what landed (acknowledged, and committed when the task
+    wrote in a transaction). A task whose records were refused carries ``report`` (the partitions, counts,
+    first rows and errors) and ``failed`` (records not acknowledged or not sent); ``skipped`` counts the rows
+    of a replayed micro-batch that an earlier attempt had already committed (exactly-once).
+    """
 
     def __init__(self, task: int, attempt: int, records: int, bytes_: int, retries: int, throttle_ms: float,
                  partitions: dict[str, int], elapsed_s: float, *, throttled: int = 0, leader_hints: int = 0,
-                 skip_backoff_retries: int = 0) -> None:
+                 skip_backoff_retries: int = 0, failed: int = 0, report: str | None = None,
+                 skipped: int = 0) -> None:
         self.task = task
         self.attempt = attempt
         self.records = records
@@ -85,25 +96,34 @@ class TaskDelivery(WriterCommitMessage):
         self.throttled = throttled
         self.leader_hints = leader_hints
         self.skip_backoff_retries = skip_backoff_retries
+        self.failed = failed
+        self.report = report
+        self.skipped = skipped
+        #: a streaming write's query (set by the stream writer: the driver-side commit has no task context)
+        self.query_id: str | None = None
 
     def __repr__(self) -> str:
-        return f"TaskDelivery(task={self.task}, records={self.records}, partitions={self.partitions})"
+        extra = (f", failed={self.failed}" if self.report else "") + (f", skipped={self.skipped}" if self.skipped
+                                                                     else "")
+        return f"TaskDelivery(task={self.task}, records={self.records}, partitions={self.partitions}{extra})"
 
 
 @dataclass(frozen=True)
 class WriteSummary:
-    """Delivery summary of one DataFrame write, as seen by the driver once Spark committed or aborted it."""
+    """Delivery summary of one DataFrame write or one streaming micro-batch, as seen by the driver once Spark
+    committed or aborted it."""
 
     write_id: str
-    #: "committed" (every record acknowledged) or "aborted" (some task failed; see `tasks_delivered`)
+    #: "committed" (every record landed) or "aborted" (some task failed; `records` still counts what landed)
     status: str
     tasks_delivered: int
     tasks_failed: int
+    #: records that landed: acknowledged, and committed when written in a transaction
     records: int
     bytes: int
     retries: int
     throttle_ms: float
-    #: "topic-partition" -> records acknowledged there
+    #: "topic-partition" -> records landed there
     partitions: Mapping[str, int]
     finished_at: float
     #: KIP-219: responses that asked the producers to back off (their time is `throttle_ms`)
@@ -111,21 +131,57 @@ class WriteSummary:
     #: KIP-951: leader hints the producers accepted, and batch retries sent at once because of one
     leader_hints: int = 0
     skip_backoff_retries: int = 0
+    #: records of failed tasks that did not land (refused, or not sent after a refusal)
+    failed: int = 0
+    #: the failed tasks' reports (partitions, counts, first rows, errors); None when none failed that way
+    error: str | None = None
+    #: streaming writes: the query's id and the micro-batch id (None for a batch write)
+    query_id: str | None = None
+    batch_id: int | None = None
+    #: "at-least-once" or "exactly-once"
+    guarantee: str = "at-least-once"
+    #: exactly-once: rows of a replayed micro-batch not sent again because an earlier attempt committed them
+    skipped: int = 0
 
     @classmethod
-    def from_messages(cls, write_id: str, status: str, messages: Sequence[Any]) -> "WriteSummary":
+    def from_messages(cls, write_id: str, status: str, messages: Sequence[Any], *, query_id: str | None = None,
+                      batch_id: int | None = None, guarantee: str = "at-least-once") -> "WriteSummary":
         done = [m for m in messages if isinstance(m, TaskDelivery)]
         parts: dict[str, int] = {}
         for m in done:
             for key, n in m.partitions.items():
                 parts[key] = parts.get(key, 0) + n
-        return cls(write_id=write_id, status=status, tasks_delivered=len(done),
-                   tasks_failed=len(messages) - len(done), records=sum(m.records for m in done),
+        reports: list[str] = [r for m in done if (r := getattr(m, "report", None))]
+        return cls(write_id=write_id, status=status, tasks_delivered=len(done) - len(reports),
+                   tasks_failed=len(messages) - len(done) + len(reports), records=sum(m.records for m in done),
                    bytes=sum(m.bytes for m in done), retries=sum(m.retries for m in done),
                    throttle_ms=sum(m.throttle_ms for m in done), partitions=dict(sorted(parts.items())),
                    finished_at=time.time(), throttled=sum(getattr(m, "throttled", 0) for m in done),
                    leader_hints=sum(getattr(m, "leader_hints", 0) for m in done),
-                   skip_backoff_retries=sum(getattr(m, "skip_backoff_retries", 0) for m in done))
+                   skip_backoff_retries=sum(getattr(m, "skip_backoff_retries", 0) for m in done),
+                   failed=sum(getattr(m, "failed", 0) for m in done), error="\n".join(reports) or None,
+                   query_id=query_id, batch_id=batch_id, guarantee=guarantee,
+                   skipped=sum(getattr(m, "skipped", 0) for m in done))
+
+
+def raise_on_failed_tasks(messages: Sequence[Any]) -> None:
+    """Driver side: fail the write (or micro-batch) when a task reported refused records; Spark then calls
+    ``abort``, which stores the summary."""
+    reports = [m.report for m in messages if isinstance(m, TaskDelivery) and m.report]
+    if reports:
+        raise DeliveryFailedError("\n".join(reports))
+
+
+def store_summary(directory: str | Path, name: str, summary: WriteSummary) -> Path:
+    """Write ``summary`` as ``<directory>/<name>.json``, atomically (readers never see half a file)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(orjson.dumps(asdict(summary)))
+    target = path / f"{name}.json"
+    os.replace(tmp, target)
+    return target
 
 
 def read_summary(path: Path) -> WriteSummary:
@@ -208,7 +264,8 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
         k = take(keys).to_pylist() if keys is not None else None
         v = take(values).to_pylist() if values is not None else [None] * (n if index is None else len(index))
         m = len(v)
-        pairs = list(zip(k, v)) if k is not None else list(zip(itertools.repeat(None, m), v))
+        pairs: list[tuple[bytes | None, bytes | None]] = (
+            list(zip(k, v)) if k is not None else list(zip(itertools.repeat(None, m), v)))
         nbytes = _binary_bytes(take(keys) if keys is not None else None) + _binary_bytes(
             take(values) if values is not None else None)
         rows: Sequence[int] = range(row_base, row_base + n) if index is None else (index + row_base).tolist()
@@ -271,48 +328,100 @@ def needs_row_order(groups: Sequence[RowGroup]) -> bool:
     return any(g.partition is None and g.topic in explicit for g in groups)
 
 
-def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], task: int,
-                    attempt: int) -> TaskDelivery:
-    """Executor side of a write: send every batch with this worker's cached producer (see ``kafka_io``).
+class TaskRows:
+    """A task's Arrow batches as ``RowGroup`` lists (``group_batch``), numbered by row within the task.
+
+    ``peek()`` groups the first non-empty batch without consuming it from iteration (the exactly-once path
+    needs its first topic before it sends anything); ``drain()`` counts the rows not taken, so a task that
+    stops sending still consumes Spark's input and can say how many rows it did not send.
+    """
+
+    def __init__(self, iterator: Iterable[pa.RecordBatch], columns: Sequence[str], default_topic: str | None) -> None:
+        self._batches = iter(iterator)
+        self.columns, self.default_topic = columns, default_topic
+        self.rows = 0
+        self._peeked: list[RowGroup] | None = None
+
+    def _next(self) -> list[RowGroup] | None:
+        for batch in self._batches:
+            if batch.num_rows:
+                groups = group_batch(batch, self.columns, default_topic=self.default_topic, row_base=self.rows)
+                self.rows += batch.num_rows
+                return groups
+        return None
+
+    def peek(self) -> list[RowGroup] | None:
+        if self._peeked is None:
+            self._peeked = self._next()
+        return self._peeked
+
+    def __iter__(self) -> Iterator[list[RowGroup]]:
+        while True:
+            groups, self._peeked = (self._peeked, None) if self._peeked is not None else (self._next(), None)
+            if groups is None:
+                return
+            yield groups
+
+    def drain(self) -> int:
+        """Consume what is left; returns its row count (a peeked batch included)."""
+        left = sum(len(g.pairs) for g in self._peeked) if self._peeked is not None else 0
+        self._peeked = None
+        for batch in self._batches:
+            left += batch.num_rows
+            self.rows += batch.num_rows
+        return left
+
+
+def send_rows(portal: Any, producer: Any, rows: TaskRows, tally: "_Tally") -> None:
+    """Send every group of ``rows`` with ``producer`` on the loop thread behind ``portal``; stops after the
+    first Arrow batch with refused records (``tally`` has them).
 
     Batch *k* is sent by the loop thread while this thread reads batch *k + 1* from Spark and groups it;
     batch *k + 1* is appended only once *k* is acknowledged, so a task's rows keep their order within a
-    partition. Raises ``DeliveryFailedError`` naming what failed; the producer is then closed, not reused.
+    partition.
     """
+    in_flight: Any = None
+    try:
+        for groups in rows:
+            if in_flight is not None:
+                tally.add(in_flight[0].result(), in_flight[1])
+                in_flight = None
+                if tally.failed_count:
+                    tally.not_sent += sum(len(g.pairs) for g in groups)
+                    return
+            in_flight = (portal.start_task_soon(_deliver, producer, groups), groups)
+        if in_flight is not None:
+            tally.add(in_flight[0].result(), in_flight[1])
+            in_flight = None
+    finally:
+        if in_flight is not None and not in_flight[0].done():
+            in_flight[0].cancel()
+
+
+def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], task: int,
+                    attempt: int) -> TaskDelivery:
+    """Executor side of an at-least-once write: send every batch with this worker's cached idempotent
+    producer (see ``kafka_io``). Refused records end the sending: the rest of the input is counted, not sent,
+    the producer is closed rather than reused, and the returned delivery carries the report."""
     from .kafka_io import worker_clients
 
     started = time.monotonic()
     worker = worker_clients()
     entry = worker.lease("producer", dict(options.producer))
-    portal, producer, stats = worker.portal, entry.client, entry.stats
     before = entry.mark
     tally = _Tally(task, attempt)
+    rows = TaskRows(iterator, columns, options.topic)
     healthy = False
-    in_flight: Any = None
     try:
-        row_base = 0
-        for batch in iterator:
-            if batch.num_rows == 0:
-                continue
-            groups = group_batch(batch, columns, default_topic=options.topic, row_base=row_base)
-            row_base += batch.num_rows
-            if in_flight is not None:
-                tally.add(*in_flight[0].result(), in_flight[1])
-                tally.raise_if_failed(stats.since(before))
-            in_flight = (portal.start_task_soon(_deliver, producer, groups), groups)
-        if in_flight is not None:
-            tally.add(*in_flight[0].result(), in_flight[1])
-            tally.raise_if_failed(stats.since(before))
-        healthy = True
+        send_rows(worker.portal, entry.client, rows, tally)
+        healthy = not tally.failed_count
+        if not healthy:
+            tally.not_sent += rows.drain()
     finally:
-        if not healthy and in_flight is not None and not in_flight[0].done():
-            in_flight[0].cancel()
         worker.release(entry, healthy=healthy)
-    used = stats.since(before)
-    return TaskDelivery(task, attempt, tally.records, tally.bytes, int(used["retries"]), used["throttle_ms"],
-                        tally.partitions, time.monotonic() - started, throttled=int(used["throttled"]),
-                        leader_hints=int(used["leader_hints"]),
-                        skip_backoff_retries=int(used["skip_backoff_retries"]))
+    used = entry.stats.since(before)
+    return tally.delivery(used, time.monotonic() - started,
+                          "records acknowledged before the refusal stay in Kafka (at-least-once)")
 
 
 class AkresilWriter(DataSourceArrowWriter):
@@ -334,18 +443,14 @@ class AkresilWriter(DataSourceArrowWriter):
 
     # ------------------------------------------------------------------ driver side
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        raise_on_failed_tasks(messages)     # Spark calls abort next, which stores the summary
         self._store(WriteSummary.from_messages(self.write_id, "committed", messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._store(WriteSummary.from_messages(self.write_id, "aborted", messages))
 
     def _store(self, summary: WriteSummary) -> None:
-        directory = Path(self.summary_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(orjson.dumps(asdict(summary)))
-        os.replace(tmp, directory / f"{summary.write_id}.json")
+        store_summary(self.summary_dir, summary.write_id, summary)
 
 
 async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], BaseException | None]:
@@ -417,8 +522,12 @@ class _Tally:
         self.failed_count: dict[str, int] = {}
         self.first_error: dict[str, str] = {}
         self.fatal: BaseException | None = None
+        #: rows not sent because an earlier batch of the task was refused
+        self.not_sent = 0
 
-    def add(self, results: list[list[Any]], fatal: BaseException | None, groups: list[RowGroup]) -> None:
+    def add(self, outcome_of_batch: tuple[list[list[Any]], BaseException | None], groups: list[RowGroup]) -> None:
+        """Count one batch's outcome (``_deliver``'s result: per group, each record's metadata or error)."""
+        results, fatal = outcome_of_batch
         for g, outcome in zip(groups, results):
             bad = [j for j, res in enumerate(outcome) if res.__class__ is not RecordMetadata]
             ok = len(outcome) - len(bad)
@@ -445,15 +554,32 @@ class _Tally:
         if fatal is not None:
             self.fatal = fatal
 
-    def raise_if_failed(self, stats: Mapping[str, float]) -> None:
+    @property
+    def failed_total(self) -> int:
+        return sum(self.failed_count.values()) + self.not_sent
+
+    def report(self, stats: Mapping[str, float], consequence: str) -> str | None:
+        """What failed, per partition (count, first rows, first error); None when nothing did."""
         if not self.failed_count:
-            return
+            return None
         lines = [f"akresil write task {self.task} (attempt {self.attempt}): "
-                 f"{sum(self.failed_count.values())} records not acknowledged, {self.records} acknowledged "
-                 f"(retries {int(stats['retries'])}). Spark's retry resends this task's rows (at-least-once)."]
+                 f"{sum(self.failed_count.values())} records not acknowledged, {self.records} acknowledged"
+                 + (f", {self.not_sent} not sent after the refusal" if self.not_sent else "")
+                 + f" (retries {int(stats['retries'])}); {consequence}."]
         for key in sorted(self.failed_count):
             rows = self.failed.get(key, [])
             lines.append(f"  {key}: {self.failed_count[key]} failed"
                          + (f", first rows {rows}" if rows else "")
                          + (f", error {self.first_error[key]}" if key in self.first_error else ""))
-        raise DeliveryFailedError("\n".join(lines))
+        return "\n".join(lines)
+
+    def delivery(self, stats: Mapping[str, float], elapsed_s: float, consequence: str, *,
+                 landed: bool = True) -> TaskDelivery:
+        """The task's commit message; ``landed=False`` when its transaction was aborted (nothing landed)."""
+        report = self.report(stats, consequence)
+        return TaskDelivery(self.task, self.attempt, self.records if landed else 0, self.bytes if landed else 0,
+                            int(stats["retries"]), stats["throttle_ms"], self.partitions if landed else {},
+                            elapsed_s, throttled=int(stats["throttled"]), leader_hints=int(stats["leader_hints"]),
+                            skip_backoff_retries=int(stats["skip_backoff_retries"]),
+                            failed=self.failed_total + (0 if landed or report is None else self.records),
+                            report=report)

@@ -286,3 +286,88 @@ def test_write_summary_aggregates_task_messages() -> None:
     assert (s.tasks_delivered, s.tasks_failed, s.records, s.bytes, s.retries, s.throttle_ms) == (2, 1, 5, 50, 1, 5.0)
     assert s.partitions == {"t-0": 2, "t-1": 3}
     assert (s.throttled, s.leader_hints, s.skip_backoff_retries) == (3, 1, 1)   # KIP-219 / KIP-951 activity
+
+
+def test_failed_tasks_report_what_landed_and_the_commit_fails_naming_them() -> None:
+    from akresil.errors import UnknownTopicOrPartitionError
+    from akresil.spark.writer import (
+        DeliveryFailedError, RowGroup, TaskDelivery, WriteSummary, _Tally, raise_on_failed_tasks,
+    )
+    from akresil.types import RecordMetadata
+
+    def md(p: int) -> RecordMetadata:
+        return RecordMetadata("t", p, 0, 0)
+
+    tally = _Tally(task=3, attempt=1)
+    groups = [RowGroup("t", None, [(None, b"ab")] * 2, rows=[0, 1], nbytes=4),
+              RowGroup("t", 9, [(b"k", b"cd")], rows=[2], nbytes=3)]
+    refused = UnknownTopicOrPartitionError("partition 9 does not exist")
+    tally.add(([[md(0), md(1)], [refused]], None), groups)
+    tally.not_sent = 5
+    stats = {"retries": 2, "throttle_ms": 0.0, "throttled": 0, "leader_hints": 0, "skip_backoff_retries": 0}
+    landed = tally.delivery(stats, 0.1, "acknowledged records stay")
+    assert (landed.records, landed.bytes, landed.partitions, landed.failed) == (2, 4, {"t-0": 1, "t-1": 1}, 6)
+    assert landed.report is not None and "t-9: 1 failed, first rows [2], error UnknownTopicOrPartitionError" in \
+        landed.report and "2 acknowledged, 5 not sent after the refusal (retries 2); acknowledged records stay" in \
+        landed.report
+    aborted = tally.delivery(stats, 0.1, "aborted", landed=False)      # a transaction: what was acked is gone too
+    assert (aborted.records, aborted.partitions, aborted.failed) == (0, {}, 8)
+
+    ok = TaskDelivery(0, 0, 7, 70, 0, 0.0, {"t-0": 7}, 0.1)
+    skipped = TaskDelivery(1, 0, 0, 0, 0, 0.0, {}, 0.1, skipped=4)
+    with pytest.raises(DeliveryFailedError, match="akresil write task 3 \\(attempt 1\\)"):
+        raise_on_failed_tasks([ok, landed, None])
+    raise_on_failed_tasks([ok, skipped])
+    s = WriteSummary.from_messages("w", "aborted", [ok, landed, None, skipped], query_id="q", batch_id=4,
+                                   guarantee="exactly-once")
+    assert (s.tasks_delivered, s.tasks_failed, s.records, s.failed, s.skipped) == (2, 2, 9, 6, 4)
+    assert s.partitions == {"t-0": 8, "t-1": 1} and s.error == landed.report
+    assert (s.query_id, s.batch_id, s.guarantee) == ("q", 4, "exactly-once")
+
+
+def test_task_rows_peek_iterate_and_drain() -> None:
+    import pyarrow as pa
+
+    from akresil.spark.writer import TaskRows
+
+    batches = [pa.record_batch([pa.array([f"v{i}" for i in range(s, s + n)])], names=["value"])
+               for s, n in ((0, 0), (0, 3), (3, 2), (5, 4))]
+    rows = TaskRows(iter(batches), ("value",), "t")
+    first = rows.peek()
+    assert first is not None and [list(g.rows) for g in first] == [[0, 1, 2]]
+    assert rows.peek() is first                          # peeking twice takes nothing more
+    seen = iter(rows)
+    assert next(seen) is first
+    assert [list(g.rows) for g in next(seen)] == [[3, 4]]
+    assert rows.drain() == 4 and rows.rows == 9          # what was left, counted, not grouped
+    assert TaskRows(iter(batches[:1]), ("value",), "t").peek() is None
+
+
+def test_stream_write_options_delivery_guarantee_and_transactional_prefix() -> None:
+    from akresil.spark.exactly_once import marker_partition, transaction_name
+    from akresil.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE
+
+    default = parse_write_options({**BS, "topic": "t", "checkpointLocation": "/c"}, streaming=True)
+    assert (default.guarantee, default.exactly_once) == (AT_LEAST_ONCE, False)
+    eo = parse_write_options({**BS, "topic": "t", "deliveryGuarantee": "Exactly-Once",
+                              "transactionalIdPrefix": "etl.orders"}, streaming=True)
+    assert (eo.guarantee, eo.exactly_once, eo.transactional_id_prefix) == (EXACTLY_ONCE, True, "etl.orders")
+    assert transaction_name("etl.orders", "q-1", 3) == "etl.orders-q-1-3"
+    assert marker_partition(None, "first") == TP("first", 0) and marker_partition("t", "first") == TP("t", 0)
+    for options, message in [
+        ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee: only for streaming writes"),
+        ({"checkpointLocation": "/c"}, "checkpointlocation: unknown option of the akresil data source \\(write\\)"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_write_options({**BS, "topic": "t", **options})
+    for options, message in [
+        ({"deliveryGuarantee": "twice"}, "deliveryGuarantee: expected 'at-least-once' or 'exactly-once'"),
+        ({"transactionalIdPrefix": "p"}, "transactionalIdPrefix: only with deliveryGuarantee=exactly-once"),
+        ({"deliveryGuarantee": "exactly-once", "transactionalIdPrefix": "a b"}, "transactionalIdPrefix: expected"),
+        ({"deliveryGuarantee": "exactly-once", "kafka.enable.idempotence": "false"},
+         "deliveryGuarantee=exactly-once needs a transactional producer: enable_idempotence"),
+        ({"kafka.transactional.id": "x"}, "kafka.transactional.id: .*deliveryGuarantee=exactly-once"),
+        ({"startingOffsets": "earliest"}, "startingOffsets: not an option of a streaming write"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_write_options({**BS, "topic": "t", **options}, streaming=True)

@@ -1,0 +1,138 @@
+"""Exactly-once streaming writes: one Kafka transaction per write task and micro-batch, with a marker that
+recognises a replayed micro-batch.
+
+Spark runs micro-batch *B* again when its checkpoint has *B*'s offsets but not *B*'s entry in the commit log (the
+driver, the query or the cluster stopped after the sink wrote and before Spark recorded it). The replay reads the
+same offsets, so a deterministic query over a replayable source (Kafka: akresil's or Spark's own source) hands
+each write partition the same rows again. A task of micro-batch *B* for Spark partition *P*:
+
+1. takes its worker's transactional producer for ``<prefix>-<query id>-<P>`` and calls ``init_transactions()``:
+   InitProducerId fences every other producer of that id (an earlier attempt of the task, dead or still
+   running) and ends its open transaction. A cached producer that another worker fenced meanwhile learns it
+   here, before anything is sent, and is replaced by a new one;
+2. reads the marker: the offset committed by group ``<prefix>-<query id>-<P>`` for partition 0 of the topic of
+   the task's first row, with ``require_stable`` (a transaction still completing is waited for). A marker above
+   *B* means an earlier attempt committed this micro-batch: the task sends nothing and reports its rows as
+   skipped;
+3. otherwise sends its rows in a transaction, adds the marker *B* + 1 to it (TxnOffsetCommit) and commits: the
+   rows and the marker become visible together or not at all. Refused records abort the transaction.
+
+The marker lives in a consumer group because TxnOffsetCommit is Kafka's one way to commit a state change with a
+transaction's records; one group per Spark partition because a group's offsets are keyed by Kafka partition,
+which must exist (the broker answers UNKNOWN_TOPIC_OR_PARTITION otherwise). Kafka 4.4's two-phase commit
+(KIP-939: prepare in the tasks, commit from the driver) would make a micro-batch visible all at once, but its
+InitProducerId v6 is still ``latestVersionUnstable`` there, so readers see each task's rows when that task
+commits; what this guarantees is that every row of the stream lands exactly once for ``read_committed`` readers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+
+from .. import errors
+from ..types import TopicPartition
+from .kafka_io import _Cached, WorkerClients, admin_config, worker_clients
+from .options import WriteOptions
+from .writer import TaskDelivery, TaskRows, _Tally, send_rows
+
+__all__ = ["deliver_exactly_once", "transaction_name", "marker_partition"]
+
+#: errors that say a cached producer was fenced by a newer one of its id (replace it and initialise again)
+_FENCED = (errors.ProducerFencedError, errors.InvalidProducerEpochError)
+
+
+def transaction_name(prefix: str, query_id: str, partition: int) -> str:
+    """The transactional id, and the marker's group id, of a query's write partition."""
+    return f"{prefix}-{query_id}-{partition}"
+
+
+def marker_partition(default_topic: str | None, first_topic: str) -> TopicPartition:
+    """Where a task's marker is committed: partition 0 of the ``topic`` option, else of its first row's topic
+    (the same on a replay, which has the same rows)."""
+    return TopicPartition(default_topic or first_topic, 0)
+
+
+def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], *,
+                         task: int, attempt: int, query_id: str, batch_id: int) -> TaskDelivery:
+    """Executor side of an exactly-once micro-batch write (see the module docstring for the protocol)."""
+    started = time.monotonic()
+    rows = TaskRows(iterator, columns, options.topic)
+    first = rows.peek()
+    if first is None:           # nothing to write: no transaction, no marker needed (a replay writes nothing)
+        return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started)
+    name = transaction_name(options.transactional_id_prefix, query_id, task)
+    marker = marker_partition(options.topic, first[0].topic)
+    worker = worker_clients()
+    portal = worker.portal
+    admin = worker.lease("admin", admin_config(options.producer))
+    entry: _Cached | None = None
+    healthy = False
+    try:
+        entry = _initialised(worker, {**options.producer, "transactional_id": name})
+        producer = entry.client
+        committed = portal.call(_committed_offset, admin.client, name, marker)
+        if committed is not None and committed > batch_id:
+            skipped = rows.drain()
+            healthy = True
+            return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started, skipped=skipped)
+        tally = _Tally(task, attempt)
+        portal.call(producer.begin_transaction)
+        try:
+            send_rows(portal, producer, rows, tally)
+            if tally.failed_count:
+                tally.not_sent += rows.drain()
+                portal.call(producer.abort_transaction)
+                return tally.delivery(entry.stats.since(entry.mark), time.monotonic() - started,
+                                      "its transaction was aborted, so none of the task's rows landed",
+                                      landed=False)
+            portal.call(_commit, producer, marker, name, batch_id)
+        except BaseException:
+            _abort_quietly(portal, producer)
+            raise
+        healthy = True
+        return tally.delivery(entry.stats.since(entry.mark), time.monotonic() - started, "")
+    finally:
+        worker.release(admin, healthy=True)
+        if entry is not None:
+            worker.release(entry, healthy=healthy)
+
+
+def _initialised(worker: WorkerClients, config: dict[str, Any]) -> _Cached:
+    """The worker's producer for ``config``'s transactional id, initialised now: a new epoch that fences
+    every other producer of the id. A cached one that was fenced meanwhile is closed and replaced, once."""
+    for tries_left in (1, 0):
+        entry = worker.lease("producer", config)
+        try:
+            worker.portal.call(entry.client.init_transactions)
+            return entry
+        except _FENCED:
+            worker.release(entry, healthy=False)
+            if not tries_left:
+                raise
+        except BaseException:
+            worker.release(entry, healthy=False)
+            raise
+    raise AssertionError("unreachable")
+
+
+async def _committed_offset(admin: Any, group: str, marker: TopicPartition) -> int | None:
+    found = await admin.list_consumer_group_offsets(group, [marker], with_lag=False, require_stable=True)
+    return found[marker].committed
+
+
+async def _commit(producer: Any, marker: TopicPartition, group: str, batch_id: int) -> None:
+    await producer.send_offsets_to_transaction({marker: batch_id + 1}, group)
+    await producer.commit_transaction()
+
+
+def _abort_quietly(portal: Any, producer: Any) -> None:
+    """Best effort after an error: a fenced or broken producer cannot abort, and the next attempt's
+    init_transactions() aborts whatever is left open."""
+    try:
+        if producer.transaction_state in ("in transaction", "abortable error"):
+            portal.call(producer.abort_transaction)
+    except Exception:  # noqa: BLE001 - the original error is the one to raise
+        pass
