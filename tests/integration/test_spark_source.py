@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest_spark import create_topic, produce, spark, spark_broker, unique_topic  # noqa: F401
+from tests.integration.conftest_spark import (  # noqa: F401
+    create_topic, produce, spark, spark_broker, spark_on, unique_topic,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -24,10 +26,11 @@ def _reader(spark: Any, bs: str, **options: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def written(spark: Any, spark_broker: Any) -> tuple[str, Any]:
+def written(spark_broker: Any) -> tuple[str, Any]:
     """100k rows written once through Spark: partition = id % 4, key = id, value = 'v' + id."""
     import akresil.spark
 
+    spark = spark_on("local[2]")
     bs = spark_broker.bootstrap_servers
     topic = unique_topic("spark-100k")
     create_topic(bs, topic, PARTS)
