@@ -28,6 +28,9 @@ from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, A
                           GroupOffset, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
                           ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
                           TransactionListing, code_of, name_of)
+from .checks import (EARLIEST, INT32_MAX, LATEST, as_list, check_group_id, check_new_topic, check_timeout,
+                     check_topic_name, group_id_list, is_int, no_duplicate_topics, offset_values, partition_list,
+                     str_list, topic_names)
 from .config import resolve
 from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.backoff import ExponentialBackoff
@@ -43,9 +46,6 @@ if TYPE_CHECKING:
     from .config_keys import AdminConfig
 
 log = logging.getLogger(__name__)
-
-#: ListOffsets timestamp sentinels
-LATEST, EARLIEST = -1, -2
 
 K = TypeVar("K")
 
@@ -164,11 +164,11 @@ class Admin:
     async def create_topics(self, topics: Iterable[NewTopic], *, timeout_ms: int = 30_000,
                             validate_only: bool = False, ignore_existing: bool = False) -> None:
         """Create topics; raises the first per-topic error (e.g. ``TopicAlreadyExistsError``)."""
-        new = _items(topics, "create_topics", "NewTopic objects")
+        new = as_list(topics, "create_topics", "NewTopic objects")
         for t in new:
             check_new_topic(t)
-        _no_duplicates([t.name for t in new], "create_topics")
-        _check_timeout(timeout_ms)
+        no_duplicate_topics([t.name for t in new], "create_topics")
+        check_timeout(timeout_ms)
 
         def body(version: int) -> dict[str, Any]:
             return {"topics": [{
@@ -207,8 +207,8 @@ class Admin:
 
     async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> None:
         """Delete topics (sent to the controller); raises the first per-topic error."""
-        names = _topic_names(names, "delete_topics")
-        _check_timeout(timeout_ms)
+        names = topic_names(names, "delete_topics")
+        check_timeout(timeout_ms)
 
         def body(version: int) -> dict[str, Any]:
             return {"topic_names": names, "topics": [{"name": n, "topic_id": bytes(16)} for n in names],
@@ -225,7 +225,7 @@ class Admin:
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
         """Topic id and each partition's leader, leader epoch, replicas and ISR; raises for an unknown topic."""
-        names = _topic_names(names, "describe_topics")
+        names = topic_names(names, "describe_topics")
         md = await self._metadata(names)
         out: dict[str, TopicDescription] = {}
         for t in md["topics"]:
@@ -259,10 +259,10 @@ class Admin:
             raise TypeError(f"list_offsets: expected a mapping {{TopicPartition: timestamp}}, got "
                             f"{type(requests).__name__}")
         for tp, ts in requests.items():
-            if not (isinstance(tp, tuple) and len(tp) == 2 and _is_int(tp[1]) and tp[1] >= 0):
+            if not (isinstance(tp, tuple) and len(tp) == 2 and is_int(tp[1]) and tp[1] >= 0):
                 raise TypeError(f"list_offsets: expected TopicPartition(topic, partition >= 0) keys, got {tp!r}")
             check_topic_name(tp[0])
-            if not _is_int(ts) or ts < -2:
+            if not is_int(ts) or ts < -2:
                 raise ValueError(f"list_offsets: timestamp for {tp[0]}-{tp[1]} must be an int >= 0, "
                                  f"EARLIEST (-2) or LATEST (-1), got {ts!r}")
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -292,7 +292,7 @@ class Admin:
     def _timeout(self, timeout_ms: int | None) -> int:
         if timeout_ms is None:
             return int(self.config.default_api_timeout_ms)
-        _check_timeout(timeout_ms)
+        check_timeout(timeout_ms)
         return timeout_ms
 
     def _call(self, items: Iterable[K], timeout_ms: int | None, what: str) -> AdminCall[K]:
@@ -424,8 +424,8 @@ class Admin:
         ``states`` ("Stable", "Empty", ...) and ``types`` ("classic", "consumer") filter on the broker where it
         supports the filter (ListGroups v4 / v5) and here otherwise. Raises the first node's error if a node
         cannot answer within the timeout: a partial list would look like missing groups."""
-        state_filter = _str_list(states, "states")
-        type_filter = _str_list(types, "types")
+        state_filter = str_list(states, "states")
+        type_filter = str_list(types, "types")
         call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListGroups on node")
 
         async def route(c: AdminCall[int]) -> dict[int, list[int]]:
@@ -463,7 +463,7 @@ class Admin:
         A group neither API describes (one that does not exist, or a share or streams group) is a
         ``GroupIdNotFoundError`` for that item, with the brokers' reasons; share groups are described by
         ``describe_share_groups``."""
-        groups = _group_ids(group_ids, "describe_consumer_groups")
+        groups = group_id_list(group_ids, "describe_consumer_groups")
         call: AdminCall[str] = self._call(groups, timeout_ms, "describe of group")
         #: groups ConsumerGroupDescribe could not describe, with the broker's reason: asked with DescribeGroups
         classic: dict[str, str] = {}
@@ -527,7 +527,7 @@ class Admin:
         """State, epochs, assignor, members and their assignments of each KIP-932 share group (ShareGroupDescribe
         to its coordinator); ``group_type`` is "share". A group that does not exist, or is not a share group, is
         a ``GroupIdNotFoundError`` for that item, with the broker's reason."""
-        groups = _group_ids(group_ids, "describe_share_groups")
+        groups = group_id_list(group_ids, "describe_share_groups")
         call: AdminCall[str] = self._call(groups, timeout_ms, "ShareGroupDescribe for group")
 
         async def send(node: int, keys: list[str]) -> None:
@@ -560,7 +560,7 @@ class Admin:
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                                      ) -> ItemResults[str, None]:
         """Delete groups (and their committed offsets); a group with members fails with ``NonEmptyGroupError``."""
-        groups = _group_ids(group_ids, "delete_consumer_groups")
+        groups = group_id_list(group_ids, "delete_consumer_groups")
         call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for group")
 
         async def send(node: int, keys: list[str]) -> None:
@@ -582,8 +582,8 @@ class Admin:
 
         Group-level errors (unknown coordinator after the timeout, authorization) raise; a partition whose log
         end cannot be read keeps ``log_end``/``lag`` None rather than hiding the other partitions."""
-        _check_group_id(group_id, "group_id")
-        wanted = None if partitions is None else _tps(partitions, "partitions")
+        check_group_id(group_id, "group_id")
+        wanted = None if partitions is None else partition_list(partitions, "partitions")
         call: AdminCall[str] = self._call([group_id], timeout_ms, "OffsetFetch for group")
 
         def body(version: int) -> dict[str, Any]:
@@ -639,8 +639,8 @@ class Admin:
 
         The group must have no active members (the coordinator answers ``UnknownMemberIdError`` otherwise, as
         for kafka-consumer-groups.sh --reset-offsets): stop the consumers first."""
-        _check_group_id(group_id, "group_id")
-        values = _offset_values(offsets, "offsets")
+        check_group_id(group_id, "group_id")
+        values = offset_values(offsets, "offsets")
         call: AdminCall[TopicPartition] = self._call(list(values), timeout_ms, f"OffsetCommit (group {group_id!r})")
 
         async def send(node: int, tps: list[TopicPartition]) -> None:
@@ -662,8 +662,8 @@ class Admin:
                                             timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
         """Forget a group's committed offsets for ``partitions`` (OffsetDelete). A partition the group is
         still subscribed to fails with ``GroupSubscribedToTopicError``."""
-        _check_group_id(group_id, "group_id")
-        tps = _tps(partitions, "partitions")
+        check_group_id(group_id, "group_id")
+        tps = partition_list(partitions, "partitions")
         call: AdminCall[TopicPartition] = self._call(tps, timeout_ms, f"OffsetDelete (group {group_id!r})")
 
         async def send(node: int, keys: list[TopicPartition]) -> None:
@@ -778,8 +778,8 @@ class Admin:
             raise TypeError(f"before: expected a mapping {{TopicPartition: offset}}, got {type(before).__name__}")
         offsets = {}
         for tp, offset in before.items():
-            tp = _tps([tp], "before")[0]
-            if not _is_int(offset) or offset < -1:
+            tp = partition_list([tp], "before")[0]
+            if not is_int(offset) or offset < -1:
                 raise ValueError(f"before: offset for {tp.topic}-{tp.partition} must be an int >= 0 or -1 "
                                  f"(the high watermark), got {offset!r}")
             offsets[tp] = offset
@@ -801,7 +801,7 @@ class Admin:
     async def describe_producers(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
                                  ) -> ItemResults[TopicPartition, tuple[ProducerState, ...]]:
         """Active idempotent/transactional producers of each partition, from its leader."""
-        tps = _tps(partitions, "partitions")
+        tps = partition_list(partitions, "partitions")
         call: AdminCall[TopicPartition] = self._call(tps, timeout_ms, "DescribeProducers for")
 
         async def send(node: int, keys: list[TopicPartition]) -> None:
@@ -822,9 +822,9 @@ class Admin:
                                 producer_ids: Iterable[int] | None = None, timeout_ms: int | None = None
                                 ) -> list[TransactionListing]:
         """Transactions known to every broker's transaction coordinator (ListTransactions to each node)."""
-        state_filter = _str_list(states, "states")
+        state_filter = str_list(states, "states")
         pids = [] if producer_ids is None else list(producer_ids)
-        if not all(_is_int(p) and p >= 0 for p in pids):
+        if not all(is_int(p) and p >= 0 for p in pids):
             raise ValueError(f"producer_ids: expected ints >= 0, got {pids!r}")
         call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListTransactions on node")
 
@@ -845,7 +845,7 @@ class Admin:
     async def describe_transactions(self, transactional_ids: Iterable[str], *, timeout_ms: int | None = None
                                     ) -> ItemResults[str, TransactionDescription]:
         """State, producer id/epoch and partitions of each transaction, from its transaction coordinator."""
-        ids = _group_ids(transactional_ids, "describe_transactions", what="transactional ids")
+        ids = group_id_list(transactional_ids, "describe_transactions", what="transactional ids")
         call: AdminCall[str] = self._call(ids, timeout_ms, "DescribeTransactions for")
 
         async def send(node: int, keys: list[str]) -> None:
@@ -878,7 +878,7 @@ class Admin:
     async def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None
                           ) -> ItemResults[AclBinding, None]:
         """Create ACLs; each binding gets its own result."""
-        acls = _items(bindings, "create_acls", "AclBinding objects")
+        acls = as_list(bindings, "create_acls", "AclBinding objects")
         for b in acls:
             if not isinstance(b, AclBinding):
                 raise TypeError(f"bindings: expected AclBinding objects, got {type(b).__name__} {b!r}")
@@ -900,7 +900,7 @@ class Admin:
     async def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
                           ) -> ItemResults[AclBindingFilter, list[AclBinding]]:
         """Delete the ACLs matching each filter; each filter's value lists the ACLs it deleted."""
-        flts = _items(filters, "delete_acls", "AclBindingFilter objects")
+        flts = as_list(filters, "delete_acls", "AclBindingFilter objects")
         for f in flts:
             if not isinstance(f, AclBindingFilter):
                 raise TypeError(f"filters: expected AclBindingFilter objects, got {type(f).__name__} {f!r}")
@@ -925,7 +925,7 @@ class Admin:
         """Elect the preferred (or, ``election_type="unclean"``, any) replica as leader of each partition
         (every partition when ``partitions`` is None). Sent to the controller."""
         kind = code_of(ELECTION_TYPES, election_type, "election_type")
-        tps = None if partitions is None else _tps(partitions, "partitions")
+        tps = None if partitions is None else partition_list(partitions, "partitions")
         timeout = self._timeout(timeout_ms)
         call: AdminCall[Any] = self._call(tps if tps is not None else ["*"], timeout, "ElectLeaders for")
 
@@ -964,11 +964,11 @@ class Admin:
                             f"{type(reassignments).__name__}")
         wanted: dict[TopicPartition, list[int] | None] = {}
         for tp, replicas in reassignments.items():
-            tp = _tps([tp], "reassignments")[0]
+            tp = partition_list([tp], "reassignments")[0]
             where = f"reassignments[{tp.topic}-{tp.partition}]"
             if replicas is not None:
                 ids = list(replicas) if isinstance(replicas, (list, tuple)) else None
-                if not ids or not all(_is_int(b) and 0 <= b <= _INT32_MAX for b in ids) or len(set(ids)) != len(ids):
+                if not ids or not all(is_int(b) and 0 <= b <= INT32_MAX for b in ids) or len(set(ids)) != len(ids):
                     raise errors.InvalidReplicaAssignmentError(
                         f"{where}: expected a non-empty list of distinct broker ids >= 0 (or None to cancel), "
                         f"got {replicas!r}")
@@ -1007,7 +1007,7 @@ class Admin:
                                            ) -> dict[TopicPartition, PartitionReassignment]:
         """The reassignments in progress (of ``partitions``, or of every partition when None), asked from the
         controller. A partition that is not being reassigned (or does not exist) is absent from the answer."""
-        tps = None if partitions is None else _tps(partitions, "partitions")
+        tps = None if partitions is None else partition_list(partitions, "partitions")
         timeout = self._timeout(timeout_ms)
         call: AdminCall[int] = self._call([0], timeout, "ListPartitionReassignments")
 
@@ -1028,7 +1028,7 @@ class Admin:
                                               timeout_ms: int | None = None
                                               ) -> ItemResults[str, tuple[ScramCredentialInfo, ...]]:
         """Mechanisms and iteration counts of each user's SCRAM credentials (every user when ``users`` is None)."""
-        names = None if users is None else _group_ids(users, "describe_user_scram_credentials", what="user names")
+        names = None if users is None else group_id_list(users, "describe_user_scram_credentials", what="user names")
         call: AdminCall[str] = self._call(names if names is not None else ["*"], timeout_ms,
                                           "DescribeUserScramCredentials for")
 
@@ -1055,17 +1055,17 @@ class Admin:
         hashed here (the broker never receives them)."""
         from .net.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, salted_password
 
-        items = _items(alterations, "alter_user_scram_credentials", "ScramUpsertion / ScramDeletion objects")
+        items = as_list(alterations, "alter_user_scram_credentials", "ScramUpsertion / ScramDeletion objects")
         upserts, deletes = [], []
         for a in items:
             if not isinstance(a, (ScramUpsertion, ScramDeletion)):
                 raise TypeError(f"alterations: expected ScramUpsertion or ScramDeletion, got {type(a).__name__}")
-            _check_group_id(a.user, "alterations: user")
+            check_group_id(a.user, "alterations: user")
             mech = code_of(SCRAM_MECHANISMS, a.mechanism, "alterations: mechanism")
             if isinstance(a, ScramDeletion):
                 deletes.append({"name": a.user, "mechanism": mech})
                 continue
-            if not _is_int(a.iterations) or not SCRAM_MIN_ITERATIONS <= a.iterations <= SCRAM_MAX_ITERATIONS:
+            if not is_int(a.iterations) or not SCRAM_MIN_ITERATIONS <= a.iterations <= SCRAM_MAX_ITERATIONS:
                 raise ValueError(f"alterations: iterations for {a.user!r} must be in "
                                  f"{SCRAM_MIN_ITERATIONS}..{SCRAM_MAX_ITERATIONS}, got {a.iterations!r}")
             if not isinstance(a.password, str) or not a.password:
@@ -1133,63 +1133,6 @@ class Admin:
         return await self._run(call, self._route_any, send)
 
 
-_LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's topic name rules, checked before a round trip so the error names the problem."""
-    if not isinstance(name, str) or not name:
-        raise errors.InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
-    if name in (".", ".."):
-        raise errors.InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > 249:
-        raise errors.InvalidTopicError(f"topic name {name[:20]!r}... is {len(name)} characters; the maximum is 249")
-    bad = sorted(set(name) - _LEGAL)
-    if bad:
-        raise errors.InvalidTopicError(
-            f"topic name {name!r} has illegal characters {''.join(bad)!r}; use ASCII letters, digits, '.', '_', '-'")
-
-
-_INT16_MAX = 2**15 - 1
-_INT32_MAX = 2**31 - 1
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _items(values: object, call: str, what: str) -> list[Any]:
-    """A list from an iterable argument; a lone str/NewTopic is refused (iterating it would split it up)."""
-    if isinstance(values, (str, bytes, NewTopic)):
-        raise TypeError(f"{call}: expected an iterable of {what}, got a single {type(values).__name__} "
-                        f"{values!r}; wrap it in a list")
-    try:
-        return list(values)  # type: ignore[call-overload,no-any-return]
-    except TypeError:
-        raise TypeError(f"{call}: expected an iterable of {what}, got {type(values).__name__}") from None
-
-
-def _topic_names(names: object, call: str) -> list[str]:
-    out = _items(names, call, "topic names")
-    for name in out:
-        check_topic_name(name)
-    _no_duplicates(out, call)
-    return out
-
-
-def _no_duplicates(names: list[str], call: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise errors.InvalidRequestError(f"{call}: topic {name!r} is listed twice")
-        seen.add(name)
-
-
-def _check_timeout(timeout_ms: object) -> None:
-    if not _is_int(timeout_ms) or not 0 <= timeout_ms <= _INT32_MAX:  # type: ignore[operator]
-        raise ValueError(f"timeout_ms: must be an int in 0..{_INT32_MAX}, got {timeout_ms!r}")
-
-
 def _without_placeholder(results: ItemResults[Any, Any]) -> ItemResults[Any, Any]:
     """A call over "everything" ("*") that failed before any answer named its items raises that error."""
     if "*" in results.errors:
@@ -1232,7 +1175,7 @@ def _quota_ops(entity: object, ops: object) -> list[ClientQuotaOp]:
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
     else:
-        out = _items(ops, where, "ClientQuotaOp objects")
+        out = as_list(ops, where, "ClientQuotaOp objects")
         for op in out:
             if not isinstance(op, ClientQuotaOp):
                 raise TypeError(f"{where}: expected ClientQuotaOp objects or a {{key: value or None}} dict, got {op!r}")
@@ -1241,58 +1184,6 @@ def _quota_ops(entity: object, ops: object) -> list[ClientQuotaOp]:
     keys = [op.key for op in out]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{where}: a quota key is named twice in {keys!r}")
-    return out
-
-
-def _str_list(values: Iterable[str] | None, argument: str) -> list[str]:
-    if values is None:
-        return []
-    out = _items(values, argument, "strings")
-    if not all(isinstance(v, str) and v for v in out):
-        raise ValueError(f"{argument}: expected non-empty strings, got {out!r}")
-    return out
-
-
-def _check_group_id(group_id: object, argument: str) -> None:
-    if not isinstance(group_id, str) or not group_id:
-        raise ValueError(f"{argument}: expected a non-empty str, got {group_id!r}")
-
-
-def _group_ids(values: object, call: str, *, what: str = "group ids") -> list[str]:
-    out = _items(values, call, what)
-    if not out:
-        raise ValueError(f"{call}: no {what} given")
-    for value in out:
-        _check_group_id(value, f"{call}: {what}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{call}: {what} listed twice in {out!r}")
-    return out
-
-
-def _tps(values: object, argument: str) -> list[TopicPartition]:
-    out: list[TopicPartition] = []
-    for tp in _items(values, argument, "TopicPartition objects"):
-        if not (isinstance(tp, tuple) and len(tp) == 2 and _is_int(tp[1]) and tp[1] >= 0):
-            raise TypeError(f"{argument}: expected TopicPartition(topic, partition >= 0), got {tp!r}")
-        check_topic_name(tp[0])
-        out.append(TopicPartition(tp[0], tp[1]))
-    if len(set(out)) != len(out):
-        raise ValueError(f"{argument}: a partition is listed twice in {out!r}")
-    return out
-
-
-def _offset_values(offsets: object, argument: str) -> dict[TopicPartition, tuple[int, str]]:
-    if not isinstance(offsets, Mapping):
-        raise TypeError(f"{argument}: expected a mapping {{TopicPartition: offset}}, got {type(offsets).__name__}")
-    out: dict[TopicPartition, tuple[int, str]] = {}
-    for tp, value in offsets.items():
-        tp = _tps([tp], argument)[0]
-        offset, metadata = (value if isinstance(value, tuple) and len(value) == 2 else (value, ""))
-        if not _is_int(offset) or offset < 0:
-            raise ValueError(f"{argument}: offset for {tp.topic}-{tp.partition} must be an int >= 0, got {offset!r}")
-        if not isinstance(metadata, str):
-            raise TypeError(f"{argument}: metadata for {tp.topic}-{tp.partition} must be a str, got {metadata!r}")
-        out[tp] = (offset, metadata)
     return out
 
 
@@ -1365,7 +1256,7 @@ def _kip848_group_description(g: Mapping[str, Any], coordinator: int, group_type
 
 
 def _config_resources(resources: object, call: str) -> list[ConfigResource]:
-    out = _items(resources, call, "ConfigResource objects")
+    out = as_list(resources, call, "ConfigResource objects")
     for r in out:
         if not isinstance(r, ConfigResource):
             raise TypeError(f"{call}: expected ConfigResource objects, got {type(r).__name__} {r!r}")
@@ -1404,7 +1295,7 @@ def _alter_ops(resource: object, changes: object) -> list[AlterConfigOp]:
                 raise TypeError(f"{where}: value of {name!r} must be a str (or None to delete), got {value!r}")
             ops.append(AlterConfigOp(name, value, "delete" if value is None else "set"))
         return ops
-    ops = _items(changes, where, "AlterConfigOp objects")
+    ops = as_list(changes, where, "AlterConfigOp objects")
     for op in ops:
         if not isinstance(op, AlterConfigOp):
             raise TypeError(f"{where}: expected AlterConfigOp objects or a {{name: value}} dict, got {op!r}")
@@ -1418,11 +1309,11 @@ def _new_partitions(topic: object, value: object) -> NewPartitions:
     spec = NewPartitions(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(spec, NewPartitions):
         raise TypeError(f"new_partitions[{topic!r}]: expected an int (the new total) or NewPartitions, got {value!r}")
-    if not _is_int(spec.total_count) or not 1 <= spec.total_count <= _INT32_MAX:
+    if not is_int(spec.total_count) or not 1 <= spec.total_count <= INT32_MAX:
         raise errors.InvalidPartitionsError(
             f"new_partitions[{topic!r}]: total_count must be an int >= 1, got {spec.total_count!r}")
     if spec.assignments is not None:
-        if not all(isinstance(a, (list, tuple)) and a and all(_is_int(b) and b >= 0 for b in a)
+        if not all(isinstance(a, (list, tuple)) and a and all(is_int(b) and b >= 0 for b in a)
                    for a in spec.assignments):
             raise errors.InvalidReplicaAssignmentError(
                 f"new_partitions[{topic!r}]: assignments must be lists of broker ids >= 0, got {spec.assignments!r}")
@@ -1444,47 +1335,3 @@ def _acl_binding(resource: Mapping[str, Any], acl: Mapping[str, Any]) -> AclBind
         pattern_type=name_of(PATTERN_TYPES, resource.get("pattern_type", 3)))
 
 
-def check_new_topic(t: object) -> None:
-    """Everything about a ``NewTopic`` that can be judged without the broker, each error naming the field."""
-    if not isinstance(t, NewTopic):
-        raise TypeError(f"expected a NewTopic, got {type(t).__name__} {t!r}")
-    check_topic_name(t.name)
-    where = f"NewTopic({t.name!r})"
-    for field_name, value in (("num_partitions", t.num_partitions), ("replication_factor", t.replication_factor)):
-        if not _is_int(value):
-            raise TypeError(f"{where}.{field_name}: expected an int, got {type(value).__name__} {value!r}")
-    if t.replica_assignment is None:
-        if not (t.num_partitions == -1 or 1 <= t.num_partitions <= _INT32_MAX):
-            raise errors.InvalidPartitionsError(
-                f"{where}.num_partitions: must be >= 1 (or -1 for the broker default), got {t.num_partitions}")
-        if not (t.replication_factor == -1 or 1 <= t.replication_factor <= _INT16_MAX):
-            raise errors.InvalidReplicationFactorError(
-                f"{where}.replication_factor: must be in 1..{_INT16_MAX} (or -1 for the broker default), "
-                f"got {t.replication_factor}")
-    else:
-        _check_assignment(where, t.replica_assignment)
-    if t.configs is not None:
-        if not isinstance(t.configs, Mapping):
-            raise TypeError(f"{where}.configs: expected a dict of str -> str, got {type(t.configs).__name__}")
-        for name, setting in t.configs.items():
-            if not isinstance(name, str) or not name or not (setting is None or isinstance(setting, str)):
-                raise TypeError(f"{where}.configs: {name!r}: {setting!r} is not a str -> str (or None) entry")
-
-
-def _check_assignment(where: str, assignment: object) -> None:
-    if not isinstance(assignment, Mapping) or not assignment:
-        raise errors.InvalidReplicaAssignmentError(
-            f"{where}.replica_assignment: expected a non-empty dict {{partition: [broker ids]}}, got {assignment!r}")
-    if sorted(assignment) != list(range(len(assignment))):
-        raise errors.InvalidReplicaAssignmentError(
-            f"{where}.replica_assignment: partitions must be 0..{len(assignment) - 1}, got {sorted(assignment)!r}")
-    sizes = set()
-    for p, brokers in assignment.items():
-        ids = list(brokers) if isinstance(brokers, (list, tuple)) else None
-        if not ids or not all(_is_int(b) and b >= 0 for b in ids) or len(set(ids)) != len(ids):
-            raise errors.InvalidReplicaAssignmentError(
-                f"{where}.replica_assignment[{p}]: expected distinct broker ids >= 0, got {brokers!r}")
-        sizes.add(len(ids))
-    if len(sizes) > 1:
-        raise errors.InvalidReplicaAssignmentError(
-            f"{where}.replica_assignment: every partition needs the same number of replicas, got {sorted(sizes)}")

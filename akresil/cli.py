@@ -229,7 +229,7 @@ def _split_kv(item: str, option: str) -> tuple[str, str]:
 
 
 async def cmd_produce(args: argparse.Namespace) -> int:
-    from .admin import check_topic_name as _check_topic_name
+    from .checks import check_topic_name as _check_topic_name
     from .producer import Producer
     _check_topic_name(args.topic)
     key = args.key.encode() if args.key is not None else None
@@ -281,7 +281,7 @@ async def _await_all(futures: list[Any]) -> int:
 async def cmd_consume(args: argparse.Namespace) -> int:
     from .admin import Admin
     from .consumer import Consumer
-    from .admin import check_topic_name as _check_topic_name
+    from .checks import check_topic_name as _check_topic_name
     from .types import TopicPartition
     _check_topic_name(args.topic)
     config = _client_config(args)

@@ -307,7 +307,7 @@ def _reset_mode(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
-    from .admin import EARLIEST, LATEST
+    from .checks import EARLIEST, LATEST
     mode, raw = _reset_mode(args)
     committed_all = await admin.list_consumer_group_offsets(args.group, with_lag=False)
     tps: list[TopicPartition] = []

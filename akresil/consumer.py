@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterabl
 import anyio
 
 from . import errors
+from .checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
+from .checks import check_topic_name, checked_partitions
 from .config import resolve
 from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
@@ -54,7 +56,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Consumer", "RebalanceListener", "NoOffsetForPartitionError"]
 
 #: ListOffsets timestamps for the log start and end
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 _EXTRA_KEYS = ("hooks", "max_buffered_bytes")
 #: a commit value: offset, (offset, metadata) or (offset, leader_epoch, metadata)
 CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
@@ -88,9 +89,8 @@ class Consumer(Generic[KeyT, ValueT]):
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):
             raise errors.ConfigError(f"max_buffered_bytes: must be an int >= 1, got {max_buffered!r}")
-        from .admin import check_topic_name as _check_topic_name
         for t in topics:
-            _check_topic_name(t)
+            check_topic_name(t)
         if topics and pattern is not None:
             raise errors.ConfigError("pattern: give topics or a pattern, not both")
         self._topics = frozenset(topics)
@@ -328,7 +328,7 @@ class Consumer(Generic[KeyT, ValueT]):
             raise errors.IllegalStateError("assign() is for consumers created without topics or a pattern")
         if self._closed:
             raise errors.ClientClosedError("consumer is closed")
-        tps = _checked_partitions(partitions, "assign")  # before any state changes: a bad call changes nothing
+        tps = checked_partitions(partitions, "assign")  # before any state changes: a bad call changes nothing
         self._manual = True
         current = set(self._state.partitions)
         self._rewind_pending(current)
@@ -743,7 +743,7 @@ class Consumer(Generic[KeyT, ValueT]):
     async def _edge_offsets(self, partitions: Iterable[TopicPartition], timestamp: int, call: str,
                             timeout_ms: int | None) -> dict[TopicPartition, int]:
         self._check_open()
-        tps = _checked_partitions(partitions, call)
+        tps = checked_partitions(partitions, call)
         found = await self._offset_lookup().list_offsets(
             {tp: timestamp for tp in tps}, isolation_level=self.config.isolation_level, timeout_ms=timeout_ms)
         return {tp: found[tp][0] for tp in tps}
@@ -771,24 +771,6 @@ class Consumer(Generic[KeyT, ValueT]):
             return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)
         return ConsumerGroupMetadata(self.config.group_id, group.generation_id, group.member_id,
                                      self.config.group_instance_id)
-
-
-def _checked_partitions(partitions: Iterable[TopicPartition], call: str) -> list[TopicPartition]:
-    """``partitions`` as TopicPartitions, each with a legal topic name and an int partition >= 0."""
-    from .admin import check_topic_name
-
-    if isinstance(partitions, (str, bytes, TopicPartition)):
-        raise TypeError(f"{call}: expected an iterable of TopicPartition, got a single {partitions!r}; "
-                        "wrap it in a list")
-    out = []
-    for tp in partitions:
-        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[1], int) and not isinstance(tp[1], bool)):
-            raise TypeError(f"{call}: expected TopicPartition(topic, partition), got {tp!r}")
-        check_topic_name(tp[0])
-        if tp[1] < 0:
-            raise ValueError(f"{call}: {tp[0]}-{tp[1]}: partition must be >= 0")
-        out.append(TopicPartition(tp[0], tp[1]))
-    return out
 
 
 def _commit_value(tp: TopicPartition, value: CommitValue) -> tuple[int, int | None, str | None]:

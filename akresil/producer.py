@@ -24,6 +24,7 @@ import anyio
 import anyio.lowlevel
 
 from . import errors
+from .checks import check_topic_name
 from .config import resolve
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
@@ -733,8 +734,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
     # ------------------------------------------------------------------ internals
     def _check_topic(self, topic: str) -> None:
         if topic not in self._checked_topics:
-            from .admin import check_topic_name as _check_topic_name
-            _check_topic_name(topic)
+            check_topic_name(topic)
             self._checked_topics.add(topic)
 
     @staticmethod

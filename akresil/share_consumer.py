@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Litera
 import anyio
 
 from . import errors
+from .checks import check_topic_name
 from .config import resolve
 from .core.events import CLIENT_CLOSED, Hooks
 from .core.share_state import ACK_TYPES, ShareFetchState
@@ -100,7 +101,6 @@ class ShareConsumer:
                                    ("value_deserializer", value_deserializer)):
             if deserializer is not None and not callable(deserializer):
                 raise errors.ConfigError(f"{name}: must be callable, got {type(deserializer).__name__}")
-        from .admin import check_topic_name
         for t in topics:
             check_topic_name(t)
         self.acknowledgement_mode = acknowledgement_mode
@@ -199,7 +199,6 @@ class ShareConsumer:
     # ------------------------------------------------------------------ membership
     def subscribe(self, topics: Iterable[str]) -> None:
         """Replace the subscription; the next heartbeat carries it (at once)."""
-        from .admin import check_topic_name
         new = frozenset(topics)
         for t in new:
             check_topic_name(t)

@@ -57,6 +57,7 @@ from collections import deque
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
+from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
@@ -64,7 +65,7 @@ from .metadata import ZERO_UUID, BrokerInfo, MetadataCache, MetadataSnapshot, pe
 
 EARLIEST, LATEST = "earliest", "latest"
 #: ListOffsets timestamp sentinels
-TIMESTAMP_FOR = {EARLIEST: -2, LATEST: -1}
+TIMESTAMP_FOR = {EARLIEST: EARLIEST_TIMESTAMP, LATEST: LATEST_TIMESTAMP}
 #: the first Fetch version that names topics by id
 TOPIC_ID_VERSION = 13
 

@@ -29,7 +29,8 @@ import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .. import errors
-from ..admin import EARLIEST as LIST_EARLIEST, LATEST as LIST_LATEST, Admin
+from ..admin import Admin
+from ..checks import EARLIEST as LIST_EARLIEST, LATEST as LIST_LATEST
 from ..config import OPTIONS_BY_NAME
 from ..consumer import Consumer
 from ..producer import Producer

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import orjson
 
+from ..checks import EARLIEST, LATEST, check_topic_name
 from ..config import OPTIONS_BY_NAME, resolve
 from ..errors import ConfigError
 from ..types import TopicPartition
@@ -25,7 +26,6 @@ __all__ = [
 ]
 
 #: Spark's Kafka source spells these as -2 / -1 inside offset JSON, as Kafka's ListOffsets does
-EARLIEST, LATEST = -2, -1
 
 #: Kafka consumer settings Spark's Kafka source refuses too: offsets are tracked by Spark, not a group
 _FORBIDDEN_KAFKA = {
@@ -223,7 +223,6 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
     _check_known(opts, allowed, "streaming write" if streaming else "write", other=_READ_KEYS)
     topic = opts.get("topic")
     if topic is not None:
-        from ..admin import check_topic_name
         try:
             check_topic_name(topic)
         except Exception as exc:
@@ -312,7 +311,6 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
                           + (f" (got {', '.join(given)})" if given else ""))
     key = given[0]
     value = opts[key]
-    from ..admin import check_topic_name
     if key == "subscribe":
         topics = tuple(t.strip() for t in value.split(",") if t.strip())
         if not topics:

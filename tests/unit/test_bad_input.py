@@ -14,7 +14,7 @@ import pytest
 
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition
 from akresil import errors
-from akresil.admin import check_new_topic, check_topic_name
+from akresil.checks import check_new_topic, check_topic_name
 from akresil.config import resolve
 
 BOOT = "127.0.0.1:1"  # never contacted: every case fails before any I/O
