@@ -23,10 +23,12 @@ from . import tracing
 log = logging.getLogger(__name__)
 
 # Event names and the fields each carries (all times in ms). Emitters are named in brackets.
-REQUEST_SENT = "request_sent"                # node_id, in_flight                       [NodeState]
-THROTTLED = "throttled"                      # node_id, api_key, version, throttle_ms, muted, muted_until
-RECONNECT_BACKOFF = "reconnect_backoff"      # node_id, failures, backoff_ms             [NodeState]
-NODE_STATE = "node_state"                    # node_id, state                            [NodeState]
+# node_id is always a broker's id (-1, -2, ...: a bootstrap address); ``lane`` says which of its connections
+# ("shared", or "group": a member's traffic to its coordinator)
+REQUEST_SENT = "request_sent"                # node_id, lane, in_flight                 [NodeState]
+THROTTLED = "throttled"                      # node_id, lane, api_key, version, throttle_ms, muted, muted_until
+RECONNECT_BACKOFF = "reconnect_backoff"      # node_id, lane, failures, backoff_ms       [NodeState]
+NODE_STATE = "node_state"                    # node_id, lane, state                      [NodeState]
 METADATA_REQUEST = "metadata_request"        # node_id                                   [net.Cluster]
 METADATA_REFRESH_REQUESTED = "metadata_refresh_requested"  # cause, due_at               [MetadataCache]
 METADATA_REFRESH = "metadata_refresh"        # causes, brokers, topics, stale_partitions, not_ready [MetadataCache]
@@ -38,7 +40,7 @@ BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records,
 BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
 BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
 
-REQUEST_DONE = "request_done"                # node_id, in_flight                       [NodeState]
+REQUEST_DONE = "request_done"                # node_id, lane, in_flight                 [NodeState]
 BATCH_SENT = "batch_sent"                    # node_id, topic, partition, records, size_bytes, attempt, queue_ms [Sender]
 RECORDS_CONSUMED = "records_consumed"        # topic, partition, records, bytes, lag      [Consumer]
 REBALANCE = "rebalance"                      # group_id, generation, assigned, revoked, duration_ms [GroupSession]

@@ -88,16 +88,19 @@ class ConnectionState(enum.Enum):
 
 
 class NodeState:
-    """One broker as the scheduler sees it. ``can_send(now)`` is the single gate for writing a request."""
+    """One connection to a broker as the scheduler sees it. ``can_send(now)`` is the single gate for writing a
+    request. ``lane`` names which of the broker's connections it is (``net.cluster.Lane``: the shared one, or a
+    group member's to its coordinator); every event carries it next to the broker's ``node_id``."""
 
-    __slots__ = ("node_id", "max_in_flight", "state", "in_flight", "muted_until", "_reconnect", "_hooks",
+    __slots__ = ("node_id", "lane", "max_in_flight", "state", "in_flight", "muted_until", "_reconnect", "_hooks",
                  "last_throttle_ms")
 
     def __init__(self, node_id: int, *, reconnect_backoff: ExponentialBackoff, max_in_flight: int = 5,
-                 hooks: Hooks | None = None) -> None:
+                 hooks: Hooks | None = None, lane: str = "shared") -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight_requests_per_connection: must be >= 1, got {max_in_flight!r}")
         self.node_id = node_id
+        self.lane = lane
         self.max_in_flight = max_in_flight
         self.state = ConnectionState.DISCONNECTED
         self.in_flight = 0
@@ -110,7 +113,7 @@ class NodeState:
     def _set_state(self, state: ConnectionState) -> None:
         if state is not self.state:
             self.state = state
-            self._hooks.emit(events.NODE_STATE, node_id=self.node_id, state=state.value)
+            self._hooks.emit(events.NODE_STATE, node_id=self.node_id, lane=self.lane, state=state.value)
 
     def on_connecting(self, now: float) -> None:
         if self.state is ConnectionState.BACKING_OFF and not self._reconnect.ready(now):
@@ -131,7 +134,7 @@ class NodeState:
         if failed:
             delay = self._reconnect.on_failure(now)
             self._set_state(ConnectionState.BACKING_OFF)
-            self._hooks.emit(events.RECONNECT_BACKOFF, node_id=self.node_id, failures=self._reconnect.failures,
+            self._hooks.emit(events.RECONNECT_BACKOFF, node_id=self.node_id, lane=self.lane, failures=self._reconnect.failures,
                              backoff_ms=delay)
         else:
             self._set_state(ConnectionState.DISCONNECTED)
@@ -149,13 +152,13 @@ class NodeState:
     # ------------------------------------------------------------------ requests
     def on_request_sent(self, now: float) -> None:
         self.in_flight += 1
-        self._hooks.emit(events.REQUEST_SENT, node_id=self.node_id, in_flight=self.in_flight)
+        self._hooks.emit(events.REQUEST_SENT, node_id=self.node_id, lane=self.lane, in_flight=self.in_flight)
 
     def on_request_done(self, now: float) -> None:
         if self.in_flight <= 0:
             raise IllegalStateError(f"node {self.node_id}: request completed with none in flight")
         self.in_flight -= 1
-        self._hooks.emit(events.REQUEST_DONE, node_id=self.node_id, in_flight=self.in_flight)
+        self._hooks.emit(events.REQUEST_DONE, node_id=self.node_id, lane=self.lane, in_flight=self.in_flight)
 
     def on_response(self, api_key: int, version: int, throttle_time_ms: float, now: float) -> bool:
         """Apply a response's throttle; returns True when it muted (or extended the mute of) the node."""
@@ -169,7 +172,7 @@ class NodeState:
             if until > self.muted_until:   # a mute only moves forward
                 self.muted_until = until
                 extended = True
-        self._hooks.emit(events.THROTTLED, node_id=self.node_id, api_key=int(api_key), version=version,
+        self._hooks.emit(events.THROTTLED, node_id=self.node_id, lane=self.lane, api_key=int(api_key), version=version,
                          throttle_ms=float(throttle_time_ms), muted=mute, muted_until=self.muted_until)
         return extended
 

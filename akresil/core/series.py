@@ -98,6 +98,11 @@ def _s(ms: float) -> float:
     return max(0.0, ms) / 1000.0
 
 
+def _conn(f: Fields) -> tuple[int, str]:
+    """One connection: the broker and which of its connections (events from before lanes: the shared one)."""
+    return f["node_id"], f.get("lane", "shared")
+
+
 def _partitions(tps: Iterable[Any]) -> set[tuple[str, int]]:
     return {(str(tp[0]), int(tp[1])) for tp in tps}
 
@@ -109,9 +114,10 @@ class GaugeState:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.in_flight: dict[int, float] = {}
+        #: per (node, lane): a broker's shared connection and its group connection count apart, summed per node
+        self.in_flight: dict[tuple[int, str], float] = {}
         self.muted_until: dict[int, float] = {}
-        self.node_states: dict[int, str] = {}
+        self.node_states: dict[tuple[int, str], str] = {}
         self.connections = 0
         self.lag: dict[tuple[str, int], float] = {}
         self.assigned: int | None = None
@@ -119,8 +125,14 @@ class GaugeState:
     def mute_seconds(self, node_id: int) -> float:
         return _s(self.muted_until.get(node_id, 0.0) - self.clock())
 
+    def in_flight_by_node(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for (node_id, _), count in list(self.in_flight.items()):
+            out[node_id] = out.get(node_id, 0.0) + count
+        return out
+
     def _requests(self, f: Fields) -> None:
-        self.in_flight[f["node_id"]] = f["in_flight"]
+        self.in_flight[_conn(f)] = f["in_flight"]
 
     def _throttled(self, f: Fields) -> None:
         node_id, until = f["node_id"], f.get("muted_until", 0.0)
@@ -128,9 +140,9 @@ class GaugeState:
             self.muted_until[node_id] = until
 
     def _node_state(self, f: Fields) -> None:
-        node_id, state = f["node_id"], f["state"]
-        previous = self.node_states.get(node_id)
-        self.node_states[node_id] = state
+        key, state = _conn(f), f["state"]
+        previous = self.node_states.get(key)
+        self.node_states[key] = state
         if state == "connected" and previous != "connected":
             self.connections += 1
         elif previous == "connected" and state != "connected":
@@ -169,12 +181,12 @@ UPDATES: dict[str, Callable[[GaugeState, Fields], None]] = {
 
 
 def _connects(s: GaugeState, f: Fields) -> list[Sample]:
-    joined = f["state"] == "connected" and s.node_states.get(f["node_id"]) != "connected"
+    joined = f["state"] == "connected" and s.node_states.get(_conn(f)) != "connected"
     return [((str(f["node_id"]),), 1)] if joined else []
 
 
 def _disconnects(s: GaugeState, f: Fields) -> list[Sample]:
-    if s.node_states.get(f["node_id"]) != "connected" or f["state"] == "connected":
+    if s.node_states.get(_conn(f)) != "connected" or f["state"] == "connected":
         return []
     return [((str(f["node_id"]), "true" if f["state"] == "backing-off" else "false"), 1)]
 
@@ -187,7 +199,7 @@ SERIES: tuple[Series, ...] = (
                                                        f["latency_ms"] / 1000.0)]}),
     Series("akresil_requests_in_flight", "akresil.requests.in_flight", "gauge", ("node_id",), "{request}",
            "Requests written to a node and not yet answered",
-           read=lambda s: [((str(n),), v) for n, v in list(s.in_flight.items())]),
+           read=lambda s: [((str(n),), v) for n, v in s.in_flight_by_node().items()]),
     Series("akresil_throttle_seconds", "akresil.throttle.duration", "histogram", ("node_id", "api"), "s",
            "throttle_time_ms the broker reported in responses (> 0 only)", WAIT_BUCKETS,
            feeds={ev.THROTTLED: lambda s, f: [((str(f["node_id"]), api_name(f["api_key"])),

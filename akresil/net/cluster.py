@@ -15,6 +15,7 @@ under the application's own call (seen as a bare cancellation, not as the authen
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import socket
@@ -41,24 +42,27 @@ log = logging.getLogger(__name__)
 ZERO_UUID = bytes(16)
 BodyBuilder = Callable[[int], dict[str, Any]]
 
-#: Group-coordinator traffic (heartbeats, offset commits) goes on a connection of its own to the coordinator's
-#: broker, named by a lane id far above any broker id (as the Java client and librdkafka keep one too): a broker
-#: answers one connection's requests in order, so a heartbeat behind a long-poll Fetch or ShareFetch on the shared
-#: connection waited up to ``fetch_max_wait_ms``, and with it every rebalance step (acknowledging a revocation).
-_LANE_BASE = 2**31 - 1
-_LANE_FLOOR = 2**30
+class Lane(enum.Enum):
+    """Which of a broker's connections a request goes on; ``lane_of`` picks it from the API key, so callers name
+    only the broker (the node id) and every metric carries that broker's id."""
+
+    SHARED = "shared"
+    #: a group member's traffic to its coordinator (as the Java client and librdkafka keep a connection of
+    #: their own for it, and franz-go one for JoinGroup / SyncGroup): a broker answers one connection's requests
+    #: in order, so a heartbeat behind a long-poll Fetch or ShareFetch on the shared connection waited up to
+    #: ``fetch_max_wait_ms``, and with it every rebalance step (acknowledging a revocation)
+    GROUP = "group"
 
 
-def coordinator_lane(node_id: int) -> int:
-    """The id under which ``Cluster`` keeps the separate coordinator connection to broker ``node_id``."""
-    if node_id < 0 or node_id >= _LANE_FLOOR:
-        raise ValueError(f"coordinator_lane: {node_id} is not a broker id")
-    return _LANE_BASE - node_id
+#: the APIs of group membership and of a group's offsets (a member's and the admin's alike)
+_GROUP_LANE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+                         ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                         ApiKey.SHARE_GROUP_HEARTBEAT})
 
 
-def broker_of(node_id: int) -> int:
-    """The broker a connection id reaches: itself, or the broker behind a ``coordinator_lane`` id."""
-    return _LANE_BASE - node_id if node_id >= _LANE_FLOOR else node_id
+def lane_of(api_key: ApiKey) -> Lane:
+    """The connection a request of ``api_key`` goes on."""
+    return Lane.GROUP if api_key in _GROUP_LANE else Lane.SHARED
 
 
 class Cluster:
@@ -79,9 +83,10 @@ class Cluster:
         self.coordinators = CoordinatorLocator(self)
         self._reconnect_backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=self.rng)
-        self._nodes: dict[int, NodeState] = {}
-        self._conns: dict[int, Connection] = {}
-        self._connecting: dict[int, anyio.Event] = {}
+        #: per (node, lane): its node state, its connection, a connect in progress
+        self._nodes: dict[tuple[int, Lane], NodeState] = {}
+        self._conns: dict[tuple[int, Lane], Connection] = {}
+        self._connecting: dict[tuple[int, Lane], anyio.Event] = {}
         self._bootstrap = [_split_host_port(s) for s in config.bootstrap_servers]
         self._refresh_wanted = anyio.Event()
         self._metadata_changed = Broadcast()
@@ -120,16 +125,19 @@ class Cluster:
         self._metadata_changed.fire()
 
     # ------------------------------------------------------------------ nodes and connections
-    def node(self, node_id: int) -> NodeState:
-        state = self._nodes.get(node_id)
+    def node(self, node_id: int, lane: Lane = Lane.SHARED) -> NodeState:
+        """The state of the connection on ``lane`` to ``node_id`` (a broker id, or -1, -2, ... for the bootstrap
+        addresses)."""
+        key = (node_id, lane)
+        state = self._nodes.get(key)
         if state is None:
-            state = self._nodes[node_id] = NodeState(
+            state = self._nodes[key] = NodeState(
                 node_id, reconnect_backoff=self._reconnect_backoff,
-                max_in_flight=self.config.max_in_flight_requests_per_connection, hooks=self.hooks)
+                max_in_flight=self.config.max_in_flight_requests_per_connection, hooks=self.hooks,
+                lane=lane.value)
         return state
 
     def _address(self, node_id: int) -> tuple[str, int]:
-        node_id = broker_of(node_id)
         if node_id < 0:
             return self._bootstrap[-node_id - 1]
         broker = self.metadata.snapshot.brokers.get(node_id)
@@ -137,35 +145,36 @@ class Cluster:
             raise errors.KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
         return broker.host, broker.port
 
-    async def connection(self, node_id: int) -> Connection:
-        """The node's connection, connecting (after any reconnect backoff) if needed."""
+    async def connection(self, node_id: int, lane: Lane = Lane.SHARED) -> Connection:
+        """The node's connection on ``lane``, connecting (after any reconnect backoff) if needed."""
+        key = (node_id, lane)
         while True:
             if self._closed:
                 raise errors.ClientClosedError("client closed")
             if self.fatal_error is not None:
                 raise _fresh(self.fatal_error)
-            conn = self._conns.get(node_id)
+            conn = self._conns.get(key)
             if conn is not None and not conn.closed and conn.reauthentication_due(self.clock()):
                 # KIP-368: the broker closes a connection used after its SASL session expired; reconnect
                 # (authenticating again, with a refreshed token) while this one is idle
                 log.debug("node %s: SASL session ends soon; reconnecting to re-authenticate", node_id)
-                self.disconnect(node_id)
+                self.disconnect(node_id, lane=lane)
                 conn = None
             if conn is not None and not conn.closed:
                 return conn
-            pending = self._connecting.get(node_id)
+            pending = self._connecting.get(key)
             if pending is not None:
                 await pending.wait()
                 continue
-            done = self._connecting[node_id] = anyio.Event()
+            done = self._connecting[key] = anyio.Event()
             try:
-                return await self._connect(node_id)
+                return await self._connect(node_id, lane)
             finally:
-                del self._connecting[node_id]
+                del self._connecting[key]
                 done.set()
 
-    async def _connect(self, node_id: int) -> Connection:
-        state = self.node(node_id)
+    async def _connect(self, node_id: int, lane: Lane) -> Connection:
+        state = self.node(node_id, lane)
         await self._sleep_until(lambda: state.next_connect_at(self.clock()))
         host, port = self._address(node_id)
         state.on_connecting(self.clock())
@@ -176,7 +185,7 @@ class Cluster:
                 request_timeout_ms=self.config.request_timeout_ms,
                 max_in_flight=self.config.max_in_flight_requests_per_connection,
                 max_frame_bytes=self.config.receive_message_max_bytes,
-                node_id=broker_of(node_id), hooks=self.hooks, clock=self.clock)
+                node_id=node_id, hooks=self.hooks, clock=self.clock)
         except errors.AuthenticationError as exc:
             state.on_disconnected(self.clock(), failed=True)
             self._set_fatal(exc)
@@ -188,22 +197,23 @@ class Cluster:
             state.on_disconnected(self.clock(), failed=True)
             reason = str(exc) or type(exc).__name__
             raise errors.KafkaConnectionError(
-                f"cannot connect to node {broker_of(node_id)} at {host}:{port}: {reason}",
+                f"cannot connect to node {node_id} at {host}:{port}: {reason}",
                 reason=reason) from exc
         state.on_connected(self.clock())
-        self._conns[node_id] = conn
+        self._conns[(node_id, lane)] = conn
         return conn
 
-    def connected(self, node_id: int) -> Connection | None:
+    def connected(self, node_id: int, lane: Lane = Lane.SHARED) -> Connection | None:
         """The node's live connection, or None (never connects: the scheduler's synchronous check)."""
-        conn = self._conns.get(node_id)
+        conn = self._conns.get((node_id, lane))
         return conn if conn is not None and not conn.closed else None
 
-    def disconnect(self, node_id: int, error: BaseException | None = None) -> None:
-        conn = self._conns.pop(node_id, None)
+    def disconnect(self, node_id: int, error: BaseException | None = None, *, lane: Lane = Lane.SHARED) -> None:
+        """Close the node's connection on ``lane`` (``error``: a failure, which starts the reconnect backoff)."""
+        conn = self._conns.pop((node_id, lane), None)
         if conn is not None and self._tg is not None:
             self._tg.start_soon(conn.close, error)
-        self.node(node_id).on_disconnected(self.clock(), failed=error is not None)
+        self.node(node_id, lane).on_disconnected(self.clock(), failed=error is not None)
 
     async def _sleep_until(self, due: Callable[[], float | None]) -> None:
         """Sleep until ``due()`` (absolute ms, re-read after each wake: a mute may grow) is not in the future."""
@@ -216,9 +226,9 @@ class Cluster:
                 return
             await anyio.sleep(delay / 1000.0)
 
-    async def wait_sendable(self, node_id: int) -> None:
+    async def wait_sendable(self, node_id: int, lane: Lane = Lane.SHARED) -> None:
         """Wait out the node's mute window (KIP-219) and reconnect backoff: requests wait, they do not fail."""
-        state = self.node(node_id)
+        state = self.node(node_id, lane)
         await self._sleep_until(lambda: state.next_send_at(self.clock()))
 
     # ------------------------------------------------------------------ requests
@@ -227,28 +237,30 @@ class Cluster:
                       timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
         """Send one request to ``node_id`` and return ``(version, response)``.
 
-        ``body`` may be a function of the negotiated version.  Throttle time in the response is fed to the
+        The request goes on the node's connection for its API (``lane_of``). ``body`` may be a function of the
+        negotiated version.  Throttle time in the response is fed to the
         node state (which mutes the node when the version calls for it).  Connection failures close the
         connection and raise ``KafkaConnectionError``; error codes inside the response are the caller's.
         """
-        await self.wait_sendable(node_id)
-        conn = await self.connection(node_id)
+        lane = lane_of(api_key)
+        await self.wait_sendable(node_id, lane)
+        conn = await self.connection(node_id, lane)
         version = conn.versions.get(api_key)
         if version is None or version < min_version:
             raise errors.UnsupportedVersionError(
-                f"node {broker_of(node_id)} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
+                f"node {node_id} does not support {api_key.name} v{min_version}+ (broker: {conn.api_ranges.get(api_key)})")
         if max_version is not None and version > max_version:
             version = max_version
         payload = body(version) if callable(body) else body
-        state = self.node(node_id)
+        state = self.node(node_id, lane)
         state.on_request_sent(self.clock())
         try:
             response = await conn.request(api_key, payload, version=version, timeout_ms=timeout_ms)
         except errors.RequestTimeoutError as exc:
-            self.disconnect(node_id, exc)
+            self.disconnect(node_id, exc, lane=lane)
             raise
         except (errors.KafkaConnectionError, errors.ProtocolError) as exc:
-            self.disconnect(node_id, exc)
+            self.disconnect(node_id, exc, lane=lane)
             if find_frame_too_large(exc) is not None:   # retried like any broken stream, but never silently
                 log.warning("%s response from node %s refused: %s", api_key.name, node_id, exc)
             raise errors.KafkaConnectionError(
@@ -268,7 +280,7 @@ class Cluster:
         def rank(node_id: int) -> tuple[int, int]:
             state = self.node(node_id)
             blocked = 1 if (state.next_send_at(now) or 0) > now else 0
-            connected = 0 if node_id in self._conns and not self._conns[node_id].closed else 1
+            connected = 0 if self.connected(node_id) is not None else 1
             return blocked, connected * 1000 + state.in_flight
 
         return min(candidates, key=rank)

@@ -30,7 +30,7 @@ from ..core.group_state import (Action, Expiry, Generation, GroupMembership, Mem
                                 classify_join_error, classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
-from .cluster import BodyBuilder, coordinator_lane
+from .cluster import BodyBuilder, lane_of
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ class ClassicMember:
         coordinator connection has a request the broker still holds."""
         self._held_on = coordinator
         try:
-            answer = await self._cluster.request(coordinator_lane(coordinator), api, body, min_version=min_version,
+            answer = await self._cluster.request(coordinator, api, body, min_version=min_version,
                                                  timeout_ms=self._join_timeout_ms)
         except Exception:
             self._held_on = None
@@ -352,7 +352,7 @@ class ClassicMember:
             return b
 
         try:
-            _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.HEARTBEAT, body)
+            _, response = await self._cluster.request(coordinator, ApiKey.HEARTBEAT, body)
         except _TRANSPORT_ERRORS as exc:
             core.heartbeat_failed(self._session.clock())
             self._session.coordinator.lost(exc)
@@ -376,7 +376,7 @@ class ClassicMember:
             # one connection's requests in order, so a LeaveGroup behind it would wait up to the rebalance timeout
             # (the member's close() with it). A new connection carries the LeaveGroup; the broker drops the member
             # and completes the rebalance without it.
-            self._cluster.disconnect(coordinator_lane(self._held_on))
+            self._cluster.disconnect(self._held_on, lane=lane_of(ApiKey.JOIN_GROUP))
             self._held_on = None
         if not core.is_static and gen.member_id and coordinator is not None:
             def body(version: int) -> dict[str, Any]:
@@ -389,7 +389,7 @@ class ClassicMember:
 
             try:
                 with anyio.fail_after(self._config.request_timeout_ms / 1000.0):
-                    _, response = await self._cluster.request(coordinator_lane(coordinator), ApiKey.LEAVE_GROUP, body)
+                    _, response = await self._cluster.request(coordinator, ApiKey.LEAVE_GROUP, body)
                 code = int(response.get("error_code", 0))
                 if code:
                     log.debug("group %s: LeaveGroup error %d (ignored)", self.group_id, code)

@@ -30,7 +30,6 @@ from ..core.group_session import WAIT, Step
 from ..core.group_state import Action, classify_commit_error
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
-from .cluster import coordinator_lane
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
@@ -141,7 +140,7 @@ class HeartbeatMember:
         if coordinator is not None:
             with anyio.move_on_after(self._session.config.request_timeout_ms / 1000.0):
                 try:
-                    await self._cluster.request(coordinator_lane(coordinator), self._api, body)
+                    await self._cluster.request(coordinator, self._api, body)
                 except errors.KafkaError as exc:
                     log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         return True
@@ -162,7 +161,7 @@ class HeartbeatMember:
         before = (m.target_version, m.member_epoch)
         body = m.build_heartbeat(clock())
         try:
-            _, response = await self._cluster.request(coordinator_lane(coordinator), self._api, body,
+            _, response = await self._cluster.request(coordinator, self._api, body,
                                                       min_version=self._min_version)
         except errors.UnsupportedVersionError as exc:
             m.on_failure(clock())
@@ -202,7 +201,7 @@ class HeartbeatMember:
         body = m.leave_body()
         with anyio.move_on_after(self._session.config.request_timeout_ms / 1000.0):
             try:
-                await self._cluster.request(coordinator_lane(coordinator), self._api, body)
+                await self._cluster.request(coordinator, self._api, body)
             except errors.KafkaError as exc:
                 log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         m.on_left()

@@ -1,7 +1,7 @@
 """The one OffsetCommit / OffsetFetch path of a consumer group, whatever speaks for the commit.
 
-``GroupOffsets`` commits and fetches a group's offsets on the coordinator's own connection
-(``coordinator_lane``), retrying within ``request_timeout_ms`` (KIP-580 backoff) and telling the
+``GroupOffsets`` commits and fetches a group's offsets on the coordinator's group connection (the cluster
+picks it from the API key: ``net.cluster.lane_of``), retrying within ``request_timeout_ms`` (KIP-580 backoff) and telling the
 ``CoordinatorTracker`` when the coordinator moved. Who commits differs only in what each attempt carries and
 what an error means: a group member (``net.group_session.GroupSession``) passes its generation or member epoch
 and its protocol's ``judge``; a consumer with manual assignment commits as no member (generation -1, no member
@@ -20,7 +20,7 @@ from ..core.group_state import (Action, classify_commit_error, error_for, offset
                                 read_offset_fetch, settle_offset_fetch_errors)
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
-from .cluster import Cluster, coordinator_lane
+from .cluster import Cluster
 from .coordinator import CoordinatorTracker
 
 __all__ = ["GroupOffsets", "CommitOffsets", "PendingOffsets", "check_offsets", "check_tp",
@@ -83,7 +83,7 @@ class GroupOffsets:
             generation, member_id = identity()
             try:
                 _, response = await self._cluster.request(
-                    coordinator_lane(coordinator), ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
+                    coordinator, ApiKey.OFFSET_COMMIT, lambda v: offset_commit_body(
                         v, self.group_id, generation, member_id, instance_id, pending))
             except _TRANSPORT_ERRORS as exc:
                 self.coordinator.lost(exc)
@@ -135,7 +135,7 @@ class GroupOffsets:
             asked = pending
             try:
                 version, response = await self._cluster.request(
-                    coordinator_lane(coordinator), ApiKey.OFFSET_FETCH,
+                    coordinator, ApiKey.OFFSET_FETCH,
                     lambda v: offset_fetch_body(v, self.group_id, asked))
             except _TRANSPORT_ERRORS as exc:
                 self.coordinator.lost(exc)

@@ -17,7 +17,7 @@ KIP-932 share groups). They differ in their join and heartbeat steps and in what
   the membership's heartbeat; it never runs user code, so heartbeats go on while a callback or a commit on
   revoke takes its time (as the Java client's background thread does).
 
-All requests go through ``Cluster.request`` on the coordinator's own connection (``coordinator_lane``), so
+All requests go through ``Cluster.request``, on the coordinator's group connection (``net.cluster.lane_of``), so
 KIP-219 mutes and reconnect backoff apply, and no heartbeat waits behind a long-poll Fetch. A fatal error
 (fenced static member, authorization, a broker without the protocol) stops both loops: the owned partitions
 are lost, ``fatal_error`` holds it and ``commit`` / ``fetch_committed`` / ``wait_assignment`` raise it (the

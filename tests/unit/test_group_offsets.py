@@ -13,7 +13,7 @@ from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.group_state import (offset_commit_body, offset_fetch_body, read_offset_fetch,
                                       settle_offset_fetch_errors)
-from akresil.net.cluster import coordinator_lane
+from akresil.net.cluster import Lane, lane_of
 from akresil.net.group_offsets import GroupOffsets, check_offsets
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition as TP
@@ -125,8 +125,9 @@ def test_offset_fetch_asks_the_next_coordinator_after_not_coordinator() -> None:
     lost: list[BaseException] = []
     got = anyio.run(offsets_client(cluster, [3, 4], lost).fetch, [TP("t", 0), TP("t", 0)])
     assert got == {TP("t", 0): 42}
-    # on the coordinators' own connections (a broker answers one connection's requests in order)
-    assert [node for node, _, _ in cluster.sent] == [coordinator_lane(3), coordinator_lane(4)]
+    # to the coordinators' broker ids; the cluster puts OffsetFetch on their group connections
+    assert [node for node, _, _ in cluster.sent] == [3, 4]
+    assert lane_of(ApiKey.OFFSET_FETCH) is Lane.GROUP and lane_of(ApiKey.OFFSET_COMMIT) is Lane.GROUP
     assert len(lost) == 1 and isinstance(lost[0], errors.NotCoordinatorError)
 
 
@@ -152,7 +153,7 @@ def test_commit_retries_what_the_member_lets_it_and_carries_each_attempts_identi
 
     anyio.run(main)
     assert [(node, body["generation_id_or_member_epoch"]) for node, _, body in cluster.sent] == [
-        (coordinator_lane(1), 5), (coordinator_lane(2), 5), (coordinator_lane(3), 6), (coordinator_lane(3), 7)]
+        (1, 5), (2, 5), (3, 6), (3, 7)]
     assert judged == [NOT_COORDINATOR, errors.StaleMemberEpochError.errno]
     assert [type(e) for e in lost] == [errors.NotCoordinatorError, errors.KafkaConnectionError]
 

@@ -18,7 +18,7 @@ from akresil.core.backoff import ExponentialBackoff
 from akresil.core.events import REBALANCE, REBALANCE_FAILED, Hooks, RecordingHook
 from akresil.core.group_state import MemberState
 from akresil.core.metadata import BrokerInfo, MetadataSnapshot, PartitionInfo
-from akresil.net.cluster import coordinator_lane
+from akresil.net.cluster import Lane, lane_of
 from akresil.net.coordinator import CoordinatorLocator, CoordinatorTracker
 from akresil.net.group_classic import ClassicMember
 from akresil.net.group_offsets import GroupOffsets, check_offsets
@@ -71,8 +71,8 @@ class FakeCluster:
             answer = await answer
         return version, answer
 
-    def disconnect(self, node_id: int, error: BaseException | None = None) -> None:
-        self.log.append((self.clock(), node_id, "disconnect", {}))  # type: ignore[arg-type]
+    def disconnect(self, node_id: int, error: BaseException | None = None, *, lane: Lane = Lane.SHARED) -> None:
+        self.log.append((self.clock(), node_id, f"disconnect {lane.value}", {}))  # type: ignore[arg-type]
 
     async def request_any(self, api_key: ApiKey, body: Any, *, min_version: int = 0,
                           timeout_ms: int | None = None) -> tuple[int, int, dict[str, Any]]:
@@ -275,7 +275,9 @@ async def test_group_requests_go_on_the_coordinators_own_connection() -> None:
         tg.cancel_scope.cancel()
     group_apis = (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP)
     nodes = {api: {n for _, n, k, _ in cluster.log if k == api} for api in group_apis}
-    assert nodes == {api: {coordinator_lane(1)} for api in group_apis}
+    # the coordinator's broker id, nothing else: the cluster puts these APIs on its group connection
+    assert nodes == {api: {1} for api in group_apis}
+    assert {lane_of(api) for api in group_apis} == {Lane.GROUP}
 
 
 async def test_static_member_joins_directly_and_does_not_leave() -> None:
@@ -456,7 +458,7 @@ async def test_not_coordinator_rediscovers_with_backoff() -> None:
         times = [t for t, _, k, _ in cluster.log if k == ApiKey.FIND_COORDINATOR][-3:]
         gaps = [b - a for a, b in zip(times, times[1:])]
         assert gaps[0] >= 16 and gaps[1] >= 32  # 20 ms then 40 ms, +-20% jitter (KIP-580)
-        await until(lambda: any(n == coordinator_lane(2) for _, n, k, _ in cluster.log if k == ApiKey.HEARTBEAT))
+        await until(lambda: any(n == 2 for _, n, k, _ in cluster.log if k == ApiKey.HEARTBEAT))
         assert gc.generation_id == 1 and state(gc) is MemberState.STABLE  # membership survived the move
         await gc.leave()
         tg.cancel_scope.cancel()
@@ -674,5 +676,5 @@ async def test_leaving_while_the_broker_holds_our_join_leaves_on_a_new_connectio
             await gc.leave()
         tg.cancel_scope.cancel()
     tail = [(node, api) for _, node, api, _ in cluster.log][-2:]
-    assert tail == [(coordinator_lane(1), "disconnect"), (coordinator_lane(1), ApiKey.LEAVE_GROUP)]
+    assert tail == [(1, "disconnect group"), (1, ApiKey.LEAVE_GROUP)]
     assert cluster.sent(ApiKey.LEAVE_GROUP)[0]["members"][0]["member_id"] == "member-1"

@@ -15,7 +15,7 @@ from akresil.config import resolve
 from akresil.core.events import REBALANCE, REBALANCE_FAILED, Hooks, RecordingHook
 from akresil.core.group_heartbeat import MemberPhase
 from akresil.core.metadata import MetadataSnapshot
-from akresil.net.cluster import broker_of, coordinator_lane
+from akresil.net.cluster import Lane, lane_of
 from akresil.net.coordinator import CoordinatorLocator
 from akresil.net.group_heartbeat import ConsumerGroupMember, ShareGroupMember
 from akresil.net.group_session import GroupSession, MembershipFactory
@@ -155,17 +155,12 @@ def test_heartbeats_go_on_the_coordinators_own_connection() -> None:
             await tg.start(s.run)
             await wait_all_tasks_blocked()
             tg.cancel_scope.cancel()
-        assert cluster.nodes == [coordinator_lane(1)]
-        assert broker_of(cluster.nodes[0]) == 1 and broker_of(1) == 1
+        # the coordinator's broker id; the cluster puts heartbeats on its group connection
+        assert cluster.nodes == [1]
+        assert lane_of(ApiKey.CONSUMER_GROUP_HEARTBEAT) is Lane.GROUP
+        assert lane_of(ApiKey.SHARE_GROUP_HEARTBEAT) is Lane.GROUP
 
     anyio.run(main)
-
-
-def test_coordinator_lane_refuses_what_is_not_a_broker_id() -> None:
-    with pytest.raises(ValueError, match="not a broker id"):
-        coordinator_lane(-1)
-    with pytest.raises(ValueError, match="not a broker id"):
-        coordinator_lane(coordinator_lane(1))
 
 
 @pytest.mark.parametrize("where", ["heartbeat", "find_coordinator"])

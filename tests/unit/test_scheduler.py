@@ -14,7 +14,7 @@ import pytest
 from akresil import errors
 from akresil.config import resolve
 from akresil.core.accumulator import RecordAccumulator
-from akresil.net.cluster import Cluster
+from akresil.net.cluster import Cluster, Lane
 from akresil.net.scheduler import Sender
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition
@@ -79,7 +79,7 @@ async def make(idempotent: bool = False, **overrides: Any) -> tuple[Sender, Fake
     cluster = Cluster(cfg, clock=clock, rng=rng)
     cluster.metadata.update_from_metadata(metadata(leader=1, epoch=5), clock())
     for node in (1, 2):
-        cluster._conns[node] = FakeConn()          # noqa: SLF001 - connected nodes without sockets
+        cluster._conns[(node, Lane.SHARED)] = FakeConn()    # noqa: SLF001 - connected nodes without sockets
         cluster.node(node).on_connected(clock())
     acc = RecordAccumulator(batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
                             delivery_timeout_ms=cfg.delivery_timeout_ms, request_timeout_ms=cfg.request_timeout_ms,
