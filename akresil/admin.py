@@ -16,7 +16,7 @@ import base64
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
 
 import anyio
 
@@ -28,14 +28,16 @@ from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, A
                           GroupOffset, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
                           ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
                           TransactionListing, code_of, name_of)
-from .checks import (EARLIEST, INT32_MAX, LATEST, as_list, check_group_id, check_new_topic, check_timeout,
-                     check_topic_name, group_id_list, is_int, no_duplicate_topics, offset_values, partition_list,
+from .checks import EARLIEST as EARLIEST, LATEST as LATEST  # public here too (akresil.admin.EARLIEST)
+from .checks import (INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
+                     group_id_list, is_int, no_duplicate_topics, offset_requests, offset_values, partition_list,
                      str_list, topic_names)
 from .config import resolve
-from .core.admin_call import AdminCall, ItemResults, error_from
-from .core.backoff import ExponentialBackoff
+from .core.admin_call import AdminCall, ItemResults
 from .core.metadata import pending_topic_backoff
-from .net.cluster import Cluster, metadata_request_body
+from .net.cluster import Cluster
+from .net.coordinator import GROUP, TRANSACTION
+from .net.router import Router
 from .net.tasks import TaskOwner
 from .protocol.api import ApiKey, decode_versioned
 from .types import NewTopic, TopicPartition, partitions_by_topic
@@ -91,23 +93,11 @@ class Admin:
     def __init__(self, **config: Unpack[AdminConfig]) -> None:
         self.config = resolve("admin", config)
         self._cluster = Cluster(self.config, allow_auto_topic_creation=False)
-        self._backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+        self._router = Router(self._cluster, default_timeout_ms=self.config.default_api_timeout_ms)
         #: a created topic that Metadata does not show with leaders yet is not a failure: re-ask soon
         self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
         #: the metadata refresher's task group (None: not entered, or over another client's cluster)
         self._tasks: TaskOwner | None = None
-
-    @classmethod
-    def over_cluster(cls, cluster: Cluster, config: Any) -> "Admin":
-        """An Admin that sends over another client's ``Cluster`` (the consumer's offset lookups): it owns no
-        connection and needs no start or close. ``config`` supplies the retry backoff and
-        ``default_api_timeout_ms``."""
-        self = cls.__new__(cls)
-        self.config = config
-        self._cluster = cluster
-        self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
-        self._tasks = None
-        return self
 
     async def __aenter__(self) -> "Admin":
         """Bootstrap; the background tasks live until ``close()``, which any task may call."""
@@ -132,34 +122,6 @@ class Admin:
         await self._cluster.close()
         await tasks.close()
 
-    # ------------------------------------------------------------------ helpers
-    async def _metadata(self, topics: list[str] | None) -> dict[str, Any]:
-        body = metadata_request_body(topics, allow_auto_topic_creation=False)
-        _, _, response = await self._cluster.request_any(ApiKey.METADATA, body, min_version=1)
-        self._cluster.metadata.update_from_metadata(response, self._cluster.clock())
-        return response
-
-    async def _controller_request(self, api_key: ApiKey, body: Any, timeout_ms: int) -> dict[str, Any]:
-        """Send to the controller, retrying NOT_CONTROLLER / connection errors with backoff until timeout."""
-        failures = 0
-        with anyio.fail_after(timeout_ms / 1000.0 + 5.0):
-            while True:
-                md = await self._metadata([])
-                controller = md.get("controller_id", -1)
-                node = controller if controller >= 0 else self._cluster.least_loaded_node()
-                try:
-                    _, response = await self._cluster.request(node, api_key, body)
-                except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
-                    last: BaseException = exc
-                else:
-                    codes = [t.get("error_code", 0) for t in response.get("topics", response.get("responses", []))]
-                    if errors.NotControllerError.errno not in codes:
-                        return response
-                    last = errors.NotControllerError()
-                failures += 1
-                log.debug("%s to controller %s failed (%s); retrying", api_key.name, node, last)
-                await anyio.sleep(self._backoff.backoff_ms(failures) / 1000.0)
-
     # ------------------------------------------------------------------ topics
     async def create_topics(self, topics: Iterable[NewTopic], *, timeout_ms: int = 30_000,
                             validate_only: bool = False, ignore_existing: bool = False) -> None:
@@ -180,7 +142,7 @@ class Admin:
                 "configs": [{"name": k, "value": v} for k, v in (t.configs or {}).items()],
             } for t in new], "timeout_ms": timeout_ms, "validate_only": validate_only}
 
-        response = await self._controller_request(ApiKey.CREATE_TOPICS, body, timeout_ms)
+        response = await self._router.to_controller(ApiKey.CREATE_TOPICS, body, timeout_ms)
         for result in response["topics"]:
             code = result.get("error_code", 0)
             if code == errors.TopicAlreadyExistsError.errno and ignore_existing:
@@ -197,7 +159,7 @@ class Admin:
         failures = 0
         with anyio.fail_after(timeout_ms / 1000.0):
             while True:
-                md = await self._metadata(names)
+                md = await self._router.metadata(names)
                 ok = all(t.get("error_code", 0) == 0 and t["partitions"]
                          and all(p["leader_id"] >= 0 for p in t["partitions"]) for t in md["topics"])
                 if ok:
@@ -214,19 +176,19 @@ class Admin:
             return {"topic_names": names, "topics": [{"name": n, "topic_id": bytes(16)} for n in names],
                     "timeout_ms": timeout_ms}
 
-        response = await self._controller_request(ApiKey.DELETE_TOPICS, body, timeout_ms)
+        response = await self._router.to_controller(ApiKey.DELETE_TOPICS, body, timeout_ms)
         for result in response["responses"]:
             errors.raise_for_code(result.get("error_code", 0), f"{result.get('name')}: {result.get('error_message') or ''}")
 
     async def list_topics(self) -> list[str]:
         """Names of every non-internal topic, sorted."""
-        md = await self._metadata(None)
+        md = await self._router.metadata(None)
         return sorted(t["name"] for t in md["topics"] if not t.get("is_internal"))
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
         """Topic id and each partition's leader, leader epoch, replicas and ISR; raises for an unknown topic."""
         names = topic_names(names, "describe_topics")
-        md = await self._metadata(names)
+        md = await self._router.metadata(names)
         out: dict[str, TopicDescription] = {}
         for t in md["topics"]:
             errors.raise_for_code(t.get("error_code", 0), str(t["name"]))
@@ -240,7 +202,7 @@ class Admin:
 
     async def describe_cluster(self) -> ClusterDescription:
         """Cluster id, controller and brokers, from a fresh Metadata answer."""
-        md = await self._metadata([])
+        md = await self._router.metadata([])
         return ClusterDescription(
             cluster_id=md.get("cluster_id"), controller_id=md.get("controller_id", -1),
             brokers=tuple(BrokerDescription(b["node_id"], b["host"], b["port"], b.get("rack"))
@@ -255,35 +217,11 @@ class Admin:
         first partition's error, or with ``per_partition=True`` returns ``ItemResults`` (each partition's value
         or error). Leader moves and connection losses are retried within ``timeout_ms``
         (default ``default_api_timeout_ms``)."""
-        if not isinstance(requests, Mapping):
-            raise TypeError(f"list_offsets: expected a mapping {{TopicPartition: timestamp}}, got "
-                            f"{type(requests).__name__}")
-        for tp, ts in requests.items():
-            if not (isinstance(tp, tuple) and len(tp) == 2 and is_int(tp[1]) and tp[1] >= 0):
-                raise TypeError(f"list_offsets: expected TopicPartition(topic, partition >= 0) keys, got {tp!r}")
-            check_topic_name(tp[0])
-            if not is_int(ts) or ts < -2:
-                raise ValueError(f"list_offsets: timestamp for {tp[0]}-{tp[1]} must be an int >= 0, "
-                                 f"EARLIEST (-2) or LATEST (-1), got {ts!r}")
+        wanted = offset_requests(requests, "list_offsets")
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError(f"isolation_level: {isolation_level!r} is not 'read_uncommitted' or 'read_committed'")
-        wanted = {TopicPartition(*tp): ts for tp, ts in requests.items()}
-        level = 1 if isolation_level == "read_committed" else 0
-        call: AdminCall[TopicPartition] = self._call(list(wanted), timeout_ms, "ListOffsets for")
-
-        async def send(node: int, tps: list[TopicPartition]) -> None:
-            body = {"replica_id": -1, "isolation_level": level, "topics": [
-                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
-                                                "timestamp": wanted[TopicPartition(topic, p)], "max_num_offsets": 1}
-                                               for p in ps]} for topic, ps in partitions_by_topic(tps).items()]}
-            _, response = await self._cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
-            for t in response["topics"]:
-                for p in t["partitions"]:
-                    tp = TopicPartition(t["name"], p["partition_index"])
-                    call.answer(tp, p.get("error_code", 0), f"{tp.topic}-{tp.partition}",
-                                (p["offset"], p.get("timestamp", -1)))
-
-        results = await self._run(call, self._route_leaders, send)
+        results = await self._router.list_offsets(wanted, read_committed=isolation_level == "read_committed",
+                                                  timeout_ms=self._timeout(timeout_ms))
         if per_partition:
             return results
         return dict(results.raise_on_error().ok)
@@ -296,125 +234,7 @@ class Admin:
         return timeout_ms
 
     def _call(self, items: Iterable[K], timeout_ms: int | None, what: str) -> AdminCall[K]:
-        return AdminCall(items, now=self._cluster.clock(), timeout_ms=self._timeout(timeout_ms),
-                         backoff=self._backoff, what=what)
-
-    async def _run(self, call: AdminCall[K], route: Callable[[AdminCall[K]], Awaitable[dict[int, list[K]]]],
-                   send: Callable[[int, list[K]], Awaitable[None]]) -> ItemResults[K, Any]:
-        """Rounds of route-then-send for the pending items until every item is settled or the deadline passes.
-
-        ``route`` maps pending items to nodes (and may settle or defer items it cannot route); ``send`` sends
-        one node's items and reports each item's outcome to ``call``. Transport failures defer that node's
-        items and mark their route stale; an authentication failure or a closed client ends the call."""
-        fatal: list[BaseException] = []
-        while call.pending:
-            remaining = call.deadline - self._cluster.clock()
-            if remaining <= 0:
-                call.expire()
-                break
-            with anyio.move_on_after(remaining / 1000.0):
-                try:
-                    plan = await route(call)
-                except (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.NoBrokersAvailableError) as exc:
-                    call.transient_all(list(call.pending), exc, reroute=True)
-                    plan = {}
-                async with anyio.create_task_group() as tg:
-                    for node, keys in plan.items():
-                        if keys:
-                            tg.start_soon(self._send_guarded, call, node, keys, send, fatal)
-            if fatal:
-                raise fatal[0]
-            at = call.end_round(self._cluster.clock())
-            if at is None:
-                break
-            delay = at - self._cluster.clock()
-            if delay > 0:
-                await anyio.sleep(delay / 1000.0)
-        return call.results()
-
-    @staticmethod
-    async def _send_guarded(call: AdminCall[K], node: int, keys: list[K],
-                            send: Callable[[int, list[K]], Awaitable[None]], fatal: list[BaseException]) -> None:
-        """``send`` with its failures turned into item outcomes (no exception escapes into the task group)."""
-        try:
-            await send(node, keys)
-        except (errors.AuthenticationError, errors.ClientClosedError) as exc:
-            fatal.append(exc)
-        except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
-            if isinstance(exc.__cause__, errors.ProtocolError):
-                # a broker that answers with malformed bytes will do so again: report it, do not retry
-                for key in keys:
-                    call.fail(key, errors.ProtocolError(f"node {node} sent a malformed answer: {exc.__cause__}"))
-                return
-            call.transient_all(keys, exc, reroute=True)
-        except errors.UnsupportedVersionError as exc:
-            for key in keys:
-                call.fail(key, errors.UnsupportedVersionError(f"node {node}: {exc}"))
-        except errors.KafkaError as exc:      # e.g. an answer missing what was asked: final for these items
-            for key in keys:
-                call.fail(key, exc)
-
-    async def _route_any(self, call: AdminCall[K]) -> dict[int, list[K]]:
-        return {self._cluster.least_loaded_node(): list(call.pending)}
-
-    async def _route_controller(self, call: AdminCall[K]) -> dict[int, list[K]]:
-        md = await self._metadata([])
-        controller = md.get("controller_id", -1)
-        node = controller if controller >= 0 else self._cluster.least_loaded_node()
-        call.stale_routes.clear()
-        return {node: list(call.pending)}
-
-    async def _route_leaders(self, call: AdminCall[TopicPartition]) -> dict[int, list[TopicPartition]]:
-        """Each partition's leader from fresh Metadata; an unknown topic or partition is a final error."""
-        pending = list(call.pending)
-        md = await self._metadata(sorted({tp.topic for tp in pending}))
-        call.stale_routes.clear()
-        topics = {t["name"]: t for t in md["topics"]}
-        plan: dict[int, list[TopicPartition]] = {}
-        for tp in pending:
-            t = topics.get(tp.topic)
-            code = t.get("error_code", 0) if t is not None else errors.UnknownTopicOrPartitionError.errno
-            if code or t is None:
-                call.answer(tp, code, f"{tp.topic}-{tp.partition}")
-                continue
-            leader = next((p["leader_id"] for p in t["partitions"] if p["partition_index"] == tp.partition), None)
-            if leader is None:
-                call.fail(tp, errors.UnknownTopicOrPartitionError(
-                    f"{tp.topic}-{tp.partition}: topic {tp.topic!r} has no partition {tp.partition}"))
-            elif leader < 0:
-                call.transient(tp, errors.LeaderNotAvailableError(f"{tp.topic}-{tp.partition}: no leader"),
-                               reroute=True)
-            else:
-                plan.setdefault(leader, []).append(tp)
-        return plan
-
-    async def _coordinators(self, call: AdminCall[Any], keys: dict[Any, str], key_type: int) -> dict[int, list[Any]]:
-        """Route items to the coordinators of their keys (group or transactional ids): the client's
-        ``CoordinatorLocator`` (batched FindCoordinator v4+, cached until an answer says the coordinator moved)."""
-        locator = self._cluster.coordinators
-        for item in call.stale_routes:
-            locator.forget(keys[item], key_type)
-        call.stale_routes.clear()
-        unknown = sorted({keys[item] for item in call.pending if locator.cached(keys[item], key_type) is None})
-        if unknown:
-            found = await locator.find_many(unknown, key_type)
-            if any(isinstance(o, int) and o not in self._cluster.metadata.snapshot.brokers for o in found.values()):
-                await self._metadata([])   # a coordinator our metadata has not seen: learn its address
-            for key, outcome in found.items():
-                if not isinstance(outcome, int):
-                    for item in call.pending:
-                        if keys[item] == key:
-                            call.answer(item, outcome[0], f"FindCoordinator for {key!r}", message=outcome[1])
-        plan: dict[int, list[Any]] = {}
-        for item in list(call.pending):
-            node = locator.cached(keys[item], key_type)
-            if node is not None:
-                plan.setdefault(node, []).append(item)
-        return plan
-
-    async def _all_nodes(self) -> list[int]:
-        md = await self._metadata([])
-        return sorted(b["node_id"] for b in md["brokers"])
+        return self._router.call(items, self._timeout(timeout_ms), what)
 
     # ------------------------------------------------------------------ consumer groups
     async def list_consumer_groups(self, *, states: Iterable[str] | None = None, types: Iterable[str] | None = None,
@@ -426,7 +246,7 @@ class Admin:
         cannot answer within the timeout: a partial list would look like missing groups."""
         state_filter = str_list(states, "states")
         type_filter = str_list(types, "types")
-        call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListGroups on node")
+        call: AdminCall[int] = self._call(await self._router.all_nodes(), timeout_ms, "ListGroups on node")
 
         async def route(c: AdminCall[int]) -> dict[int, list[int]]:
             return {node: [node] for node in c.pending}
@@ -447,7 +267,7 @@ class Admin:
                 listed.append(GroupListing(g["group_id"], g["protocol_type"], state, gtype, node))
             call.answer(node, response.get("error_code", 0), f"ListGroups on node {node}", listed)
 
-        results = await self._run(call, route, send)
+        results = await self._router.run(call, route, send)
         results.raise_on_error()
         return sorted((g for node in results for g in results[node]), key=lambda g: g.group_id)
 
@@ -498,7 +318,7 @@ class Admin:
             if old:
                 await self._describe_classic_groups(call, node, old, classic)
 
-        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+        return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
     async def _describe_classic_groups(self, call: AdminCall[str], node: int, keys: list[str],
                                        why_not_consumer: Mapping[str, str]) -> None:
@@ -541,7 +361,7 @@ class Admin:
                                 _kip848_group_description(g, node, "share", names) if code == 0 else None,
                                 g.get("error_message"))
 
-        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+        return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
     async def _topic_names_of(self, groups: Iterable[Mapping[str, Any]]) -> dict[bytes, str]:
         """``{topic id: name}`` for the assignments of describe answers that name a topic by id only.
@@ -553,7 +373,7 @@ class Admin:
             return {}
         known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
         if not unnamed <= known.keys():
-            await self._metadata(None)
+            await self._router.metadata(None)
             known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
         return known
 
@@ -568,7 +388,7 @@ class Admin:
             for r in response["results"]:
                 call.answer(r["group_id"], r["error_code"], f"group {r['group_id']!r}")
 
-        return await self._run(call, lambda c: self._coordinators(c, {g: g for g in groups}, 0), send)
+        return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
     async def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
                                           *, with_lag: bool = True, require_stable: bool = False,
@@ -617,7 +437,7 @@ class Admin:
                                    epoch if epoch >= 0 else None)
             call.answer(group_id, code, f"offsets of group {group_id!r}", offsets)
 
-        results = await self._run(call, lambda c: self._coordinators(c, {group_id: group_id}, 0), send)
+        results = await self._router.run(call, self._router.coordinators({group_id: group_id}, GROUP), send)
         committed: dict[TopicPartition, tuple[int | None, str, int | None]] = results[group_id]
         if wanted is not None:
             committed = {tp: committed.get(tp, (None, "", None)) for tp in wanted}
@@ -656,7 +476,7 @@ class Admin:
                     tp = TopicPartition(t["name"], p["partition_index"])
                     call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition} of group {group_id!r}")
 
-        return await self._run(call, lambda c: self._coordinators(c, {tp: group_id for tp in values}, 0), send)
+        return await self._router.run(call, self._router.coordinators({tp: group_id for tp in values}, GROUP), send)
 
     async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *,
                                             timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
@@ -679,7 +499,7 @@ class Admin:
                     tp = TopicPartition(t["name"], p["partition_index"])
                     call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition} of group {group_id!r}")
 
-        return await self._run(call, lambda c: self._coordinators(c, {tp: group_id for tp in tps}, 0), send)
+        return await self._router.run(call, self._router.coordinators({tp: group_id for tp in tps}, GROUP), send)
 
     # ------------------------------------------------------------------ configs
     def _route_configs(self, call: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
@@ -718,7 +538,7 @@ class Admin:
         async def route(c: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
             return self._route_configs(c)
 
-        return await self._run(call, route, send)
+        return await self._router.run(call, route, send)
 
     async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Any], *, validate_only: bool = False,
                                         timeout_ms: int | None = None) -> ItemResults[ConfigResource, None]:
@@ -744,7 +564,7 @@ class Admin:
         async def route(c: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
             return self._route_configs(c)
 
-        return await self._run(call, route, send)
+        return await self._router.run(call, route, send)
 
     # ------------------------------------------------------------------ partitions and records
     async def create_partitions(self, new_partitions: Mapping[str, int | NewPartitions], *,
@@ -768,7 +588,7 @@ class Admin:
             for r in response["results"]:
                 call.answer(r["name"], r["error_code"], f"topic {r['name']!r}", None, r.get("error_message"))
 
-        return await self._run(call, self._route_controller, send)
+        return await self._router.run(call, self._router.controller, send)
 
     async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
                              ) -> ItemResults[TopicPartition, int]:
@@ -796,7 +616,7 @@ class Admin:
                     tp = TopicPartition(t["name"], p["partition_index"])
                     call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", p["low_watermark"])
 
-        return await self._run(call, self._route_leaders, send)
+        return await self._router.run(call, self._router.leaders, send)
 
     async def describe_producers(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
                                  ) -> ItemResults[TopicPartition, tuple[ProducerState, ...]]:
@@ -815,7 +635,7 @@ class Admin:
                                       s["coordinator_epoch"], s["current_txn_start_offset"])
                         for s in p["active_producers"]), p.get("error_message"))
 
-        return await self._run(call, self._route_leaders, send)
+        return await self._router.run(call, self._router.leaders, send)
 
     # ------------------------------------------------------------------ transactions
     async def list_transactions(self, *, states: Iterable[str] | None = None,
@@ -826,7 +646,7 @@ class Admin:
         pids = [] if producer_ids is None else list(producer_ids)
         if not all(is_int(p) and p >= 0 for p in pids):
             raise ValueError(f"producer_ids: expected ints >= 0, got {pids!r}")
-        call: AdminCall[int] = self._call(await self._all_nodes(), timeout_ms, "ListTransactions on node")
+        call: AdminCall[int] = self._call(await self._router.all_nodes(), timeout_ms, "ListTransactions on node")
 
         async def route(c: AdminCall[int]) -> dict[int, list[int]]:
             return {node: [node] for node in c.pending}
@@ -838,7 +658,7 @@ class Admin:
                 TransactionListing(t["transactional_id"], t["producer_id"], t["transaction_state"], node)
                 for t in response["transaction_states"]])
 
-        results = await self._run(call, route, send)
+        results = await self._router.run(call, route, send)
         results.raise_on_error()
         return sorted((t for node in results for t in results[node]), key=lambda t: t.transactional_id)
 
@@ -857,7 +677,7 @@ class Admin:
                     t["transaction_start_time_ms"],
                     frozenset(TopicPartition(x["topic"], p) for x in t["topics"] for p in x["partitions"]), node))
 
-        return await self._run(call, lambda c: self._coordinators(c, {t: t for t in ids}, 1), send)
+        return await self._router.run(call, self._router.coordinators({t: t for t in ids}, TRANSACTION), send)
 
     # ------------------------------------------------------------------ ACLs
     async def describe_acls(self, acl_filter: AclBindingFilter | None = None, *, timeout_ms: int | None = None
@@ -873,7 +693,7 @@ class Admin:
             call.answer(0, response["error_code"], "DescribeAcls", [
                 _acl_binding(r, a) for r in response["resources"] for a in r["acls"]], response.get("error_message"))
 
-        return list((await self._run(call, self._route_any, send))[0])
+        return list((await self._router.run(call, self._router.any_broker, send))[0])
 
     async def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None
                           ) -> ItemResults[AclBinding, None]:
@@ -895,7 +715,7 @@ class Admin:
             for b, r in zip(keys, response["results"]):
                 call.answer(b, r["error_code"], f"ACL {b}", None, r.get("error_message"))
 
-        return await self._run(call, self._route_any, send)
+        return await self._router.run(call, self._router.any_broker, send)
 
     async def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
                           ) -> ItemResults[AclBindingFilter, list[AclBinding]]:
@@ -916,7 +736,7 @@ class Admin:
                 call.answer(f, r["error_code"], f"ACL filter {f}", [_acl_binding(m, m) for m in r["matching_acls"]],
                             r.get("error_message"))
 
-        return await self._run(call, self._route_any, send)
+        return await self._router.run(call, self._router.any_broker, send)
 
     # ------------------------------------------------------------------ leaders
     async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,
@@ -945,7 +765,7 @@ class Admin:
             for tp, p in answered:
                 call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", None, p.get("error_message"))
 
-        return _without_placeholder(await self._run(call, self._route_controller, send))
+        return _without_placeholder(await self._router.run(call, self._router.controller, send))
 
     # ------------------------------------------------------------------ partition reassignments
     async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
@@ -1000,7 +820,7 @@ class Admin:
                     call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition}", None, p.get("error_message"))
             _fail_unanswered(call, tps, answered, f"AlterPartitionReassignments (node {node})")
 
-        return await self._run(call, self._route_controller, send)
+        return await self._router.run(call, self._router.controller, send)
 
     async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None, *,
                                            timeout_ms: int | None = None
@@ -1020,7 +840,7 @@ class Admin:
                     tuple(p["replicas"]), tuple(p["adding_replicas"]), tuple(p["removing_replicas"]))
                 for t in response["topics"] for p in t["partitions"]}, response.get("error_message"))
 
-        found: dict[TopicPartition, PartitionReassignment] = (await self._run(call, self._route_controller, send))[0]
+        found: dict[TopicPartition, PartitionReassignment] = (await self._router.run(call, self._router.controller, send))[0]
         return dict(sorted(found.items()))
 
     # ------------------------------------------------------------------ SCRAM credentials
@@ -1047,7 +867,7 @@ class Admin:
                     ScramCredentialInfo(name_of(SCRAM_MECHANISMS, c["mechanism"]), c["iterations"])
                     for c in r["credential_infos"]), r.get("error_message"))
 
-        return _without_placeholder(await self._run(call, self._route_any, send))
+        return _without_placeholder(await self._router.run(call, self._router.any_broker, send))
 
     async def alter_user_scram_credentials(self, alterations: Iterable[ScramUpsertion | ScramDeletion], *,
                                            timeout_ms: int | None = None) -> ItemResults[str, None]:
@@ -1083,7 +903,7 @@ class Admin:
             for r in response["results"]:
                 call.answer(r["user"], r["error_code"], f"user {r['user']!r}", None, r.get("error_message"))
 
-        return await self._run(call, self._route_any, send)
+        return await self._router.run(call, self._router.any_broker, send)
 
     # ------------------------------------------------------------------ client quotas
     async def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None, *,
@@ -1103,7 +923,7 @@ class Admin:
                 for e in response["entries"] or ()}
             call.answer(0, response["error_code"], "DescribeClientQuotas", quotas, response.get("error_message"))
 
-        return (await self._run(call, self._route_any, send))[0]  # type: ignore[no-any-return]
+        return (await self._router.run(call, self._router.any_broker, send))[0]  # type: ignore[no-any-return]
 
     async def alter_client_quotas(self, entries: Mapping[ClientQuotaEntity, Any], *, validate_only: bool = False,
                                   timeout_ms: int | None = None) -> ItemResults[ClientQuotaEntity, None]:
@@ -1130,7 +950,7 @@ class Admin:
                 call.answer(entity, r["error_code"], f"quota entity {entity}", None, r.get("error_message"))
             _fail_unanswered(call, keys, answered, f"AlterClientQuotas (node {node})")
 
-        return await self._run(call, self._route_any, send)
+        return await self._router.run(call, self._router.any_broker, send)
 
 
 def _without_placeholder(results: ItemResults[Any, Any]) -> ItemResults[Any, Any]:

@@ -185,3 +185,17 @@ def checked_partitions(partitions: Iterable[TopicPartition], call: str) -> list[
             raise ValueError(f"{call}: {tp[0]}-{tp[1]}: partition must be >= 0")
         out.append(TopicPartition(tp[0], tp[1]))
     return out
+
+
+def offset_requests(requests: object, call: str) -> dict[TopicPartition, int]:
+    """``{TopicPartition: timestamp}`` for a ListOffsets lookup: a timestamp (ms) >= 0, EARLIEST or LATEST."""
+    if not isinstance(requests, Mapping):
+        raise TypeError(f"{call}: expected a mapping {{TopicPartition: timestamp}}, got {type(requests).__name__}")
+    for tp, ts in requests.items():
+        if not (isinstance(tp, tuple) and len(tp) == 2 and is_int(tp[1]) and tp[1] >= 0):
+            raise TypeError(f"{call}: expected TopicPartition(topic, partition >= 0) keys, got {tp!r}")
+        check_topic_name(tp[0])
+        if not is_int(ts) or ts < EARLIEST:
+            raise ValueError(f"{call}: timestamp for {tp[0]}-{tp[1]} must be an int >= 0, "
+                             f"EARLIEST ({EARLIEST}) or LATEST ({LATEST}), got {ts!r}")
+    return {TopicPartition(*tp): ts for tp, ts in requests.items()}

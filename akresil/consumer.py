@@ -28,7 +28,7 @@ import anyio
 
 from . import errors
 from .checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
-from .checks import check_topic_name, checked_partitions
+from .checks import check_timeout, check_topic_name, checked_partitions, offset_requests
 from .config import resolve
 from .core.backoff import ExponentialBackoff
 from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
@@ -43,6 +43,7 @@ from .net.group_classic import ClassicMember
 from .net.group_heartbeat import ConsumerGroupMember
 from .net.group_offsets import GroupOffsets, check_offsets
 from .net.group_session import GroupSession, MembershipFactory, RebalanceListener
+from .net.router import Router
 from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
@@ -114,6 +115,7 @@ class Consumer(Generic[KeyT, ValueT]):
             from .metrics import ClientMetrics
             self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
         self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        self._router = Router(self._cluster, default_timeout_ms=cfg.default_api_timeout_ms)
         #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
         #: record handed out last (ended by the consumer's next call)
         self._trace_site = TraceSite("consumer", cfg.client_id, cfg.group_id, self._cluster.metadata)
@@ -710,11 +712,6 @@ class Consumer(Generic[KeyT, ValueT]):
         return self._cluster.metadata.snapshot.partitions_for(topic)
 
     # ------------------------------------------------------------------ offset lookups and lag
-    def _offset_lookup(self) -> Any:
-        """The admin's per-partition ListOffsets (leader routing, retries) over this consumer's connections."""
-        from .admin import Admin
-        return Admin.over_cluster(self._cluster, self.config)
-
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
                                 ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """The first offset whose timestamp is at or after each given timestamp (ms); None where no record is
@@ -726,8 +723,7 @@ class Consumer(Generic[KeyT, ValueT]):
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
                 raise ValueError(f"timestamps: timestamp for {tp!r} must be an int >= 0 (ms), got {ts!r}")
-        found = await self._offset_lookup().list_offsets(
-            dict(timestamps), isolation_level=self.config.isolation_level, timeout_ms=timeout_ms)
+        found = await self._list_offsets(offset_requests(timestamps, "offsets_for_times"), timeout_ms)
         return {tp: None if off < 0 else OffsetAndTimestamp(off, ts) for tp, (off, ts) in found.items()}
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
@@ -744,9 +740,18 @@ class Consumer(Generic[KeyT, ValueT]):
                             timeout_ms: int | None) -> dict[TopicPartition, int]:
         self._check_open()
         tps = checked_partitions(partitions, call)
-        found = await self._offset_lookup().list_offsets(
-            {tp: timestamp for tp in tps}, isolation_level=self.config.isolation_level, timeout_ms=timeout_ms)
+        found = await self._list_offsets({tp: timestamp for tp in tps}, timeout_ms)
         return {tp: found[tp][0] for tp in tps}
+
+    async def _list_offsets(self, wanted: dict[TopicPartition, int], timeout_ms: int | None
+                            ) -> dict[TopicPartition, tuple[int, int]]:
+        """Each partition's ``(offset, timestamp)`` from its leader (the router's ListOffsets rounds), or the
+        first partition's error."""
+        if timeout_ms is not None:
+            check_timeout(timeout_ms)
+        results = await self._router.list_offsets(
+            wanted, read_committed=self.config.isolation_level == "read_committed", timeout_ms=timeout_ms)
+        return dict(results.raise_on_error().ok)
 
     def lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the end of ``partition`` as of the last Fetch answer (the high

@@ -24,12 +24,14 @@ from typing import Any, Awaitable, Callable, Mapping
 import anyio
 
 from .. import errors
+from ..checks import LATEST
 from ..config import Config
 from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
 from .framing import find_frame_too_large
+from .router import list_offsets_at
 from .signals import Broadcast, TurnLoop
 
 log = logging.getLogger(__name__)
@@ -244,21 +246,20 @@ class Fetcher:
             self.wake()
 
     async def _list_offsets(self, node: int, generations: dict[TopicPartition, int]) -> None:
+        """Offset resets: ListOffsets (``net.router.list_offsets_at``, the one ListOffsets path) to ``node``,
+        the leader of every partition in ``generations``; each answer or failure goes to the fetch state."""
         state, cluster = self.state, self.cluster
         snapshot = cluster.metadata.snapshot
-        topics: dict[str, list[dict[str, Any]]] = {}
+        wanted: dict[TopicPartition, tuple[int, int]] = {}
         for tp in generations:
             st = state.partitions.get(tp)
             lead = snapshot.leader_of(tp)
-            topics.setdefault(tp.topic, []).append({
-                "partition_index": tp.partition, "current_leader_epoch": -1 if lead is None else lead[1],
-                "timestamp": TIMESTAMP_FOR[st.reset] if st is not None and st.reset else -1, "max_num_offsets": 1})
-        body = {"replica_id": -1, "isolation_level": 1 if state.read_committed else 0, "timeout_ms": self.config.request_timeout_ms,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-        answered: set[TopicPartition] = set()
+            wanted[tp] = (TIMESTAMP_FOR[st.reset] if st is not None and st.reset else LATEST,
+                          -1 if lead is None else lead[1])
         refresh = False
         try:
-            _, response = await cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
+            found = await list_offsets_at(cluster, node, wanted, read_committed=state.read_committed,
+                                          timeout_ms=self.config.request_timeout_ms)
         except errors.AuthenticationError as exc:
             now = cluster.clock()
             for tp, gen in generations.items():
@@ -274,26 +275,21 @@ class Fetcher:
             return
         else:
             now = cluster.clock()
-            for t in response.get("topics") or ():
-                for p in t["partitions"]:
-                    tp = TopicPartition(t["name"], p["partition_index"])
-                    gen = generations.get(tp)
-                    if gen is None:
-                        continue
-                    answered.add(tp)
-                    code = p.get("error_code", 0)
-                    if code == 0:
-                        state.on_reset_offset(tp, gen, p["offset"], p.get("leader_epoch", -1))
-                        continue
-                    err = errors.error_for_code(code)
-                    if code in _LEADER_ERRORS or err.invalid_metadata:
-                        refresh = True
-                    retriable = err.retriable or err.invalid_metadata
-                    state.on_lookup_failed(tp, gen, now, None if retriable else err(
-                        f"ListOffsets for {tp.topic}-{tp.partition} on node {node}: {err.description}"))
             for tp, gen in generations.items():
-                if tp not in answered:
+                listed = found.get(tp)
+                if listed is None:                   # left out of the answer: ask again after the backoff
                     state.on_lookup_failed(tp, gen, now)
+                    continue
+                code = listed.error_code
+                if code == 0:
+                    state.on_reset_offset(tp, gen, listed.offset, listed.leader_epoch)
+                    continue
+                err = errors.error_for_code(code)
+                if code in _LEADER_ERRORS or err.invalid_metadata:
+                    refresh = True
+                retriable = err.retriable or err.invalid_metadata
+                state.on_lookup_failed(tp, gen, now, None if retriable else err(
+                    f"ListOffsets for {tp.topic}-{tp.partition} on node {node}: {err.description}"))
             if refresh:
                 cluster.request_metadata_refresh("list-offsets-not-leader")
         finally:
