@@ -137,7 +137,9 @@ class KafkaCluster(BlockingLifecycle):
     """A local Apache Kafka KRaft cluster.  ``with KafkaCluster(brokers=3) as c: c.bootstrap_servers``.
 
     ``version``: a Kafka release (default ``kafka_jars.DEFAULT_KAFKA_VERSION``, or ``AKRESIL_KAFKA_VERSION``).
-    ``broker_config``: extra ``server.properties`` entries for every broker.  ``classpath``: jars or class folders
+    ``broker_config``: extra ``server.properties`` entries for every broker; ``node_config``: entries for one
+    broker, by id, on top of them (``{1: {"broker.rack": "r1"}}``; the ``node_config`` attribute may be changed
+    before ``start()``).  ``classpath``: jars or class folders
     added to every node's classpath after Kafka's own (broker plugins: a metric reporter, an authorizer), named
     in ``broker_config``.  ``security``: add the SASL/SSL listeners and the ACL authorizer.  ``heap_mb``: each
     broker JVM's maximum heap.  ``features``: feature levels the storage is formatted with (``kafka-storage format
@@ -150,6 +152,7 @@ class KafkaCluster(BlockingLifecycle):
 
     def __init__(self, brokers: int = 3, *, version: str | None = None, security: bool = False,
                  broker_config: Mapping[str, str | int] | None = None,
+                 node_config: Mapping[int, Mapping[str, str | int]] | None = None,
                  classpath: Iterable[str | os.PathLike[str]] = (), heap_mb: int = 512,
                  startup_timeout_s: float = 120.0, stop_timeout_s: float = 30.0, keep_logs: bool = False,
                  host: str = "127.0.0.1", features: Mapping[str, int] | None = None) -> None:
@@ -161,6 +164,11 @@ class KafkaCluster(BlockingLifecycle):
         self.brokers = brokers
         self.security = security
         self.broker_config = {k: str(v) for k, v in (broker_config or {}).items()}
+        self.node_config = {node: {k: str(v) for k, v in entries.items()}
+                            for node, entries in (node_config or {}).items()}
+        unknown = sorted(set(self.node_config) - set(self.broker_ids))
+        if unknown:
+            raise ValueError(f"KafkaCluster node_config: {unknown} are not broker ids (have {self.broker_ids})")
         self.classpath = [Path(entry) for entry in classpath]
         for entry in self.classpath:
             if not entry.exists():
@@ -261,6 +269,8 @@ class KafkaCluster(BlockingLifecycle):
         if self.security:
             props.update(self._security_properties(node))
         props.update({k: v for k, v in self.broker_config.items() if node.is_broker or k.startswith("group.")})
+        if node.is_broker:
+            props.update(self.node_config.get(node.node_id, {}))
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _security_properties(self, node: KafkaNode) -> dict[str, str]:

@@ -31,6 +31,19 @@ def test_three_brokers_get_a_separate_controller_and_replicated_internal_topics(
     assert "advertised.listeners" not in controller
 
 
+def test_node_config_adds_entries_to_one_broker_on_top_of_broker_config(tmp_path: Path) -> None:
+    cluster = KafkaCluster(3, broker_config={"broker.rack": "any", "num.partitions": 2},
+                           node_config={2: {"broker.rack": "r2"}})
+    cluster.node_config[3] = {"broker.rack": "r3"}          # may be set before start(), as a conftest does
+    cluster.workdir = tmp_path
+    cluster._layout()
+    racks = {n: properties(cluster._node_properties(cluster.nodes[n], 9999)).get("broker.rack")
+             for n in (1, 2, 3, 100)}
+    assert racks == {1: "any", 2: "r2", 3: "r3", 100: None}
+    with pytest.raises(ValueError, match=r"node_config: \[4\] are not broker ids"):
+        KafkaCluster(3, node_config={4: {"broker.rack": "r4"}})
+
+
 def test_one_broker_is_a_combined_node(tmp_path: Path) -> None:
     cluster = KafkaCluster(1)
     cluster.workdir = tmp_path
