@@ -71,7 +71,7 @@ class Cluster:
     def __init__(self, config: Config, *, hooks: Hooks | None = None, clock: Clock = monotonic_ms,
                  rng: random.Random | None = None, allow_auto_topic_creation: bool = True) -> None:
         self.config = config
-        self.hooks = hooks or Hooks()
+        self.hooks = hooks if hooks is not None else Hooks()   # an empty registry is falsy: keep the client's
         self.clock = clock
         self.rng = rng or random.Random()
         self.allow_auto_topic_creation = allow_auto_topic_creation
