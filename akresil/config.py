@@ -178,6 +178,11 @@ OPTIONS: tuple[Option, ...] = (
            nullable=True, check=_callable_check, kip="KIP-255"),
     Option("metrics_registry", (object,), None, "prometheus_client CollectorRegistry; None disables metrics",
            nullable=True, check=_registry_check),
+    Option("enable_metrics_push", (bool,), True,
+           "push the client's metrics to the cluster when an operator subscribed it (a client-metrics "
+           "subscription on brokers with a telemetry plugin): GetTelemetrySubscriptions, then PushTelemetry "
+           "with the subscribed series as OTLP at the subscription's interval, and a terminating push on close. "
+           "On a cluster without the plugin it costs one version check every 5 minutes", kip="KIP-714"),
     # ---- producer
     Option("acks", (int, str), "all", "acknowledgements the leader waits for", clients=_P,
            choices=(0, 1, -1, "all", "0", "1", "-1")),

@@ -46,6 +46,8 @@ class CommonConfig(TypedDict, total=False):
     #: OAUTHBEARER: a callable (sync or async) returning an ``OAuthToken`` or a JWT string
     sasl_oauth_token_provider: Callable[[], Any] | None
     metrics_registry: CollectorRegistry | None
+    #: KIP-714: push metrics to the cluster when an operator subscribed this client (default True, as Java)
+    enable_metrics_push: bool
 
 
 class ProducerConfig(CommonConfig, total=False):

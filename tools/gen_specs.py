@@ -77,6 +77,9 @@ APIS = [
     "AddOffsetsToTxn",
     "EndTxn",
     "TxnOffsetCommit",
+    # KIP-714 client metrics push (issue 36)
+    "GetTelemetrySubscriptions",
+    "PushTelemetry",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

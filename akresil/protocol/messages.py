@@ -1898,6 +1898,39 @@ class TxnOffsetCommitResponse(TypedDict):
     _unknown_tags: NotRequired[dict[int, bytes]]
 
 
+class GetTelemetrySubscriptionsRequest(TypedDict, total=False):
+    client_instance_id: bytes
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class GetTelemetrySubscriptionsResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: int
+    client_instance_id: bytes
+    subscription_id: int
+    accepted_compression_types: list[int]
+    push_interval_ms: int
+    telemetry_max_bytes: int
+    delta_temporality: bool
+    requested_metrics: list[str]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class PushTelemetryRequest(TypedDict, total=False):
+    client_instance_id: bytes
+    subscription_id: int
+    terminating: bool
+    compression_type: int
+    metrics: Buffer
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class PushTelemetryResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
 #: the request and response type of each API akresil speaks
 BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.PRODUCE: (ProduceRequest, ProduceResponse),
@@ -1945,6 +1978,8 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.LIST_TRANSACTIONS: (ListTransactionsRequest, ListTransactionsResponse),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse),
+    ApiKey.PUSH_TELEMETRY: (PushTelemetryRequest, PushTelemetryResponse),
     ApiKey.SHARE_GROUP_HEARTBEAT: (ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse),
     ApiKey.SHARE_GROUP_DESCRIBE: (ShareGroupDescribeRequest, ShareGroupDescribeResponse),
     ApiKey.SHARE_FETCH: (ShareFetchRequest, ShareFetchResponse),

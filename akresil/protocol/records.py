@@ -56,6 +56,25 @@ Header = tuple[str, "bytes | None"]
 _NO_HEADERS: list[Header] = []
 
 
+def codec_available(codec: int) -> bool:
+    """Whether this process can compress with ``codec`` (gzip always; the others need cramjam)."""
+    from aiokafka import codec as _codec
+    return {0: True, 1: _codec.has_gzip(), 2: _codec.has_snappy(), 3: _codec.has_lz4(),
+            4: _codec.has_zstd()}.get(codec, False)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` in the framing Kafka uses for record batches of magic 2 (the framing KIP-714 pushes use too):
+    gzip, xerial snappy, the LZ4 frame format, zstd."""
+    from aiokafka import codec as _codec
+    if codec == 0:
+        return data
+    encode = {1: _codec.gzip_encode, 2: _codec.snappy_encode, 3: _codec.lz4_encode, 4: _codec.zstd_encode}.get(codec)
+    if encode is None:
+        raise ValueError(f"compression codec {codec} is not one of {sorted(CODEC_NAMES)}")
+    return bytes(encode(data))
+
+
 def compression_codec(name: str | int) -> int:
     """Codec id for a ``compression_type`` name (or id); ConfigError naming the key for anything else."""
     if isinstance(name, int) and not isinstance(name, bool):

@@ -1550,6 +1550,43 @@ TXN_OFFSET_COMMIT_RESPONSE = M(
     ),
 )
 
+GET_TELEMETRY_SUBSCRIPTIONS_REQUEST = M(
+    'GetTelemetrySubscriptionsRequest', 71, 'request', '0', '0+', (
+        F('client_instance_id', 'uuid', '0+'),
+    ),
+)
+
+GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE = M(
+    'GetTelemetrySubscriptionsResponse', 71, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('client_instance_id', 'uuid', '0+'),
+        F('subscription_id', 'int32', '0+'),
+        F('accepted_compression_types', '[]int8', '0+'),
+        F('push_interval_ms', 'int32', '0+'),
+        F('telemetry_max_bytes', 'int32', '0+'),
+        F('delta_temporality', 'bool', '0+'),
+        F('requested_metrics', '[]string', '0+'),
+    ),
+)
+
+PUSH_TELEMETRY_REQUEST = M(
+    'PushTelemetryRequest', 72, 'request', '0', '0+', (
+        F('client_instance_id', 'uuid', '0+'),
+        F('subscription_id', 'int32', '0+'),
+        F('terminating', 'bool', '0+'),
+        F('compression_type', 'int8', '0+'),
+        F('metrics', 'bytes', '0+'),
+    ),
+)
+
+PUSH_TELEMETRY_RESPONSE = M(
+    'PushTelemetryResponse', 72, 'response', '0', '0+', (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+    ),
+)
+
 REQUEST_HEADER = M(
     'RequestHeader', None, 'header', '0-2', '2+', (
         F('request_api_key', 'int16', '0+'),
@@ -1687,6 +1724,10 @@ ALL: tuple[Message, ...] = (
     END_TXN_RESPONSE,
     TXN_OFFSET_COMMIT_REQUEST,
     TXN_OFFSET_COMMIT_RESPONSE,
+    GET_TELEMETRY_SUBSCRIPTIONS_REQUEST,
+    GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE,
+    PUSH_TELEMETRY_REQUEST,
+    PUSH_TELEMETRY_RESPONSE,
     REQUEST_HEADER,
     RESPONSE_HEADER,
     CONSUMER_PROTOCOL_SUBSCRIPTION,

@@ -3,7 +3,9 @@
 Every node listens on its own 127.0.0.1 port, answers ApiVersions with akresil's schema ranges (so any API,
 including ones no test broker implements, e.g. ElectLeaders, negotiates) and Metadata with the whole cluster
 (node ids 1..N, controller ``controller``, the topics in ``topics``: {name: [leader of each partition]});
-``versions`` overrides ApiVersions ranges to script an older broker (a None range: it lacks the API). Every
+``versions`` overrides ApiVersions ranges to script an older broker (a None range: it lacks the API); the KIP-714
+telemetry APIs are left out unless ``versions`` names them, as Apache Kafka offers them only with a telemetry
+plugin (otherwise every client's GetTelemetrySubscriptions would reach the handlers). Every
 other request goes to ``handler(node, api_key, version, body) -> response body`` (or None to close the
 connection). Each request is recorded with the node and the event loop's time, so a test can assert where
 retries went and how they were spaced.
@@ -19,6 +21,10 @@ from typing import Any, Callable
 
 from akresil.protocol import api
 from akresil.protocol.api import ApiKey
+
+#: a broker without a client-telemetry plugin does not offer the KIP-714 APIs
+_NO_TELEMETRY: dict[int, tuple[int, int] | None] = {ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: None,
+                                                     ApiKey.PUSH_TELEMETRY: None}
 
 Handler = Callable[[int, int, int, dict[str, Any]], "dict[str, Any] | None"]
 
@@ -96,7 +102,8 @@ class ScriptedCluster:
                 header, body = api.decode_request(frame)
                 key, version, cid = header["api_key"], header["api_version"], header["correlation_id"]
                 if key == ApiKey.API_VERSIONS:
-                    offered: dict[int, tuple[int, int] | None] = {**api.SCHEMA_VERSIONS, **self.versions}
+                    offered: dict[int, tuple[int, int] | None] = {**api.SCHEMA_VERSIONS, **_NO_TELEMETRY,
+                                                                   **self.versions}
                     keys = [{"api_key": int(k), "min_version": r[0], "max_version": r[1]}
                             for k, r in offered.items() if r is not None]
                     writer.write(api.encode_response(key, min(version, 3), cid, {"error_code": 0, "api_keys": keys}))

@@ -78,6 +78,7 @@ def test_aiokafka_cells() -> None:
     accumulator = source(root, "producer", "message_accumulator.py")
     assert "return (time.monotonic() - self._ctime) > self._ttl" in accumulator               # p9
     assert not (root / "py.typed").exists()                                                   # p16
+    assert grep(root, r"GetTelemetrySubscriptions|PushTelemetry") == []                       # p19
 
 
 def test_kafka_python_cells() -> None:
@@ -95,6 +96,7 @@ def test_kafka_python_cells() -> None:
     assert "update_partition_leader(" in source(root, "consumer", "fetcher.py")                # p8
     assert grep(root / "producer", r"current_leader(?!_epoch)|update_partition_leader") == []  # p8
     assert not (root / "py.typed").exists()                                                   # p16
+    assert grep(root, r"GetTelemetrySubscriptions|PushTelemetry|metrics_push") == ["protocol/api_key.py"]  # p20
 
 
 def test_confluent_kafka_cells() -> None:
@@ -114,6 +116,7 @@ def test_confluent_kafka_cells() -> None:
     try:                                                                                      # p2
         assert (default("retry.backoff.ms"), default("retry.backoff.max.ms")) == ("100", "1000")
         assert default("enable.idempotence") == "false"
+        assert default("enable.metrics.push") == "true"
     finally:
         lib.rd_kafka_conf_destroy(conf)
     binary = Path(library).read_bytes()

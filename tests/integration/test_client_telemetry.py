@@ -1,0 +1,93 @@
+"""KIP-714 on the wire against a scripted broker that offers the telemetry APIs: what a client asks and pushes, how
+it follows an UNKNOWN_SUBSCRIPTION_ID, that a refused push loses nothing, the codec it picks, the terminating
+push on close, and ``enable_metrics_push=False``.  (tests/apache/test_client_telemetry.py runs it on Apache
+Kafka with a receiver plugin.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+metrics_pb2 = pytest.importorskip("opentelemetry.proto.metrics.v1.metrics_pb2")
+
+from akresil import Admin, errors
+from akresil.core.telemetry import ZERO_UUID
+from akresil.protocol.api import ApiKey
+from akresil.protocol.records import codec_available
+from tests.harness.scripted_broker import ScriptedCluster
+
+INSTANCE = bytes(range(16, 32))
+OFFER_TELEMETRY: dict[int, tuple[int, int] | None] = {ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
+                                                      ApiKey.PUSH_TELEMETRY: (0, 0)}
+
+
+def subscription(subscription_id: int) -> dict[str, Any]:
+    return {"error_code": 0, "client_instance_id": INSTANCE, "subscription_id": subscription_id,
+            "accepted_compression_types": [3, 1], "push_interval_ms": 100, "telemetry_max_bytes": 1 << 20,
+            "delta_temporality": True, "requested_metrics": ["akresil.request."]}
+
+
+def decoded(push: dict[str, Any]) -> Any:
+    from aiokafka import codec
+    data = push["metrics"]
+    data = {0: bytes, 1: codec.gzip_decode, 3: codec.lz4_decode}[push["compression_type"]](data)
+    return metrics_pb2.MetricsData.FromString(bytes(data))
+
+
+def request_counts(push: dict[str, Any]) -> dict[str, int]:
+    """The request-duration observations of one push, by API."""
+    counts: dict[str, int] = {}
+    for rm in decoded(push).resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                assert metric.name.startswith("akresil.request."), metric.name
+                for point in metric.histogram.data_points:
+                    api = {kv.key: kv.value.string_value for kv in point.attributes}["api"]
+                    counts[api] = counts.get(api, 0) + point.count
+    return counts
+
+
+async def test_subscribe_push_follow_a_new_subscription_and_terminate_on_close() -> None:
+    pushes: list[dict[str, Any]] = []
+
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        gets = cluster.calls(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+        if key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS:
+            return subscription(len(gets))           # 1, then 2 after the broker forgot the first
+        assert key == ApiKey.PUSH_TELEMETRY
+        pushes.append(body)
+        if body["subscription_id"] == 1:
+            return {"error_code": errors.UnknownSubscriptionIdError.errno}
+        return {"error_code": 0}
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers, client_id="telemetry-admin") as admin:
+            with anyio.fail_after(30):
+                while sum(p["subscription_id"] == 2 for p in pushes) < 2:
+                    await anyio.sleep(0.02)
+            assert admin is not None
+        gets = cluster.calls(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+
+    # the first request asks for an instance id; the refused push makes the client ask again at once, with it
+    assert [g.body["client_instance_id"] for g in gets] == [ZERO_UUID, INSTANCE]
+    assert [p["subscription_id"] for p in pushes][:2] == [1, 2]
+    assert all(p["client_instance_id"] == INSTANCE for p in pushes)
+    # the broker's preferred codec among those this process has; the last push (on close) is the terminating one
+    assert {p["compression_type"] for p in pushes} == {3 if codec_available(3) else 1}
+    assert [p["terminating"] for p in pushes] == [False] * (len(pushes) - 1) + [True]
+    # deltas from the last accepted push: the refused first push's observations arrive in the next one
+    accepted = [request_counts(p) for p in pushes if p["subscription_id"] == 2]
+    assert sum(c.get("Metadata", 0) for c in accepted) == len(cluster.calls(ApiKey.METADATA))
+    assert sum(c.get("GetTelemetrySubscriptions", 0) for c in accepted) == 2
+
+
+async def test_enable_metrics_push_false_asks_for_nothing() -> None:
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError(f"unexpected request {ApiKey(key).name}")
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers, enable_metrics_push=False) as admin:
+            await admin.describe_cluster()        # a Metadata round trip: the client is up and talking
+    assert [r.api_key for r in cluster.requests] == [ApiKey.METADATA] * len(cluster.requests)
