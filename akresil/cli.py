@@ -165,9 +165,15 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from .testing import EmbeddedBroker
+    from .testing import BrokerStartError, EmbeddedBroker
     broker = EmbeddedBroker(kind=args.kind, port=args.port)
-    broker.start()
+    if args.kind in ("auto", "kafka"):
+        _say_what_kafka_needs(broker.kafka_version)
+    try:
+        broker.start()
+    except BrokerStartError as exc:     # no Java, jars that cannot be fetched, a port in use: the fix is named
+        print(f"akresil: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     stop = {"now": False}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -176,7 +182,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # both handled explicitly: a shell starting us in the background sets SIGINT to "ignore"; installed
     # before the address is printed, so a caller that stops us as soon as it reads it gets a clean stop
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"{args.kind} broker listening on {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it",
+    what = f"Apache Kafka {broker.kafka_version}" if broker.kind == "kafka" else broker.kind
+    print(f"{what} broker listening on {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it",
           file=sys.stderr, flush=True)
     print(broker.bootstrap_servers, flush=True)
     try:
@@ -191,6 +198,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
         broker.stop()
         print("broker stopped", file=sys.stderr)
     return EXIT_OK
+
+
+def _say_what_kafka_needs(version: str | None) -> None:
+    """Before a start that may take a while: a first run fetches Kafka's jars, and a JVM takes seconds."""
+    from .testing.broker import kafka_unavailable_reason
+    from .testing.kafka_jars import kafka_cache_dir, kafka_jars_cached
+    if kafka_unavailable_reason(version) is not None:
+        return      # "auto" warns and runs Tansu; "kafka" raises with the reason
+    if not kafka_jars_cached(version):
+        print(f"fetching Apache Kafka {version}'s jars (about 55 MB, once) into {kafka_cache_dir()} ...",
+              file=sys.stderr, flush=True)
+    print(f"starting Apache Kafka {version} (a JVM: a few seconds) ...", file=sys.stderr, flush=True)
 
 
 async def cmd_topics(args: argparse.Namespace) -> int:
@@ -389,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("broker", help="run an embedded broker in the foreground until Ctrl-C")
     p.add_argument("--port", type=_port, default=None, help="listen port (default: a free one)")
-    p.add_argument("--kind", choices=("tansu", "noida"), default="tansu")
+    p.add_argument("--kind", choices=("auto", "kafka", "tansu", "noida"), default="auto",
+                   help="auto (default): Apache Kafka where Java 17+ is, else Tansu with a warning; kafka: Apache "
+                        "Kafka or an error naming what is missing; tansu: the quick imitation; noida: noida-db")
 
     topics = sub.add_parser("topics", help="create, list, describe or delete topics")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -515,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, AdminUsageError, errors.ConfigError, errors.InvalidTopicError) as exc:
         print(f"akresil: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -2,10 +2,11 @@
 
 Fixtures, all prefixed ``kafka_`` so they never shadow a project's own ``broker`` fixture:
 
-* ``kafka_broker`` (session): an ``EmbeddedBroker``, Tansu by default; ``--kafka-broker=noida`` or the ini
-  option ``kafka_broker = noida`` picks noida-db (Kafka-like error paths, faster rebalances);
-  ``--kafka-broker=apache`` picks a one-node Apache Kafka (``KafkaCluster(brokers=1)``: needs Java 17+ and Maven
-  the first time, to fetch its jars).
+* ``kafka_broker`` (session): an ``EmbeddedBroker``, by default ``kind="auto"``: a one-node Apache Kafka where
+  Java 17+ is (its jars fetched once into a cache), else Tansu with a warning (also in the terminal summary).
+  ``--kafka-broker=tansu`` (or the ini option ``kafka_broker = tansu``) keeps the fast imitation, ``noida`` picks
+  noida-db (Kafka-like error paths, faster rebalances), ``kafka`` insists on Apache Kafka (``apache`` is the
+  same).
 * ``kafka_cluster`` (session): a real Apache Kafka cluster (``akresil.testing.KafkaCluster``, 3 brokers and a
   controller by default: ``--kafka-cluster-brokers``/ini ``kafka_cluster_brokers``; ``--kafka-version``), with
   SASL/SSL listeners and ACLs, and the controls a test needs (kill/stop/start a broker, move a leader, quotas).
@@ -37,23 +38,25 @@ if TYPE_CHECKING:   # imported where used: pytest loads this plugin in every ses
 
 __all__ = ["BROKER_KINDS"]
 
-Kind = Literal["tansu", "noida", "apache"]
-BROKER_KINDS: tuple[Kind, ...] = ("tansu", "noida", "apache")
+Kind = Literal["auto", "kafka", "tansu", "noida", "apache"]
+BROKER_KINDS: tuple[Kind, ...] = ("auto", "kafka", "tansu", "noida", "apache")
+#: why ``kafka_broker`` runs Tansu although "auto" was asked for (said once more in the terminal summary)
+_FALLBACK = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("akresil", "akresil Kafka fixtures")
     group.addoption("--kafka-broker", dest="kafka_broker", default=None, choices=BROKER_KINDS,
                     help="embedded broker behind the kafka_broker fixture (default: the kafka_broker ini "
-                         "option, else tansu)")
-    parser.addini("kafka_broker", "broker behind the kafka_broker fixture: tansu, noida or apache",
-                  default="tansu")
+                         "option, else auto: Apache Kafka where Java 17+ is, else tansu)")
+    parser.addini("kafka_broker", "broker behind the kafka_broker fixture: auto, kafka (or apache), tansu or noida",
+                  default="auto")
     group.addoption("--kafka-cluster-brokers", dest="kafka_cluster_brokers", default=None, type=int,
                     help="brokers of the kafka_cluster fixture's Apache Kafka cluster (default 3)")
     parser.addini("kafka_cluster_brokers", "brokers of the kafka_cluster fixture's Apache Kafka cluster",
                   default="3")
     group.addoption("--kafka-version", dest="kafka_version", default=None,
-                    help="Apache Kafka release for kafka_cluster and --kafka-broker=apache (default: "
+                    help="Apache Kafka release for kafka_cluster and a Kafka kafka_broker (default: "
                          "AKRESIL_KAFKA_VERSION, else akresil's pinned 4.x release)")
 
 
@@ -65,24 +68,29 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def broker_kind(config: pytest.Config) -> Kind:
     """The broker chosen by ``--kafka-broker``, else the ``kafka_broker`` ini option."""
-    chosen = config.getoption("kafka_broker") or str(config.getini("kafka_broker")).strip() or "tansu"
+    chosen = config.getoption("kafka_broker") or str(config.getini("kafka_broker")).strip() or "auto"
     if chosen not in BROKER_KINDS:
         raise pytest.UsageError(f"kafka_broker: expected one of {', '.join(BROKER_KINDS)}, got {chosen!r}")
     return cast(Kind, chosen)
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(pytestconfig: pytest.Config) -> Iterator[EmbeddedBroker | KafkaCluster]:
+def kafka_broker(pytestconfig: pytest.Config) -> Iterator[EmbeddedBroker]:
     """One broker for the whole session (in-memory or temporary storage: use unique topic names)."""
     kind = broker_kind(pytestconfig)
-    if kind == "apache":
-        from .testing.kafka_cluster import KafkaCluster
-        with KafkaCluster(brokers=1, version=pytestconfig.getoption("kafka_version")) as cluster:
-            yield cluster
-        return
     from .testing.broker import EmbeddedBroker
-    with EmbeddedBroker(kind=kind) as broker:
+    with EmbeddedBroker(kind="kafka" if kind == "apache" else kind,
+                        kafka_version=pytestconfig.getoption("kafka_version")) as broker:
+        if broker.fallback_reason is not None:
+            pytestconfig.stash[_FALLBACK] = broker.fallback_reason
         yield broker
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    reason = config.stash.get(_FALLBACK, None)
+    if reason is not None:
+        terminalreporter.write_line(f"akresil: kafka_broker ran Tansu, not Apache Kafka: {reason} "
+                                    "(--kafka-broker=tansu says that is intended)", yellow=True)
 
 
 @pytest.fixture(scope="session")
@@ -102,13 +110,13 @@ def configured_cluster(config: pytest.Config) -> KafkaCluster:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_broker: EmbeddedBroker | KafkaCluster) -> str:
+def kafka_bootstrap(kafka_broker: EmbeddedBroker) -> str:
     """``bootstrap_servers`` of the session's broker (no proxy in between)."""
     return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture
-def kafka_proxy(request: pytest.FixtureRequest, kafka_broker: EmbeddedBroker | KafkaCluster) -> Iterator[FaultProxy]:
+def kafka_proxy(request: pytest.FixtureRequest, kafka_broker: EmbeddedBroker) -> Iterator[FaultProxy]:
     """A fresh ``FaultProxy`` (own thread) in front of the session's broker; clients connect to
     ``kafka_proxy.bootstrap_servers``.  ``@pytest.mark.kafka_proxy(nodes=5)`` configures it."""
     marker = request.node.get_closest_marker("kafka_proxy")

@@ -87,7 +87,7 @@ async def fill(bootstrap: str, topic: str, partitions: int, n: int, size: int) -
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    async with EmbeddedBroker() as broker:
+    async with EmbeddedBroker(kind="tansu") as broker:
         bootstrap = broker.bootstrap_servers
         topic = f"bench-consume-{args.size}"
         t0 = time.perf_counter()

@@ -86,7 +86,7 @@ CLIENTS = {"akresil_getmany": akresil_getmany, "aiokafka_getmany": aiokafka_getm
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    async with EmbeddedBroker(stop_timeout_s=1.0) as broker:
+    async with EmbeddedBroker(kind="tansu", stop_timeout_s=1.0) as broker:
         bootstrap = broker.bootstrap_servers
         topic = f"bench-rounds-{args.size}"
         await fill(bootstrap, topic, args.partitions, args.records, args.size)

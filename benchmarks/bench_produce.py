@@ -105,7 +105,7 @@ CLIENTS: dict[str, Runner] = {
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    async with EmbeddedBroker() as broker:
+    async with EmbeddedBroker(kind="tansu") as broker:
         bootstrap = broker.bootstrap_servers
         async with Admin(bootstrap_servers=bootstrap) as admin:
             for size in args.sizes:

@@ -103,7 +103,7 @@ def _median(xs: list[float]) -> float:
 def run(client: str, messages: int, nodes: int, proxy_in: str, lean: bool, rounds: int) -> dict[str, Any]:
     """Alternate direct and proxied runs (fresh topic each) so background load hits both alike."""
     produce = CLIENTS[client]
-    broker = EmbeddedBroker().start()
+    broker = EmbeddedBroker(kind="tansu").start()
     upstream = broker.bootstrap_servers
     direct: list[float] = []
     proxied: list[float] = []

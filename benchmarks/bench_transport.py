@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.requests < 1 or args.depth < 1 or args.repeat < 1:
         parser.error("--requests, --depth and --repeat must be >= 1")
 
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(kind="tansu") as broker:
         host, port = broker.host, broker.port
         anyio.run(create_topic, host, port, "bench-transport")
         workloads: dict[str, Workload] = {

@@ -11,8 +11,8 @@ from akresil.testing import EmbeddedBroker, free_port as _free_port
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
-    """One Tansu broker for the whole session (in-memory storage: use unique topic names per test)."""
-    with EmbeddedBroker() as running:
+    """One Tansu broker for the whole session, the broker these tests were written for (in-memory storage: use unique topic names per test)."""
+    with EmbeddedBroker(kind="tansu") as running:
         yield running
 
 

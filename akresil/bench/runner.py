@@ -323,7 +323,7 @@ class Broker:
     async def __aenter__(self) -> str:
         if self._external:
             return self._external
-        self._embedded = EmbeddedBroker()
+        self._embedded = EmbeddedBroker(kind="tansu")
         await self._embedded.__aenter__()
         return self._embedded.bootstrap_servers
 

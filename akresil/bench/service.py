@@ -469,7 +469,7 @@ async def main(args: argparse.Namespace, progress: Callable[[str], None] = print
     if args.bootstrap_servers:
         doc = await run(args.bootstrap_servers, progress=progress, **kw)
     else:
-        async with EmbeddedBroker() as broker:
+        async with EmbeddedBroker(kind="tansu") as broker:
             doc = await run(broker.bootstrap_servers, progress=progress, **kw)
     doc["environment"] = environment()
     if args.out:

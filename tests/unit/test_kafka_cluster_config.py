@@ -88,9 +88,72 @@ def test_no_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_maven_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A release akresil ships no jar list for needs Maven."""
     monkeypatch.setenv("PATH", "/nonexistent")
+    assert kafka_jars.jar_lock("4.3.1") is None
     with pytest.raises(KafkaUnavailable, match="apt-get install -y maven"):
+        kafka_jars.resolve_kafka_jars("4.3.1", cache_dir=tmp_path)
+    assert "Maven" in (kafka_jars.kafka_jars_fetchable("4.3.1", cache_dir=tmp_path) or "")
+
+
+def _fake_repo(tmp_path: Path) -> tuple[Path, list[kafka_jars.LockedJar]]:
+    import hashlib
+    repo = tmp_path / "repo"
+    jars = []
+    for path, body in (("org/example/a/1.0/a-1.0.jar", b"jar a"), ("org/example/b/2.0/b-2.0.jar", b"jar b")):
+        (repo / path).parent.mkdir(parents=True)
+        (repo / path).write_bytes(body)
+        jars.append(kafka_jars.LockedJar(path, hashlib.sha256(body).hexdigest()))
+    return repo, jars
+
+
+def test_the_shipped_jar_list_is_fetched_without_maven_and_checked(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The default release's jars come straight from the Maven repository (here a file:// one), each checked by
+    SHA-256, so a machine with Java and no Maven runs Kafka; a jar that differs is refused, naming the mirror."""
+    repo, jars = _fake_repo(tmp_path)
+    monkeypatch.setattr(kafka_jars.shutil, "which", lambda name: None)
+    monkeypatch.setattr(kafka_jars, "jar_lock", lambda version=None: jars)
+    monkeypatch.setenv("AKRESIL_MAVEN_REPO", repo.as_uri())
+    assert kafka_jars.kafka_jars_fetchable("4.4.0", cache_dir=tmp_path / "cache") is None
+    libs = kafka_jars.resolve_kafka_jars("4.4.0", cache_dir=tmp_path / "cache")
+    assert sorted(p.name for p in libs.iterdir()) == ["a-1.0.jar", "b-2.0.jar"]
+    assert kafka_jars.kafka_jars_cached("4.4.0", cache_dir=tmp_path / "cache")
+    (repo / jars[1].path).write_bytes(b"tampered")
+    with pytest.raises(KafkaUnavailable, match="b-2.0.jar is not the jar akresil expects.*AKRESIL_MAVEN_REPO"):
+        kafka_jars.resolve_kafka_jars("4.4.0", cache_dir=tmp_path / "other")
+    assert not kafka_jars.kafka_jars_cached("4.4.0", cache_dir=tmp_path / "other")
+
+
+def test_an_unreachable_repository_names_the_ways_around_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(kafka_jars.shutil, "which", lambda name: None)
+    monkeypatch.setenv("AKRESIL_MAVEN_REPO", (tmp_path / "missing").as_uri())
+    with pytest.raises(KafkaUnavailable, match="could not download .*HTTPS_PROXY.*AKRESIL_MAVEN_REPO.*maven"):
         kafka_jars.resolve_kafka_jars("4.4.0", cache_dir=tmp_path)
+
+
+def test_the_shipped_jar_list_is_the_default_release_s() -> None:
+    """tools/gen_kafka_lock.py wrote it from Maven's resolution: the broker, its tools, the client, the logging."""
+    jars = kafka_jars.jar_lock(kafka_jars.DEFAULT_KAFKA_VERSION)
+    assert jars is not None and len({j.name for j in jars}) == len(jars) > 50
+    names = {j.name for j in jars}
+    version = kafka_jars.DEFAULT_KAFKA_VERSION
+    assert {f"kafka_2.13-{version}.jar", f"kafka-clients-{version}.jar", f"kafka-tools-{version}.jar"} <= names
+    assert all(len(j.sha256) == 64 for j in jars)
+
+
+def test_a_one_broker_cluster_takes_a_port_features_and_jvm_options(tmp_path: Path) -> None:
+    cluster = KafkaCluster(1, port=19092, features={"share.version": 1}, jvm_options=["-XX:TieredStopAtLevel=1"])
+    cluster.workdir = tmp_path
+    cluster._layout()
+    cluster._libs = tmp_path
+    cluster._java = "java"
+    assert cluster.nodes[1].ports["PLAINTEXT"] == 19092
+    assert "-XX:TieredStopAtLevel=1" in cluster._jvm_args(cluster.nodes[1])
+    with pytest.raises(ValueError, match="only a one-broker cluster takes a fixed port"):
+        KafkaCluster(3, port=19092)
+    with pytest.raises(ValueError, match="features"):
+        KafkaCluster(1, features={"share.version": "on"})     # type: ignore[dict-item]
 
 
 def test_a_node_whose_owner_is_gone_is_killed_even_if_it_ignores_sigterm() -> None:

@@ -1,0 +1,53 @@
+"""Fixtures for the integration tests that want Apache Kafka as a user meets it on the default embedded broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class CliBroker:
+    """``akresil broker --kind kafka`` running in the background, as a user starts it."""
+
+    bootstrap_servers: str
+    proc: subprocess.Popen[bytes]
+    stderr_path: Path
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="package")
+def kafka_cli_broker() -> Iterator[CliBroker]:
+    """One embedded Apache Kafka for this folder's tests that check what a user meets on the default broker: started
+    by the CLI (so ``akresil broker --kind kafka`` is exercised too), stopped with Ctrl-C after the folder."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory(prefix="akresil-cli-broker-") as tmp:
+        stderr_path = Path(tmp) / "stderr.log"
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "akresil", "broker", "--kind", "kafka"],
+                                    stdout=subprocess.PIPE, stderr=err, env=env)
+        try:
+            assert proc.stdout is not None
+            address = proc.stdout.readline().decode().strip()     # printed once the broker answers
+            assert address, f"akresil broker --kind kafka printed no address:\n{stderr_path.read_text()}"
+            yield CliBroker(address, proc, stderr_path)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
