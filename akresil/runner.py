@@ -24,6 +24,7 @@ import logging
 import time
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from itertools import islice
 from typing import (AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Protocol,
                     Sequence, cast)
@@ -141,14 +142,40 @@ class HandlerContext:
 
 
 # --------------------------------------------------------------------------- one task per partition
+@dataclass(frozen=True, slots=True)
+class _TaskEnv:
+    """What a partition task is given by its runner, and all it uses of it: the settings, the clock, the handler
+    call, the failure policy and the exactly-once barrier (one joint, instead of tasks reading the runner's
+    private members)."""
+
+    mode: str
+    max_batch_records: int
+    task_timeout_ms: int
+    #: on_error is "raise": a handler error stops the runner (else it is dead-lettered or skipped)
+    raise_errors: bool
+    backoff: ExponentialBackoff
+    producer: RunnerProducer | None
+    eos: ExactlyOnce | None
+    clock: Clock
+    sleep: Sleep
+    is_timeout: Callable[[BaseException], bool]
+    call_handler: Callable[[list[ConsumerRecord], HandlerContext], Awaitable[None]]
+    #: dead-letter or skip a failed unit; returns the deliveries to await
+    handle_failure: Callable[[list[ConsumerRecord], BaseException], Awaitable[list[Awaitable[Any]]]]
+    #: exactly-once: a task failed inside the transaction; the runner aborts and rewinds now
+    abort_now: Callable[[], None]
+    #: a task's fatal error: the runner stops and raises it
+    fail: Callable[[BaseException], None]
+
+
 class _PartitionTask:
     """Buffered records, progress and KIP-572 timer of one assigned partition, and the task working on them."""
 
-    def __init__(self, runner: Runner, tp: TopicPartition) -> None:
-        self.runner = runner
+    def __init__(self, env: _TaskEnv, tp: TopicPartition) -> None:
+        self.env = env
         self.tp = tp
         self.queue: deque[ConsumerRecord] = deque()
-        self.timer = TaskTimer(runner.task_timeout_ms, runner._backoff)
+        self.timer = TaskTimer(env.task_timeout_ms, env.backoff)
         #: offset after the last record queued: guards against records delivered twice after a rewind
         self.next_offset: int | None = None
         self.processed: int | None = None
@@ -205,22 +232,22 @@ class _PartitionTask:
             with self.scope:
                 await self._loop()
         except Exception as exc:  # noqa: BLE001 - handed to run()'s caller
-            self.runner._fail(exc)
+            self.env.fail(exc)
         finally:
             self.done.set()
 
     async def _loop(self) -> None:
-        runner = self.runner
+        env = self.env
         while not self.stopping:
             if not self.queue:
                 self._wake = anyio.Event()
                 await self._idle(self._wake.wait)
                 continue
-            now = runner._clock()
+            now = env.clock()
             if not self.timer.ready(now):
-                await self._idle(runner._sleep, self.timer.wait_ms(now))
+                await self._idle(env.sleep, self.timer.wait_ms(now))
                 continue
-            eos = runner._eos
+            eos = env.eos
             if eos is None:
                 await self._attempt()
                 continue
@@ -245,9 +272,9 @@ class _PartitionTask:
                 self._idle_scope = None
 
     async def _attempt(self) -> None:
-        runner = self.runner
-        chunk = list(islice(self.queue, runner.max_batch_records))
-        units = [[rec] for rec in chunk] if runner.mode == "record" else [chunk]
+        env = self.env
+        chunk = list(islice(self.queue, env.max_batch_records))
+        units = [[rec] for rec in chunk] if env.mode == "record" else [chunk]
         self.attempts += 1
         completed, error = await self._run_units(units)
         if completed:
@@ -257,70 +284,70 @@ class _PartitionTask:
             self.timer.on_progress()
         if error is None:
             return
-        eos = runner._eos
+        eos = env.eos
         if eos is not None:
             # the transaction holds this task's partial outputs: abort it and rewind (at the next commit point)
             transaction_failed = eos.transaction_failed()
             eos.request_abort()
-            runner._commit_now()
-            if transaction_failed and not runner._is_timeout(error):
+            env.abort_now()
+            if transaction_failed and not env.is_timeout(error):
                 # the handler's send failed because the transaction had (not because of the handler): the abort
                 # and rewind are the recovery, and the records are handled again in the next transaction
                 log.info("%s[%d]: the transaction failed under the handler (%r); aborting and rewinding",
                          self.tp.topic, self.tp.partition, error)
                 return
-        if not runner._is_timeout(error):
+        if not env.is_timeout(error):
             raise error
-        now = runner._clock()
+        now = env.clock()
         first = not self.timer.failing
         retry_at = self.timer.on_timeout(now)
         if retry_at is None:
             raise TaskTimeoutError(
                 f"{self.tp.topic}[{self.tp.partition}]: no progress for {self.timer.stuck_for_ms(now):.0f} ms "
-                f"after {self.timer.failures} timed-out attempt(s) (task_timeout_ms={runner.task_timeout_ms}); "
+                f"after {self.timer.failures} timed-out attempt(s) (task_timeout_ms={env.task_timeout_ms}); "
                 f"last error: {error!r}") from error
         log.log(logging.INFO if first else logging.DEBUG,
                 "%s[%d]: timed out at offset %d (%r); retry in %.0f ms, failing for %.0f ms of %d",
                 self.tp.topic, self.tp.partition, chunk[completed].offset if completed < len(chunk) else -1,
-                error, retry_at - now, self.timer.stuck_for_ms(now), runner.task_timeout_ms)
+                error, retry_at - now, self.timer.stuck_for_ms(now), env.task_timeout_ms)
 
     async def _run_units(self, units: list[list[ConsumerRecord]]) -> tuple[int, BaseException | None]:
         """Handle ``units`` in order, then settle their deliveries.
 
         Returns how many records finished (a prefix of the chunk) and the error that stopped the rest.
         """
-        runner = self.runner
+        env = self.env
         handled: list[tuple[list[ConsumerRecord], list[Awaitable[Any]]]] = []
         error: BaseException | None = None
-        eos = runner._eos
+        eos = env.eos
         for i, unit in enumerate(units):
             if i and (self.stopping or (eos is not None and eos.closing)):
                 break           # stopping, or an exactly-once commit point waits: finish at a unit boundary
-            ctx = HandlerContext(self.tp, self.timer.failures + 1, runner.producer)
+            ctx = HandlerContext(self.tp, self.timer.failures + 1, env.producer)
             try:
-                await runner._call_handler(unit, ctx)
+                await env.call_handler(unit, ctx)
             except _HandlerNotAsync:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below
                 ctx._close()
-                if runner._is_timeout(exc) or runner.on_error == "raise":
+                if env.is_timeout(exc) or env.raise_errors:
                     error = exc
                     break
                 try:
-                    handled.append((unit, await runner._handle_failure(unit, exc)))
+                    handled.append((unit, await env.handle_failure(unit, exc)))
                 except Exception as dlq_exc:  # noqa: BLE001 - e.g. a timeout while dead-lettering
                     error = dlq_exc
                     break
                 continue
             futures = ctx._close()
             # exactly-once: deliveries settle at the commit (commit_transaction flushes; a failure aborts)
-            handled.append((unit, [] if runner._eos is not None else futures))
+            handled.append((unit, [] if eos is not None else futures))
         completed = 0
         for unit, futures in handled:
             failure = await _first_failure(futures)
-            if failure is not None and not runner._is_timeout(failure) and runner.on_error != "raise":
+            if failure is not None and not env.is_timeout(failure) and not env.raise_errors:
                 try:
-                    failure = await _first_failure(await runner._handle_failure(unit, failure))
+                    failure = await _first_failure(await env.handle_failure(unit, failure))
                 except Exception as dlq_exc:  # noqa: BLE001
                     failure = dlq_exc
             if failure is not None:
@@ -460,6 +487,12 @@ class Runner:
                                                      cast(GroupConsumer, consumer))
                                          if processing_guarantee == "exactly_once" else None)
         self._commit_due = False
+        #: what each partition task is given
+        self._env = _TaskEnv(mode=mode, max_batch_records=max_batch_records, task_timeout_ms=task_timeout_ms,
+                             raise_errors=on_error == "raise", backoff=self._backoff, producer=producer,
+                             eos=self._eos, clock=self._clock, sleep=self._sleep, is_timeout=self._is_timeout,
+                             call_handler=self._call_handler, handle_failure=self._handle_failure,
+                             abort_now=self._commit_now, fail=self._fail)
         #: a handler call's processing scope: the consumer's ``process`` (traced when it has a tracer: a
         #: ``process`` span per call, current while the handler runs, so what it sends joins the upstream trace)
         process = getattr(consumer, "process", None)
@@ -607,7 +640,7 @@ class Runner:
         for tp in assigned:
             if tp not in self._tasks:
                 tp = TopicPartition(tp[0], tp[1])
-                task = self._tasks[tp] = _PartitionTask(self, tp)
+                task = self._tasks[tp] = _PartitionTask(self._env, tp)
                 self._tg.start_soon(task.run, name=f"akresil.runner {tp.topic}[{tp.partition}]")
 
     def _drop(self, tp: TopicPartition, *, hard: bool) -> None:
@@ -632,6 +665,41 @@ class Runner:
         if to_resume:
             await _maybe_await(self.consumer.resume(*to_resume))
             self._paused.difference_update(to_resume)
+
+    # ------------------------------------------------------------------ rebalances (RunnerRebalanceListener)
+    async def _revoke(self, revoked: AbstractSet[TopicPartition]) -> None:
+        """Revoked partitions finish the handler call they are in, commit (or end the transaction), then go."""
+        tasks = [self._tasks[tp] for tp in revoked if tp in self._tasks]
+        if not tasks:
+            return
+        for task in tasks:
+            task.stop()
+        limit = self.shutdown_timeout_ms / 1000 if self.shutdown_timeout_ms is not None else None
+        with anyio.move_on_after(limit):
+            for task in tasks:
+                await task.done.wait()
+        if self._eos is not None:
+            try:
+                # the transaction holds every partition's progress: commit it (or abort) before they move
+                await self._eos.commit_point(list(self._tasks.values()))
+            except Exception as exc:  # noqa: BLE001 - aborted by the coordinator; the new owner re-reads
+                log.warning("transaction commit on revoke failed: %r", exc)
+            for task in tasks:
+                self._drop(task.tp, hard=True)
+            return
+        offsets = self._pending_offsets(tasks)
+        if offsets:
+            try:
+                await self._commit(offsets, timer=None)
+            except Exception as exc:  # noqa: BLE001 - the records will be redelivered to the new owner
+                log.warning("commit on revoke failed: %r", exc)
+        for task in tasks:
+            self._drop(task.tp, hard=True)
+
+    def _lose(self, lost: AbstractSet[TopicPartition]) -> None:
+        """Lost partitions may already be owned elsewhere: cancel their work, commit nothing."""
+        for tp in lost:
+            self._drop(tp, hard=True)
 
     # ------------------------------------------------------------------ commits
     def _pending_offsets(self, tasks: Iterable[_PartitionTask]) -> dict[TopicPartition, int]:
@@ -812,45 +880,16 @@ class RunnerRebalanceListener:
         self._runner = runner
 
     async def on_partitions_revoked(self, revoked: AbstractSet[TopicPartition]) -> None:
-        runner = self._runner
-        if runner is None:
-            return
-        tasks = [runner._tasks[tp] for tp in revoked if tp in runner._tasks]
-        if not tasks:
-            return
-        for task in tasks:
-            task.stop()
-        limit = runner.shutdown_timeout_ms / 1000 if runner.shutdown_timeout_ms is not None else None
-        with anyio.move_on_after(limit):
-            for task in tasks:
-                await task.done.wait()
-        if runner._eos is not None:
-            try:
-                # the transaction holds every partition's progress: commit it (or abort) before they move
-                await runner._eos.commit_point(list(runner._tasks.values()))
-            except Exception as exc:  # noqa: BLE001 - aborted by the coordinator; the new owner re-reads
-                log.warning("transaction commit on revoke failed: %r", exc)
-            for task in tasks:
-                runner._drop(task.tp, hard=True)
-            return
-        offsets = runner._pending_offsets(tasks)
-        if offsets:
-            try:
-                await runner._commit(offsets, timer=None)
-            except Exception as exc:  # noqa: BLE001 - the records will be redelivered to the new owner
-                log.warning("commit on revoke failed: %r", exc)
-        for task in tasks:
-            runner._drop(task.tp, hard=True)
+        if self._runner is not None:
+            await self._runner._revoke(revoked)
 
     async def on_partitions_assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
         """Tasks for new partitions start on the runner's next loop (from ``assignment()``)."""
 
     async def on_partitions_lost(self, lost: AbstractSet[TopicPartition]) -> None:
         """Lost partitions may already be owned elsewhere: cancel their work, commit nothing."""
-        if self._runner is None:
-            return
-        for tp in lost:
-            self._runner._drop(tp, hard=True)
+        if self._runner is not None:
+            self._runner._lose(lost)
 
 
 def dead_letter_headers(record: ConsumerRecord, exc: BaseException) -> list[Header]:
