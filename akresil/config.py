@@ -95,6 +95,15 @@ def _client_id_check(value: str) -> str | None:
     return None if n <= 0x7FFF else f"is {n} UTF-8 bytes; the protocol allows at most 32767"
 
 
+def _rack_check(value: str) -> str | None:
+    # sent as a string in every Fetch (int16 length prefix before the flexible versions)
+    try:
+        n = len(value.encode())
+    except UnicodeEncodeError as exc:
+        return f"is not encodable as UTF-8 ({exc.reason})"
+    return None if n <= 0x7FFF else f"is {n} UTF-8 bytes; the protocol allows a rack id of at most 32767"
+
+
 def _registry_check(value: Any) -> str | None:
     if callable(getattr(value, "register", None)) and callable(getattr(value, "unregister", None)):
         return None
@@ -247,6 +256,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("auto_commit_interval_ms", _INT, 5_000, "auto-commit period", clients=_C, minimum=1,
            maximum=_MAX_INT),
     Option("check_crcs", (bool,), True, "verify record batch CRCs", clients=_C),
+    Option("client_rack", (str,), "", "the rack (availability zone) this consumer runs in; sent with every Fetch "
+           "so a broker with `replica.selector.class` (e.g. Kafka's RackAwareReplicaSelector) can point it to "
+           "a replica in the same rack, which it then fetches from until `metadata_max_age_ms` passes or that "
+           "replica fails. '' (default): always the leader", clients=_C, check=_rack_check, kip="KIP-392"),
 )
 
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

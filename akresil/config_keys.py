@@ -89,6 +89,7 @@ class ConsumerConfig(CommonConfig, total=False):
     enable_auto_commit: bool
     auto_commit_interval_ms: int
     check_crcs: bool
+    client_rack: str
     #: bound on prefetched record bytes (default ``fetch_max_bytes``)
     max_buffered_bytes: int
     default_api_timeout_ms: int

@@ -126,7 +126,7 @@ class Consumer(Generic[KeyT, ValueT]):
             isolation_level=cfg.isolation_level, retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms, check_crcs=cfg.check_crcs,
             key_deserializer=key_deserializer, value_deserializer=value_deserializer,
-            rng=self._cluster.rng)
+            client_rack=cfg.client_rack, read_replica_ttl_ms=cfg.metadata_max_age_ms, rng=self._cluster.rng)
         #: the group session (classic or KIP-848) when subscribed with a group_id
         self._group: GroupSession | None = None
         #: the group's offsets path (the session's, or with manual assignment one of its own that commits as no

@@ -38,6 +38,14 @@ Rules worth knowing:
   the offset after the batch. As in the Java consumer, the partition's records before it are handed out
   first; then every poll that reaches the partition raises it (other partitions go on) and the partition
   stops fetching, until the application seeks (past it: ``seek(tp, exc.next_offset)``).
+* Fetch from the closest replica (KIP-392): every Fetch carries ``client_rack``; a leader whose broker has a
+  ``replica.selector.class`` may answer with ``preferred_read_replica`` (and no records), and the partition is
+  then fetched from that replica, as the Java consumer does, until the lease (``metadata_max_age_ms``) runs out
+  and the leader is asked again. It is fetched from the leader at once, with no backoff, when the replica
+  answers with an error (UNKNOWN_LEADER_EPOCH aside: that one only says the replica is a moment behind our
+  metadata), when a Fetch to it fails, or when the metadata shows it gone, offline or out of the ISR; errors
+  that name a stale view also refresh the metadata. OFFSET_OUT_OF_RANGE from the replica is not a reset: the
+  leader is asked (a replica's log may start later or end earlier than the leader's).
 * Fetch sessions (KIP-227) are not used: every request is a full fetch (session id 0, epoch -1). It keeps the
   broker stateless towards us at the cost of re-sending the partition list, which is small for a consumer.
 * One Fetch per node is outstanding, and the broker holds a Fetch up to ``max_wait_ms`` when none of its
@@ -251,7 +259,8 @@ class PartitionFetchState:
 
     __slots__ = ("tp", "position", "position_epoch", "fetch_offset", "paused", "reset", "awaiting_committed",
                  "lookup_in_flight", "in_flight", "generation", "chunks", "buffered_bytes", "error", "retry",
-                 "behind", "high_watermark", "last_stable_offset", "log_start_offset")
+                 "behind", "high_watermark", "last_stable_offset", "log_start_offset", "read_replica",
+                 "read_replica_until")
 
     def __init__(self, tp: TopicPartition, backoff: ExponentialBackoff, behind_backoff: ExponentialBackoff) -> None:
         self.tp = tp
@@ -280,6 +289,10 @@ class PartitionFetchState:
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
+        #: KIP-392: the replica the leader pointed us to (None: fetch from the leader), usable until the time
+        #: ``read_replica_until``
+        self.read_replica: int | None = None
+        self.read_replica_until = 0.0
 
     def next_try_at(self) -> float | None:
         """When the partition may be fetched again after errors (None: now)."""
@@ -311,7 +324,7 @@ class FetchState:
                  isolation_level: str = "read_uncommitted", retry_backoff_ms: float = 100,
                  retry_backoff_max_ms: float = 1000, check_crcs: bool = True,
                  key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
-                 rng: Any = None) -> None:
+                 client_rack: str = "", read_replica_ttl_ms: float = 300_000, rng: Any = None) -> None:
         if auto_offset_reset not in (EARLIEST, LATEST, "none"):
             raise errors.ConfigError(f"auto_offset_reset: {auto_offset_reset!r} is not 'earliest', 'latest' or 'none'")
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -324,6 +337,9 @@ class FetchState:
         self.auto_offset_reset = auto_offset_reset
         self.read_committed = isolation_level == "read_committed"
         self.check_crcs = check_crcs
+        #: KIP-392: sent with every Fetch; how long a replica the leader preferred is fetched from
+        self.client_rack = client_rack
+        self.read_replica_ttl_ms = read_replica_ttl_ms
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rng=rng)
@@ -520,7 +536,7 @@ class FetchState:
                 if defer and not st.caught_up(read_committed):
                     lead = snapshot.leader_of(tp)
                     if lead is not None:
-                        held_nodes.add(lead[0])
+                        held_nodes.add(lead[0] if st.read_replica is None else st.read_replica)
                 continue
             retry_at = st.next_try_at()
             if retry_at is not None and now < retry_at:
@@ -534,6 +550,9 @@ class FetchState:
                 needs_metadata = True
                 continue
             node, epoch = lead
+            if st.read_replica is not None:
+                node, gone = self._read_source(st, tp, node, snapshot, now)
+                needs_metadata = needs_metadata or gone
             if node in busy:
                 continue
             ready_at = node_ready_at(node) if node_ready_at is not None else None
@@ -558,6 +577,23 @@ class FetchState:
                     ids[p.tp.topic] = tid
             requests.append(FetchRequest(node, tuple(parts), max_version, ids))
         return FetchPlan(requests, needs_metadata, wake_at)
+
+    def _read_source(self, st: PartitionFetchState, tp: TopicPartition, leader: int, snapshot: MetadataSnapshot,
+                     now: float) -> tuple[int, bool]:
+        """Where to fetch ``tp`` from: its preferred read replica while the lease runs and the metadata shows it
+        alive and in the ISR, else the leader. True when the replica became unusable before its lease ran out
+        (the metadata may be stale: refresh it, as Java's consumer does)."""
+        replica = st.read_replica
+        assert replica is not None
+        if now >= st.read_replica_until:
+            st.read_replica = None        # the lease ran out: ask the leader, which may name another replica
+            return leader, False
+        info = snapshot.partition(tp)
+        if (replica in snapshot.brokers and info is not None and replica not in info.offline
+                and (not info.isr or replica in info.isr)):
+            return replica, False
+        st.read_replica = None
+        return leader, True
 
     def begin_fetch(self, request: FetchRequest) -> None:
         self.busy_nodes.add(request.node)
@@ -594,7 +630,7 @@ class FetchState:
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
                 "max_bytes": self.fetch_max_bytes, "isolation_level": 1 if self.read_committed else 0,
                 "session_id": 0, "session_epoch": -1, "topics": topic_list, "forgotten_topics_data": [],
-                "rack_id": ""}
+                "rack_id": self.client_rack}
 
     # ------------------------------------------------------------------ responses
     def on_fetch_failed(self, request: FetchRequest, now: float, *, node_backing_off: bool = False) -> None:
@@ -603,11 +639,13 @@ class FetchState:
         retry, so the partitions wait for the node, not each for a backoff of its own (with its own jitter) that
         would keep some of them idle after the node is back."""
         self._end_fetch(request)
-        if node_backing_off:
-            return
         for p in request.partitions:
             st = self.partitions.get(p.tp)
-            if st is not None and st.generation == p.generation:
+            if st is None or st.generation != p.generation:
+                continue
+            if st.read_replica == request.node:
+                st.read_replica = None      # KIP-392: back to the leader, another node, at once
+            elif not node_backing_off:
                 st.retry.on_failure(now)
 
     def on_fetch_response(self, request: FetchRequest, response: Mapping[str, Any], now: float,
@@ -646,9 +684,22 @@ class FetchState:
                         self.starved = False    # records for the application: it is about to drain
                     st.retry.on_success()
                     st.behind.on_success()
+                    preferred = part.get("preferred_read_replica", -1)
+                    if preferred is not None and preferred >= 0 and preferred != st.read_replica:
+                        st.read_replica = preferred       # KIP-392: the leader points to a closer replica
+                        st.read_replica_until = now + self.read_replica_ttl_ms
+                        replan = True
                     continue
                 if code == _UNKNOWN_LEADER_EPOCH:
                     st.behind.on_failure(now)   # the leader is behind our metadata: again in ~1, 2, 4 ... ms
+                    continue
+                if st.read_replica == request.node:
+                    # KIP-392: the replica cannot serve this (it left the ISR, lags behind the fetch offset, was
+                    # removed): back to the leader at once; only an answer naming a stale view refreshes
+                    st.read_replica = None
+                    replan = True
+                    if code != _OFFSET_OUT_OF_RANGE:
+                        refresh = refresh or "fetch-read-replica-error"
                     continue
                 if code in _LEADER_ERRORS:
                     hint = part.get("current_leader")

@@ -27,11 +27,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.apache)
 
 
+#: KIP-392: each broker in a rack of its own, and leaders that point a consumer naming a rack (``client_rack``)
+#: to the replica in it; consumers without a rack keep reading from leaders
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def rack(node_id: int) -> str:
+    return f"rack-{node_id}"
+
+
 @pytest.fixture(scope="package")
 def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
     """The plugin's cluster, scoped to this folder: it is stopped once the tier is done, so the rest of the
-    suite does not share the machine with four idle JVMs."""
-    with configured_cluster(pytestconfig) as cluster:
+    suite does not share the machine with four idle JVMs. Its brokers sit in racks ``rack(id)``."""
+    cluster = configured_cluster(pytestconfig)
+    cluster.broker_config["replica.selector.class"] = RACK_AWARE_SELECTOR
+    cluster.node_config.update({node: {"broker.rack": rack(node)} for node in cluster.broker_ids})
+    with cluster:
         yield cluster
 
 
