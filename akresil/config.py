@@ -166,6 +166,15 @@ OPTIONS: tuple[Option, ...] = (
            minimum=1, maximum=_MAX_INT, kip="KIP-266"),
     Option("metadata_max_age_ms", _INT, 300_000, "refresh metadata at least this often", minimum=0,
            maximum=_MAX_INT),
+    Option("metadata_recovery_strategy", (str,), "rebootstrap",
+           "what to do when no known broker answers, or the cluster answers REBOOTSTRAP_REQUIRED: 'rebootstrap' "
+           "forgets the brokers and asks `bootstrap_servers` again (Java 4.x's default; a cluster whose brokers "
+           "all moved is found again); 'none' keeps trying the known brokers", choices=("none", "rebootstrap"),
+           kip="KIP-899"),
+    Option("metadata_recovery_rebootstrap_trigger_ms", _INT, 300_000,
+           "with `metadata_recovery_strategy='rebootstrap'`: rebootstrap when no metadata arrived for this long "
+           "although it was wanted (every known broker refused, timed out or kept failing)", minimum=0,
+           maximum=_MAX_INT, kip="KIP-1102"),
     Option("connections_max_idle_ms", _INT, 540_000, "close connections idle this long", minimum=0,
            maximum=_MAX_INT),
     Option("max_in_flight_requests_per_connection", _INT, 5, "pipelined requests per connection", minimum=1,

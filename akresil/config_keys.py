@@ -35,6 +35,8 @@ class CommonConfig(TypedDict, total=False):
     socket_connection_setup_timeout_ms: int
     bootstrap_timeout_ms: int
     metadata_max_age_ms: int
+    metadata_recovery_strategy: Literal["none", "rebootstrap"]
+    metadata_recovery_rebootstrap_trigger_ms: int
     connections_max_idle_ms: int
     max_in_flight_requests_per_connection: int
     receive_message_max_bytes: int

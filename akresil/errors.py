@@ -1038,6 +1038,13 @@ class InvalidRegularExpressionError(BrokerResponseError):
     description = 'The regular expression is not valid.'
 
 
+class RebootstrapRequiredError(BrokerResponseError):
+    """Client metadata is stale. The client should rebootstrap to obtain new metadata."""
+
+    errno = 129
+    description = 'Client metadata is stale. The client should rebootstrap to obtain new metadata.'
+
+
 #: Client-facing names for broker conditions the client also raises itself.
 AuthenticationError = SaslAuthenticationFailedError
 RecordTooLargeError = MessageSizeTooLargeError

@@ -268,6 +268,18 @@ class MetadataCache:
         self._hooks.emit(events.METADATA_REFRESH_FAILED, failures=self._failures, backoff_ms=delay)
         return delay
 
+    def forget_brokers(self, now: float) -> None:
+        """Rebootstrap (KIP-899, ``core.rebootstrap``): drop every broker's address and ask for a refresh at
+        once, which then goes to the bootstrap servers. Topics and leader epochs stay: the brokers keep their
+        ids, and the next answer names their new addresses."""
+        old = self.snapshot
+        self.snapshot = MetadataSnapshot(
+            brokers={}, topics=old.topics, topic_ids=old.topic_ids, topic_errors=old.topic_errors,
+            cluster_id=old.cluster_id, controller_id=-1, generation=old.generation + 1)
+        self._failures = 0
+        self._allowed_at = self._failed_until = now
+        self.request_refresh("rebootstrap", now)
+
     def _not_ready(self, topics_field: Iterable[Mapping[str, Any]]) -> list[str]:
         """Wanted topics this answer shows as being created or without a leader (not failures: re-ask soon)."""
         wanted = self._wanted

@@ -30,6 +30,7 @@ from ..core.backoff import ExponentialBackoff
 from ..core.events import Hooks
 from ..core.metadata import MetadataCache
 from ..core.node_state import NodeState
+from ..core.rebootstrap import REBOOTSTRAP_REQUIRED, MetadataRecovery
 from ..protocol.api import ApiKey
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
@@ -84,6 +85,9 @@ class Cluster:
             auto_create_topics=allow_auto_topic_creation)
         #: every coordinator this client talks to (groups, transactions, the admin's), found and cached once
         self.coordinators = CoordinatorLocator(self)
+        #: when to give the known brokers up for bootstrap_servers (KIP-899 / KIP-1102)
+        self.recovery = MetadataRecovery(enabled=config.metadata_recovery_strategy == "rebootstrap",
+                                         trigger_ms=config.metadata_recovery_rebootstrap_trigger_ms)
         self._reconnect_backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=self.rng)
         #: per (node, lane): its node state, its connection, a connect in progress
@@ -207,9 +211,11 @@ class Cluster:
             raise
         except errors.KafkaConnectionError:
             state.on_disconnected(self.clock(), failed=True)
+            self._check_reachable(node_id, lane)
             raise   # Connection.connect names the node, the address and the cause already
         except (OSError, errors.KafkaError) as exc:
             state.on_disconnected(self.clock(), failed=True)
+            self._check_reachable(node_id, lane)
             reason = str(exc) or type(exc).__name__
             raise errors.KafkaConnectionError(
                 f"cannot connect to node {node_id} at {host}:{port}: {reason}",
@@ -233,6 +239,8 @@ class Cluster:
         if conn is not None and self._tg is not None:
             self._tg.start_soon(conn.close, error)
         self.node(node_id, lane).on_disconnected(self.clock(), failed=error is not None)
+        if error is not None:
+            self._check_reachable(node_id, lane)
 
     async def _sleep_until(self, due: Callable[[], float | None]) -> None:
         """Sleep until ``due()`` (absolute ms, re-read after each wake: a mute may grow) is not in the future."""
@@ -376,7 +384,8 @@ class Cluster:
                         return
                     except errors.AuthenticationError:
                         raise
-                    except (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError) as exc:
+                    except (errors.KafkaConnectionError, errors.RequestTimeoutError, errors.RebootstrapRequiredError,
+                            OSError) as exc:
                         causes[trying] = _failure_reason(exc)
                     trying = None
                 now = self.clock()
@@ -423,8 +432,49 @@ class Cluster:
     async def _refresh_from(self, node_id: int) -> None:
         self.hooks.emit(events.METADATA_REQUEST, node_id=node_id)
         token = self.metadata.begin_refresh(self.clock())
+        self.recovery.on_attempt(self.clock())
         _, response = await self.request(node_id, ApiKey.METADATA, self._metadata_body)
+        self._take_metadata(node_id, response, token)
+
+    async def request_metadata(self, topics: list[str] | None) -> dict[str, Any]:
+        """A Metadata answer from any broker for ``topics`` (None: every topic, []: none), merged into the
+        cache (the admin client's fresh reads)."""
+        body = metadata_request_body(topics, allow_auto_topic_creation=False)
+        self.recovery.on_attempt(self.clock())
+        node_id, _, response = await self.request_any(ApiKey.METADATA, body, min_version=1)
+        self._take_metadata(node_id, response, None)
+        return response
+
+    def _take_metadata(self, node_id: int, response: dict[str, Any], token: int | None) -> None:
+        """Merge a Metadata answer. REBOOTSTRAP_REQUIRED (KIP-1102, the one top-level error Metadata v13+ has)
+        rebootstraps, with ``metadata_recovery_strategy='rebootstrap'``, and raises: the attempt failed."""
+        code = int(response.get("error_code") or 0)
+        if self.recovery.on_answer(code):
+            self._rebootstrap(f"node {node_id} answered REBOOTSTRAP_REQUIRED")
+        if code == REBOOTSTRAP_REQUIRED:
+            raise errors.RebootstrapRequiredError(f"Metadata from node {node_id}: "
+                                                  f"{errors.RebootstrapRequiredError.description}")
         self.metadata.update_from_metadata(response, self.clock(), token=token)
+        self._announce_metadata()
+
+    # ------------------------------------------------------------------ rebootstrap (KIP-899 / KIP-1102)
+    def _check_reachable(self, node_id: int, lane: Lane) -> None:
+        """After a failed connection to a broker: rebootstrap when every known broker is unreachable."""
+        if node_id < 0 or lane is not Lane.SHARED or self._closed:
+            return
+        if self.recovery.unreachable(self.node(b) for b in self.metadata.snapshot.brokers):
+            self._rebootstrap("no known broker can be reached")
+
+    def _rebootstrap(self, why: str) -> None:
+        """Forget the brokers (their connections too) and ask ``bootstrap_servers`` for metadata again."""
+        known = sorted(self.metadata.snapshot.brokers)
+        log.warning("%s (brokers %s); rebootstrapping from bootstrap_servers %s (metadata_recovery_strategy="
+                    "'rebootstrap')", why, known, ", ".join(f"{h}:{p}" for h, p in self._bootstrap))
+        self.recovery.on_rebootstrap()
+        for node_id, lane in [key for key in self._conns if key[0] >= 0]:
+            self.disconnect(node_id, lane=lane)
+        self.metadata.forget_brokers(self.clock())
+        self._refresh_wanted.set()
         self._announce_metadata()
 
     def _set_fatal(self, exc: errors.AuthenticationError) -> None:
@@ -457,9 +507,14 @@ class Cluster:
                     log.error("metadata refresh: authentication failed, the client stops: %s", exc)
                     self._set_fatal(exc)
                     return
+                except errors.RebootstrapRequiredError:
+                    continue            # rebootstrapped: the bootstrap servers are asked at once
                 except (errors.KafkaError, OSError) as exc:
                     log.debug("metadata refresh failed: %s", exc)
                     self.metadata.on_refresh_failed(self.clock())
+                    if self.recovery.overdue(self.clock()):
+                        self._rebootstrap(f"no metadata for metadata_recovery_rebootstrap_trigger_ms="
+                                          f"{self.recovery.trigger_ms:g}")
                     self._announce_metadata()
                 continue
             wait_s = None if due is None else (due - now) / 1000.0

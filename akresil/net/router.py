@@ -31,7 +31,7 @@ from ..core.admin_call import AdminCall, ItemResults
 from ..core.backoff import ExponentialBackoff
 from ..protocol.api import ApiKey
 from ..types import TopicPartition, partitions_by_topic
-from .cluster import Cluster, metadata_request_body
+from .cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,7 @@ class Router:
     # ------------------------------------------------------------------ single requests
     async def metadata(self, topics: list[str] | None) -> dict[str, Any]:
         """A fresh Metadata answer from any broker (``None``: every topic, ``[]``: none), also cached."""
-        body = metadata_request_body(topics, allow_auto_topic_creation=False)
-        _, _, response = await self.cluster.request_any(ApiKey.METADATA, body, min_version=1)
-        self.cluster.metadata.update_from_metadata(response, self.cluster.clock())
-        return response
+        return await self.cluster.request_metadata(topics)
 
     async def all_nodes(self) -> list[int]:
         """Every broker's id, from a fresh Metadata answer."""
