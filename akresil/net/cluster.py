@@ -363,9 +363,10 @@ class Cluster:
         ``bootstrap_timeout_ms`` (one deadline for the whole wait, a connect or request in progress included).
 
         Rounds back off as retries do (KIP-580: ``retry_backoff_ms`` doubling to ``retry_backoff_max_ms``), and
-        no address is tried inside its reconnect backoff; a failed round logs one WARNING naming every address
-        with its cause and the next attempt, and giving up raises one error naming each address and its last
-        cause once."""
+        no address is tried inside its reconnect backoff. Failed rounds 1, 2, 4, 8 ... log one WARNING each,
+        naming every address with its cause and the next attempt (the log backs off too: 6 lines in the default
+        60 s, where one per round made 60); the rounds between them log at DEBUG. Giving up raises one error
+        naming each address and its last cause once."""
         await self._check_bootstrap_resolves()
         timeout_ms = self.config.bootstrap_timeout_ms
         deadline = self.clock() + timeout_ms
@@ -391,9 +392,11 @@ class Cluster:
                 now = self.clock()
                 next_at = max(now + round_backoff.backoff_ms(rounds),
                               min(self.node(-(i + 1)).next_connect_at(now) or now for i in range(len(self._bootstrap))))
-                log.warning("no bootstrap server answered (round %d): %s; next attempt in %.0f ms (start() gives up "
-                            "in %.1f s, bootstrap_timeout_ms=%d)", rounds, _listing(causes), next_at - now,
-                            max(0.0, deadline - now) / 1000.0, timeout_ms)
+                level = logging.WARNING if rounds & (rounds - 1) == 0 else logging.DEBUG
+                log.log(level, "no bootstrap server answered (round %d): %s; next attempt in %.0f ms (start() gives "
+                        "up in %.1f s, bootstrap_timeout_ms=%d; logged again after round %d)", rounds,
+                        _listing(causes), next_at - now, max(0.0, deadline - now) / 1000.0, timeout_ms,
+                        rounds * 2 if level == logging.WARNING else 1 << rounds.bit_length())
                 await self._sleep_until(lambda: next_at)
         if trying is not None and trying not in causes:
             # cut off by the deadline: an earlier round's cause for this address says more, keep that one

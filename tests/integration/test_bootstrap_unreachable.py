@@ -1,4 +1,5 @@
-"""An unreachable bootstrap address (issue 21): one clear error, a WARNING per failed round, a bounded wait.
+"""An unreachable bootstrap address (issue 21): one clear error, a bounded wait, and WARNINGs that back off
+(rounds 1, 2, 4, 8 ...: at most one per back-off step, issue 32).
 
 A refused port (a loopback port nobody listens on) and a name that cannot resolve (``.invalid`` is reserved,
 RFC 2606), for each client: they share ``Cluster``'s bootstrap and its ``bootstrap_timeout_ms``.
@@ -61,7 +62,7 @@ async def test_refused_port_gives_one_clear_error_within_the_timeout(kind: str, 
     assert elapsed < BOUND_S
     rounds = [r for r in caplog.records if r.levelno == logging.WARNING and "no bootstrap server answered" in
               r.getMessage()]
-    assert rounds, "every failed round logs a WARNING"
+    assert rounds, "the first failed round logs a WARNING"
     for record in rounds:
         text = record.getMessage()
         assert text.count(address) == 1 and "connection refused" in text and "next attempt in" in text, text
@@ -96,10 +97,9 @@ async def test_the_option_bounds_the_wait() -> None:
 
 async def test_rounds_back_off_like_retries_not_at_the_reconnect_pace(caplog: pytest.LogCaptureFixture) -> None:
     """A refused port fails in microseconds and its reconnect backoff caps at 250 ms (a returning broker is
-    noticed soon), but a bootstrap round is a retried request: rounds back off as KIP-580 retries do, so the
-    WARNINGs slow down to one per ``retry_backoff_max_ms``."""
+    noticed soon), but a bootstrap round is a retried request: rounds back off as KIP-580 retries do."""
     address = refused_address()
-    caplog.set_level(logging.WARNING, logger="akresil.net.cluster")
+    caplog.set_level(logging.DEBUG, logger="akresil.net.cluster")
     with pytest.raises(NoBrokersAvailableError):
         async with Producer(bootstrap_servers=address, bootstrap_timeout_ms=2_500, retry_backoff_ms=100,
                             retry_backoff_max_ms=1_000, reconnect_backoff_ms=50, reconnect_backoff_max_ms=250):
@@ -107,6 +107,23 @@ async def test_rounds_back_off_like_retries_not_at_the_reconnect_pace(caplog: py
     rounds = [r for r in caplog.records if "no bootstrap server answered (round" in r.getMessage()]
     # ~100 + 200 + 400 + 800 ms (±20%) fit in 2.5 s: 4-5 rounds; at the reconnect pace there would be ~11
     assert 3 <= len(rounds) <= 6, [r.getMessage() for r in rounds]
+
+
+async def test_the_warnings_back_off_too(caplog: pytest.LogCaptureFixture) -> None:
+    """One WARNING per round made 60 lines in the default 60 s at the 1 s retry cap; rounds 1, 2, 4, 8 ... log
+    one each (the others at DEBUG), each saying when the next one comes."""
+    address = refused_address()
+    caplog.set_level(logging.DEBUG, logger="akresil.net.cluster")
+    with pytest.raises(NoBrokersAvailableError):
+        async with Producer(bootstrap_servers=address, bootstrap_timeout_ms=400, retry_backoff_ms=5,
+                            retry_backoff_max_ms=10, reconnect_backoff_ms=1, reconnect_backoff_max_ms=2):
+            pass
+    rounds = [r for r in caplog.records if "no bootstrap server answered (round" in r.getMessage()]
+    assert len(rounds) >= 9, len(rounds)      # ~10 ms rounds in 400 ms: dozens
+    loud = [int(r.getMessage().split("(round ")[1].split(")")[0]) for r in rounds if r.levelno == logging.WARNING]
+    assert loud == [2 ** i for i in range(len(loud))] and len(loud) <= len(rounds).bit_length(), loud
+    first = next(r.getMessage() for r in rounds if r.levelno == logging.WARNING)
+    assert "logged again after round 2" in first
 
 
 @pytest.mark.parametrize("kind", ["producer", "consumer", "admin"])
