@@ -79,6 +79,12 @@ def test_aiokafka_cells() -> None:
     assert "return (time.monotonic() - self._ctime) > self._ttl" in accumulator               # p9
     assert not (root / "py.typed").exists()                                                   # p16
     assert grep(root, r"GetTelemetrySubscriptions|PushTelemetry") == []                       # p19
+    fetcher = source(root, "consumer", "fetcher.py")
+    assert "def _select_read_replica" in fetcher and "def _invalidate_preferred_read_replica_for_node" in fetcher  # p21
+    assert "self._preferred_replica_ttl = client._metadata_max_age_ms / 1000" in fetcher       # p21
+    assert "rack_id=self._client_rack" in fetcher                                              # p21
+    assert "We only keep bootstrap connection to update metadata" in client                    # p24
+    assert grep(root, r"(?i)rebootstrap") == []                                               # p24
 
 
 def test_kafka_python_cells() -> None:
@@ -97,6 +103,10 @@ def test_kafka_python_cells() -> None:
     assert grep(root / "producer", r"current_leader(?!_epoch)|update_partition_leader") == []  # p8
     assert not (root / "py.typed").exists()                                                   # p16
     assert grep(root, r"GetTelemetrySubscriptions|PushTelemetry|metrics_push") == ["protocol/api_key.py"]  # p20
+    fetcher = source(root, "consumer", "fetcher.py")
+    assert "self.config['metadata_max_age_ms'] / 1000.0" in fetcher                           # p23
+    assert "clear_preferred_read_replica()" in fetcher and "rack_id=self.config['client_rack']" in fetcher  # p23
+    assert grep(root, r"(?i)rebootstrap") == []                                               # p24
 
 
 def test_confluent_kafka_cells() -> None:
@@ -117,6 +127,9 @@ def test_confluent_kafka_cells() -> None:
         assert (default("retry.backoff.ms"), default("retry.backoff.max.ms")) == ("100", "1000")
         assert default("enable.idempotence") == "false"
         assert default("enable.metrics.push") == "true"
+        assert default("client.rack") == ""                                                   # p22
+        assert default("metadata.recovery.strategy") == "rebootstrap"                         # p22
+        assert default("metadata.recovery.rebootstrap.trigger.ms") == "300000"                # p22
     finally:
         lib.rd_kafka_conf_destroy(conf)
     binary = Path(library).read_bytes()
@@ -124,5 +137,6 @@ def test_confluent_kafka_cells() -> None:
     assert b"delivery.timeout.ms" in binary and b"test.mock.num.brokers" in binary            # p2
     assert b"rd_kafka_buf_read_CurrentLeader" in binary                                       # p7
     assert b"rd_kafka_buf_read_NodeEndpoints" in binary                                       # p7
+    assert b"REBOOTSTRAP_REQUIRED" in binary and b"preferred replica" in binary               # p22
     assert "ThreadPoolExecutor" in source(root, "aio", "producer", "_AIOProducer.py")          # p12
     assert (root / "py.typed").exists() and (root / "cimpl.pyi").exists()                    # p16
