@@ -200,7 +200,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _say_what_kafka_needs(version: str | None) -> None:
+def _say_what_kafka_needs(version: str | None, *, starting: bool = True) -> None:
     """Before a start that may take a while: a first run fetches Kafka's jars, and a JVM takes seconds."""
     from .testing.broker import kafka_unavailable_reason
     from .testing.kafka_jars import kafka_cache_dir, kafka_jars_cached
@@ -209,7 +209,8 @@ def _say_what_kafka_needs(version: str | None) -> None:
     if not kafka_jars_cached(version):
         print(f"fetching Apache Kafka {version}'s jars (about 55 MB, once) into {kafka_cache_dir()} ...",
               file=sys.stderr, flush=True)
-    print(f"starting Apache Kafka {version} (a JVM: a few seconds) ...", file=sys.stderr, flush=True)
+    if starting:
+        print(f"starting Apache Kafka {version} (a JVM: a few seconds) ...", file=sys.stderr, flush=True)
 
 
 async def cmd_topics(args: argparse.Namespace) -> int:
@@ -353,8 +354,15 @@ async def cmd_consume(args: argparse.Namespace) -> int:
 
 async def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
-    ok = await run_demo(duration_s=args.duration, partitions=args.partitions, metrics_port=args.metrics_port,
-                        kind=args.kind, rate=args.rate, group=args.group, out=sys.stderr)
+    from .testing import BrokerStartError, EmbeddedBroker
+    if args.kind in ("auto", "kafka"):
+        _say_what_kafka_needs(EmbeddedBroker(kind=args.kind).kafka_version, starting=False)
+    try:
+        ok = await run_demo(duration_s=args.duration, partitions=args.partitions, metrics_port=args.metrics_port,
+                            kind=args.kind, rate=args.rate, group=args.group, out=sys.stderr)
+    except BrokerStartError as exc:
+        print(f"akresil: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK if ok else EXIT_FAILURE
 
 
@@ -449,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_duration, default=15.0, help="seconds of chaos (default 15)")
     p.add_argument("--partitions", type=_positive_int, default=6)
     p.add_argument("--metrics-port", type=_port, default=0, help="metrics HTTP port (default: a free one)")
-    p.add_argument("--kind", choices=("tansu", "noida"), default="tansu", help="embedded broker")
+    p.add_argument("--kind", choices=("auto", "kafka", "tansu", "noida"), default="auto",
+                   help="embedded broker (default auto: Apache Kafka where Java 17+ is, else Tansu)")
     p.add_argument("--rate", type=_positive_int, default=10_000, help="records per second (default 10000)")
     p.add_argument("--group", action="store_true", help="consume in a consumer group (default: assign every "
                    "partition)")

@@ -1,7 +1,7 @@
 """``akresil demo``: a producer and a consumer group through leader moves, throttles and dropped connections.
 
-Everything runs locally: an embedded broker, ``FaultProxy`` presenting it as three brokers, a metrics
-endpoint.  A chaos script moves partition leaders (KIP-951 hints), throttles a node (KIP-219 mute), fails
+Everything runs locally: the embedded broker (Apache Kafka where Java 17+ is, else Tansu), ``FaultProxy``
+presenting it as three brokers, a metrics endpoint.  A chaos script moves partition leaders (KIP-951 hints), throttles a node (KIP-219 mute), fails
 Produce requests (KIP-580 retries) and drops connections, while a live line shows progress.  The run ends with
 proof that nothing was lost or duplicated:
 
@@ -29,6 +29,7 @@ from .metrics import serve
 from .producer import Producer
 from .protocol.api import ApiKey
 from .testing import EmbeddedBroker, FaultProxy
+from .testing.broker import Kind
 from .types import NewTopic, TopicPartition
 
 TOPIC = "akresil-demo"
@@ -57,15 +58,17 @@ class DemoState:
         self.last_action = detail
 
 
-async def run_demo(*, duration_s: float = 15.0, partitions: int = 6, metrics_port: int = 0, kind: str = "tansu",
+async def run_demo(*, duration_s: float = 15.0, partitions: int = 6, metrics_port: int = 0, kind: Kind = "auto",
                    rate: int = 10_000, group: bool = False, out: TextIO) -> bool:
-    """Run the demo; True when every check in the summary passed."""
+    """Run the demo on the embedded broker ``kind`` (default: Apache Kafka where Java 17+ is, else Tansu); True
+    when every check in the summary passed."""
     started = time.monotonic()
 
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
-    say(f"akresil demo: starting an embedded {kind} broker behind a 3-node fault proxy ...")
+    wanted = "Apache Kafka where Java is, else Tansu" if kind == "auto" else kind
+    say(f"akresil demo: starting the embedded broker ({wanted}) behind a 3-node fault proxy ...")
     registry = CollectorRegistry()
     state = DemoState()
     async with EmbeddedBroker(kind=kind) as broker, FaultProxy(broker.bootstrap_servers, nodes=3) as proxy:
@@ -73,7 +76,9 @@ async def run_demo(*, duration_s: float = 15.0, partitions: int = 6, metrics_por
         async with Admin(bootstrap_servers=bootstrap) as admin:
             await admin.create_topics([NewTopic(TOPIC, partitions)], ignore_existing=True)
         with serve(metrics_port, registry) as server:
-            say(f"  broker {broker.bootstrap_servers}; virtual nodes {bootstrap}")
+            running = f"Apache Kafka {broker.kafka_version}" if broker.kind == "kafka" else broker.kind
+            say(f"  broker {broker.bootstrap_servers} ({running}, started in {time.monotonic() - started:.1f} s); "
+                f"virtual nodes {bootstrap}")
             say(f"  topic {TOPIC} ({partitions} partitions); metrics at {server.url}")
             async with Producer(bootstrap_servers=bootstrap, client_id="demo-producer", linger_ms=5,
                                 retry_backoff_ms=50, metrics_registry=registry) as producer:

@@ -1,6 +1,7 @@
 """Test support shipped with akresil: a real broker in a subprocess and a fault-injecting proxy in front of it.
 
-``EmbeddedBroker`` starts Tansu (or noida-db) on a free loopback port; ``FaultProxy`` fronts it with virtual
+``EmbeddedBroker`` starts a broker on a free loopback port: Apache Kafka where Java 17+ is (``kind="auto"``, the
+default), else Tansu, or the one named (``"kafka"``, ``"tansu"``, ``"noida"``); ``FaultProxy`` fronts it with virtual
 broker ids and scripts failures (leader moves with KIP-951 hints, throttles, latency, errors, node stops).
 ``KafkaCluster`` runs Apache Kafka itself (KRaft, 1-9 brokers, SASL/SSL/ACLs; Java 17+ and Maven Central for
 its jars), the reference the imitations are checked against.  ``rdkafka_mock`` (imported on its own, it needs

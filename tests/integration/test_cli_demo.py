@@ -35,4 +35,5 @@ def test_demo_exits_0_with_a_summary() -> None:
     assert "PASS: nothing lost, nothing duplicated" in err
     assert "[FAIL]" not in err
     assert "metrics at http://127.0.0.1:" in err
+    assert "(Apache Kafka 4." in err           # the default where Java is: the real broker, not an imitation
     assert "throttles" in err and "leader moves" in err
