@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import signal
 import subprocess
@@ -209,3 +210,13 @@ def test_groups_list_gives_each_groups_state(broker: EmbeddedBroker) -> None:
 def test_python_dash_m_akresil_runs_the_cli() -> None:
     done = subprocess.run([sys.executable, "-m", "akresil", "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("akresil "), done.stderr
+
+
+def test_broker_kind_kafka_without_java_names_the_cause_and_the_fix() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = "/nonexistent"
+    done = subprocess.run([sys.executable, "-m", "akresil", "broker", "--kind", "kafka"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "akresil: error: Apache Kafka needs a Java 17+ runtime" in done.stderr
+    assert "apt-get install -y openjdk-17-jdk-headless" in done.stderr and "Traceback" not in done.stderr
