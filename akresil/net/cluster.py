@@ -195,6 +195,11 @@ class Cluster:
     async def _connect(self, node_id: int, lane: Lane) -> Connection:
         state = self.node(node_id, lane)
         await self._sleep_until(lambda: state.next_connect_at(self.clock()))
+        # another connection may have been refused its login (or the client closed) during the backoff
+        if self._closed:
+            raise errors.ClientClosedError("client closed")
+        if self.fatal_error is not None:
+            raise _fresh(self.fatal_error)
         host, port = self._address(node_id)
         state.on_connecting(self.clock())
         try:

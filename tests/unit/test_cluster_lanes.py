@@ -113,3 +113,27 @@ def test_disconnecting_one_lane_leaves_the_other(connections: list[FakeConnectio
 
     anyio.run(main)
     assert [c.carried for c in connections] == [[ApiKey.FETCH], [ApiKey.JOIN_GROUP], [ApiKey.LEAVE_GROUP]]
+
+
+def test_no_connection_opens_after_a_refused_login_ends_its_backoff(connections: list[FakeConnection]) -> None:
+    """A connection waiting out its reconnect backoff when another one's login is refused must not connect."""
+    from akresil import errors
+
+    cluster = a_cluster(Hooks())
+    cluster.node(1, Lane.GROUP).on_disconnected(cluster.clock(), failed=True)   # in reconnect backoff
+    raised: list[BaseException] = []
+
+    async def reconnect() -> None:
+        try:
+            await cluster.connection(1, Lane.GROUP)
+        except errors.AuthenticationError as exc:
+            raised.append(exc)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reconnect)
+            await anyio.sleep(0)          # the reconnect is now sleeping out its backoff
+            cluster._set_fatal(errors.AuthenticationError("refused on node 2"))
+
+    anyio.run(main)
+    assert connections == [] and len(raised) == 1
