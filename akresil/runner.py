@@ -32,6 +32,7 @@ from typing import (AbstractSet, Any, Awaitable, Callable, Iterable, Literal, Ma
 import anyio
 
 from .core.backoff import ExponentialBackoff, RandomSource
+from .core.events import Hooks
 from .core.task_timer import TaskTimer
 from .errors import (BufferFullError, CommitFailedError, ConfigError, DeliveryTimeoutError, IllegalGenerationError,
                      IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError,
@@ -497,6 +498,9 @@ class Runner:
         #: ``process`` span per call, current while the handler runs, so what it sends joins the upstream trace)
         process = getattr(consumer, "process", None)
         self._process: Callable[..., AbstractContextManager[Any]] = process if callable(process) else _untraced
+        #: an akresil consumer's hook registry: while it has no tracer a handler call skips the scope
+        hooks = getattr(consumer, "hooks", None)
+        self._consumer_hooks: Hooks | None = hooks if isinstance(hooks, Hooks) and callable(process) else None
 
     # ------------------------------------------------------------------ public surface
     @property
@@ -833,11 +837,19 @@ class Runner:
         return isinstance(exc, self.timeout_errors) and not isinstance(exc, TaskTimeoutError)
 
     async def _call_handler(self, unit: list[ConsumerRecord], ctx: HandlerContext) -> None:
+        hooks = self._consumer_hooks
+        if hooks is not None and hooks.tracer is None:
+            await self._handler_call(unit, ctx)        # nothing traces: no scope to enter (the common case)
+            return
         with self._process(*unit):
-            result = self.handler(unit[0] if self.mode == "record" else unit, ctx)
-            if not inspect.isawaitable(result):
-                raise _HandlerNotAsync(f"handler must be async (return an awaitable), got {type(result).__name__}")
-            await result
+            await self._handler_call(unit, ctx)
+
+    def _handler_call(self, unit: list[ConsumerRecord], ctx: HandlerContext) -> Awaitable[Any]:
+        """The handler's awaitable for ``unit`` (its body runs when awaited, inside the caller's scope)."""
+        result = self.handler(unit[0] if self.mode == "record" else unit, ctx)
+        if not inspect.isawaitable(result):
+            raise _HandlerNotAsync(f"handler must be async (return an awaitable), got {type(result).__name__}")
+        return result
 
     async def _handle_failure(self, unit: list[ConsumerRecord], exc: BaseException) -> list[Awaitable[Any]]:
         """``on_error`` for a non-timeout failure of ``unit``: dead-letter or skip it (returns deliveries)."""

@@ -319,6 +319,28 @@ async def test_each_handler_call_runs_inside_the_consumers_processing_scope(mode
         assert consumer.scopes == [([0, 1], 0, 2, None), ([2, 3], 2, 4, "ValueError")]
 
 
+async def test_an_akresil_consumer_without_a_tracer_enters_no_scope_and_one_with_a_tracer_does() -> None:
+    from akresil.core.events import Hooks
+    clock = VirtualClock()
+    producer = FakeProducer(clock)
+    consumer = ProcessingConsumer(clock, {P0: 2}, producer)
+    consumer.hooks = Hooks()      # type: ignore[attr-defined] # as akresil.Consumer has: no tracer, nothing to open
+    runner = make(clock, consumer, forward(), producer)
+    assert await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 2) is None
+    assert consumer.scopes == []
+
+    class Tracer:                  # any tracer: the runner then opens the consumer's processing scope
+        def start_send(self, *a: Any, **k: Any) -> Any: ...
+        def received(self, *a: Any) -> None: ...
+        def start_process(self, *a: Any) -> Any: ...
+
+    consumer.hooks.add(Tracer())  # type: ignore[attr-defined]
+    consumer.append(P0, 1)
+    runner = make(clock, consumer, forward(), producer)
+    assert await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 3) is None
+    assert [offsets for offsets, *_ in consumer.scopes] == [[2]]
+
+
 # --------------------------------------------------------------------------- KIP-572
 async def test_stuck_partition_does_not_block_others_and_is_paused_then_resumed() -> None:
     clock = VirtualClock()
