@@ -184,6 +184,9 @@ class RecordAccumulator:
         self._held_all = False
         #: transactions: only these partitions may be drained (added to the transaction); None: no gate
         self.drain_gate: set[TopicPartition] | None = None
+        #: per topic, the smallest batch (estimated bytes) the broker refused as too large: later splits of the
+        #: topic's batches cut straight below it (its ``max.message.bytes`` is below that)
+        self._refused_size: dict[str, int] = {}
         self._incomplete = 0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -513,8 +516,11 @@ class RecordAccumulator:
                     # old identity are resolved, so nothing new overtakes them (Java's hasStaleProducerIdAndEpoch)
                     return True
             head = pq.queue[0]
-            if head.attempts > 0 and pq.in_flight[0].index < head.index:
-                return True   # a retry waits until no older batch of its partition is outstanding
+            if (head.attempts > 0 or head.piece) and pq.in_flight[0].index < head.index:
+                # a retry, or a piece of a batch refused as too large, waits until no older batch of its partition
+                # is outstanding (Java drains a batch that has its sequence already only as the first in flight):
+                # pipelined, a piece could be written before the one in front of it was refused
+                return True
         return False
 
     def _head_ready(self, pq: _Partition, now: float) -> bool:
@@ -632,6 +638,71 @@ class RecordAccumulator:
             batch.fail(error)
             self._finish(batch, error)
         return decision
+
+    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
+        """The broker refused ``batch`` as too large (MESSAGE_TOO_LARGE): re-encode its records into smaller batches
+        that take its place in the queue, as the Java producer's ``splitAndReenqueue``; returns them. Empty (and
+        nothing changes) for a lone record, which can only fail, or a batch already completed.
+
+        Each piece holds at most half the smallest size refused for the topic (a record is never cut), so pieces of
+        a refused piece are halved again and a limit is found in log2(records) rounds at worst. The pieces keep the
+        batch's records in order, their completions, its creation time and delivery deadline, and its sequence
+        numbers divided between them (so batches already sent behind it stay valid); they count as not tried yet.
+        """
+        if batch.done or batch.record_count < 2 or self._aborting:
+            return []
+        pq = self._take_in_flight(batch)
+        records = list(batch.payload.records())
+        sizes = [estimate_record_size(key, value, headers) for _, key, value, headers in records]
+        topic = batch.tp.topic
+        refused = min(sum(sizes), self._refused_size.get(topic, 1 << 62))
+        self._refused_size[topic] = refused
+        target = -(-refused // 2)
+        starts = [0]
+        size = 0
+        for i, record_size in enumerate(sizes):
+            if size and size + record_size > target:
+                starts.append(i)
+                size = 0
+            size += record_size
+        extra = len(starts) - 1
+        # room in creation order right behind the batch: everything newer of its partition moves up
+        for other in (*pq.in_flight, *pq.queue):
+            if other.index > batch.index:
+                other.index += extra
+        pq.next_index += extra
+        pieces: list[ProducerBatch] = []
+        sequence = batch.base_sequence
+        for n, (lo, hi) in enumerate(zip(starts, [*starts[1:], len(records)])):
+            piece = ProducerBatch(batch.tp, batch.index + n, self._new_payload(batch.tp), batch.created_at,
+                                  self.delivery_timeout_ms)
+            piece.deadline = batch.deadline
+            piece.open = False
+            piece.piece = True
+            piece.current_leader_epoch = batch.current_leader_epoch
+            append = piece.payload.append_at
+            for delta, (timestamp_ms, key, value, headers) in enumerate(records[lo:hi]):
+                if append(delta, timestamp_ms, key, value, headers) is None:
+                    raise IllegalStateError(f"{batch!r}: a split piece refused record {lo + delta}")
+            piece.record_count = hi - lo
+            piece.reserved_bytes = BATCH_OVERHEAD + sum(sizes[lo:hi])
+            if sequence >= 0:      # sequenced: keep the batch's numbers (re-sequenced anyway under a new identity)
+                piece.base_sequence, piece.producer_id, piece.producer_epoch = \
+                    sequence, batch.producer_id, batch.producer_epoch
+                piece.payload.set_producer_state(batch.producer_id, batch.producer_epoch, sequence)
+                sequence = (sequence + piece.record_count) % _MAX_SEQUENCE
+            pieces.append(piece)
+        batch.hand_over(pieces, starts)
+        for piece in pieces:
+            self._requeue(pq, piece)
+        self._used += sum(p.reserved_bytes for p in pieces) - batch.reserved_bytes
+        batch.reserved_bytes = 0
+        self._incomplete += extra
+        if self._waiters:
+            self._wake_waiters()
+        self._hooks.emit(events.BATCH_SPLIT, topic=topic, partition=batch.tp.partition, records=batch.record_count,
+                         batches=len(pieces), size_bytes=refused)
+        return pieces
 
     @staticmethod
     def _requeue(pq: _Partition, batch: ProducerBatch) -> None:

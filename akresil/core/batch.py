@@ -74,6 +74,10 @@ class PayloadBuilder(Protocol):
 
     def build(self) -> bytes | bytearray: ...
 
+    def records(self) -> Iterable[tuple[int, bytes | None, bytes | None, list[Header]]]:
+        """The built batch's records in order, ``(timestamp_ms, key, value, headers)`` (to split it)."""
+        ...
+
 
 class BulkCompletion:
     """Outcome of one bulk call (``send_many``): ``results[i]`` gets record ``i``'s ``RecordMetadata`` or its
@@ -187,6 +191,7 @@ class BatchState(enum.Enum):
     IN_FLIGHT = "in-flight"      # part of a request whose response has not arrived
     SUCCEEDED = "succeeded"
     FAILED = "failed"            # error or delivery timeout
+    SPLIT = "split"              # refused as too large: its records and completions went into smaller batches
 
 
 class ProducerBatch:
@@ -195,7 +200,7 @@ class ProducerBatch:
     __slots__ = ("tp", "index", "created_at", "deadline", "payload", "record_count", "singles", "ranges", "state",
                  "open", "attempts", "last_attempt_at", "retry_at", "base_sequence", "producer_id",
                  "producer_epoch", "attempt_epochs", "current_leader_epoch", "attempts_when_leader_changed",
-                 "reserved_bytes", "error", "base_offset", "node_id", "expedite")
+                 "reserved_bytes", "error", "base_offset", "node_id", "expedite", "piece")
 
     def __init__(self, tp: TopicPartition, index: int, payload: PayloadBuilder, now: float,
                  delivery_timeout_ms: float) -> None:
@@ -231,10 +236,14 @@ class ProducerBatch:
         self.node_id = -1
         #: ready without waiting for linger (the tail of a ``send_many`` call: nobody is adding to it)
         self.expedite = False
+        #: a piece of a batch the broker refused as too large (``RecordAccumulator.split``): sent only once no older
+        #: batch of its partition is in flight, as a retry
+        self.piece = False
 
     @property
     def done(self) -> bool:
-        return self.state is BatchState.SUCCEEDED or self.state is BatchState.FAILED
+        state = self.state
+        return state is BatchState.SUCCEEDED or state is BatchState.FAILED or state is BatchState.SPLIT
 
     def stage(self, now: float) -> str:
         """Where the batch is, for errors and events: queued, backing-off or in-flight."""
@@ -262,6 +271,29 @@ class ProducerBatch:
         """Account ``count`` records the payload just took in bulk (``PayloadBuilder.append_run``)."""
         self.ranges.append(_Range(self.record_count, positions, timestamp_ms, sink))
         self.record_count += count
+
+    def hand_over(self, pieces: Sequence[ProducerBatch], starts: Sequence[int]) -> None:
+        """Give every record's completion to the piece that now holds it (a split): ``pieces[n]`` holds this batch's
+        records ``starts[n]`` up to the next start, as its records 0, 1, ... This batch reports nothing after."""
+        singles = self.singles
+        n, last = 0, len(pieces) - 1
+        for j in range(0, len(singles), 5):
+            i = singles[j]
+            while n < last and i >= starts[n + 1]:
+                n += 1
+            pieces[n].singles += (i - starts[n], *singles[j + 1:j + 5])
+        ends = [*starts[1:], self.record_count]
+        for run in self.ranges:
+            first, count = run.first, len(run.positions)
+            for piece, lo, hi in zip(pieces, starts, ends):
+                a, b = max(lo, first), min(hi, first + count)
+                if a < b:
+                    piece.ranges.append(_Range(a - lo, run.positions[a - first:b - first], run.timestamp_ms,
+                                               run.sink))
+        self.singles = []
+        self.ranges = []
+        self.state = BatchState.SPLIT
+        self.open = False
 
     # ------------------------------------------------------------------ completion (exactly once)
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> bool:

@@ -39,6 +39,7 @@ BATCH_RETRY = "batch_retry"                  # topic, partition, attempt, reason
 BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records, age_ms  [RecordAccumulator]
 BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
 BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
+BATCH_SPLIT = "batch_split"                  # topic, partition, records, batches, size_bytes [RecordAccumulator]
 
 REQUEST_DONE = "request_done"                # node_id, lane, in_flight                 [NodeState]
 BATCH_SENT = "batch_sent"                    # node_id, topic, partition, records, size_bytes, attempt, queue_ms [Sender]
@@ -54,7 +55,7 @@ CLIENT_CLOSED = "client_closed"              # (no fields): the client closed; h
 ALL_EVENTS = frozenset({
     REQUEST_SENT, THROTTLED, RECONNECT_BACKOFF, NODE_STATE, METADATA_REQUEST, METADATA_REFRESH_REQUESTED,
     METADATA_REFRESH, METADATA_REFRESH_FAILED, STALE_METADATA_IGNORED, LEADER_HINT, BATCH_RETRY, BATCH_EXPIRED,
-    BATCH_COMPLETED, BUFFER_EXHAUSTED, REQUEST_DONE, BATCH_SENT, RECORDS_CONSUMED, REBALANCE, REBALANCE_FAILED,
+    BATCH_COMPLETED, BUFFER_EXHAUSTED, BATCH_SPLIT, REQUEST_DONE, BATCH_SENT, RECORDS_CONSUMED, REBALANCE, REBALANCE_FAILED,
     PRODUCER_ID, RESPONSE_RECEIVED, CONNECTION_BYTES_SENT,
     CONNECTION_BYTES_RECEIVED, CLIENT_CLOSED,
 })

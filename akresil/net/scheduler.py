@@ -42,6 +42,9 @@ _LEADER_ERRORS = (errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpoc
 _DUPLICATE_SEQUENCE = errors.DuplicateSequenceNumberError.errno
 _OUT_OF_ORDER_SEQUENCE = errors.OutOfOrderSequenceNumberError.errno
 _UNKNOWN_PRODUCER_ID = errors.UnknownProducerIdError.errno
+#: a batch larger than the topic's max.message.bytes: split and re-sent (RECORD_LIST_TOO_LARGE, a batch larger than
+#: the log segment, is not split: Java's Sender splits only on this one)
+_MESSAGE_TOO_LARGE = errors.MessageSizeTooLargeError.errno
 #: how a broker may refuse a client-side epoch bump (Apache accepts it; Tansu 0.6 answers PRODUCER_FENCED)
 _BUMP_REFUSED = (errors.InvalidProducerEpochError.errno, errors.ProducerFencedError.errno, _OUT_OF_ORDER_SEQUENCE,
                  _UNKNOWN_PRODUCER_ID)
@@ -135,6 +138,8 @@ class Sender:
         #: the transactional producer's coordinator I/O (None: not transactional); set by the producer
         self.txn: TransactionIO | None = None
         self._stopping = False
+        #: topics whose batches were split already (the first split of a topic is logged as a warning)
+        self._split_topics: set[str] = set()
         cluster.on_metadata_change(self.wake)
 
     # ------------------------------------------------------------------ signals
@@ -444,6 +449,22 @@ class Sender:
                            batch.tp)
         return SequenceGapRetryError if code == _OUT_OF_ORDER_SEQUENCE else UnknownProducerIdRetryError
 
+    def _split(self, batch: ProducerBatch, node_id: int, now: float) -> bool:
+        """MESSAGE_TOO_LARGE for a batch of several records: split it and send the pieces (Java's Sender does, without
+        counting an attempt); False for a lone record, which then fails with the error."""
+        size = len(batch.payload.build())
+        pieces = self.acc.split(batch, now)
+        if not pieces:
+            return False
+        topic = batch.tp.topic
+        level = logging.DEBUG if topic in self._split_topics else logging.WARNING
+        self._split_topics.add(topic)
+        log.log(level, "%s-%s: node %s refused a batch of %d records (%d bytes) as too large; sending it again as %d "
+                "batches (the topic's max.message.bytes is below batch_size: lower batch_size to avoid the extra "
+                "round trip)", topic, batch.tp.partition, node_id, batch.record_count, size, len(pieces))
+        self.wake()
+        return True
+
     def _older_batch_pending(self, batch: ProducerBatch) -> bool:
         """An older batch of the same partition is still queued for retry or in flight (error path only)."""
         return any(other.tp == batch.tp and other.index < batch.index and not other.done
@@ -471,6 +492,8 @@ class Sender:
                         self._bump_unconfirmed = False       # the broker took the bumped epoch
                     acc.on_batch_success(batch, part["base_offset"] if code == 0 else -1, now,
                                          log_append_time_ms=part.get("log_append_time_ms", -1))
+                    continue
+                if code == _MESSAGE_TOO_LARGE and self._split(batch, node_id, now):
                     continue
                 error_class = errors.error_for_code(code)
                 if acc.idempotent and (code == _OUT_OF_ORDER_SEQUENCE or code == _UNKNOWN_PRODUCER_ID

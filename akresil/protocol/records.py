@@ -181,6 +181,13 @@ class BatchBuilder:
         else:
             self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)
 
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header]]]:
+        """The built batch's records in order, as ``(timestamp_ms, key, value, headers)``: what a split of a batch
+        the broker refused as too large re-encodes (decoded from the bytes, so nothing is kept per record)."""
+        for view in read_batches(self.build()):
+            for record in view.records():
+                yield record.timestamp, record.key, record.value, list(record.headers)
+
     @property
     def built(self) -> bool:
         return self._built is not None

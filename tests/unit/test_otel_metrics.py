@@ -63,6 +63,7 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
     (ev.BATCH_COMPLETED, dict(topic="t", partition=0, records=10, attempts=3, error=None)),
     (ev.BATCH_COMPLETED, dict(topic="t", partition=1, records=4, attempts=1, error="MessageSizeTooLargeError")),
     (ev.BATCH_EXPIRED, dict(topic="t", partition=1, stage="in-flight", records=2, age_ms=120_000)),
+    (ev.BATCH_SPLIT, dict(topic="t", partition=0, records=60, batches=2, size_bytes=70_000)),
     (ev.BUFFER_EXHAUSTED, dict(needed=100, used=10, limit=50)),
     (ev.RECORDS_CONSUMED, dict(topic="t", partition=0, records=5, bytes=500, lag=7)),
     (ev.RECORDS_CONSUMED, dict(topic="t", partition=1, records=1, bytes=0, lag=2)),

@@ -645,3 +645,44 @@ async def test_a_gap_behind_a_retry_under_a_fresh_bump_is_not_a_refusal() -> Non
     sender._turn()                                  # noqa: SLF001
     resent = [(b.producer_epoch, b.base_sequence) for _, bs in tasks.produces() for b in bs]
     assert resent[0] == (1, 0)                      # same epoch, same sequences, in order
+
+
+async def test_message_too_large_splits_the_batch_and_sends_the_pieces_at_once() -> None:
+    """MESSAGE_TOO_LARGE for a batch of several records: no attempt is counted, no backoff, the pieces go out in the
+    next turn with the refused batch's sequence numbers, and the batch pipelined behind it (answered
+    OUT_OF_ORDER_SEQUENCE_NUMBER) is retried behind them. A lone record refused so fails with the error, and the
+    gap it leaves is closed as any other (KIP-360: a new epoch for what follows)."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=4_200)
+    for i in range(8):
+        append(sender, clock, results, b"%d" % i + b"x" * 999)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [big], [behind] = [bs for _, bs in tasks.produces()]     # 4 records each (the batch size), both in flight
+    assert (big.record_count, big.base_sequence, behind.base_sequence) == (4, 0, 4)
+    finish(sender, 1, [big], error_response(errors.MessageSizeTooLargeError.errno), clock)
+    finish(sender, 1, [behind], error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
+    assert results == [] and not sender._identity_reset_wanted     # noqa: SLF001 - nothing failed, no gap
+    sender._turn()                                  # noqa: SLF001 - same instant: no backoff for the pieces
+
+    def sent() -> list[tuple[int, int, int]]:
+        return [(b.record_count, b.base_sequence, b.attempts) for _, bs in tasks.produces() for b in bs]
+
+    pieces = [b for b in sender.acc.batches() if b.piece]
+    assert sent() == [(2, 0, 0)]                    # one piece at a time: the next waits for it
+    finish(sender, 1, [pieces[0]], ok_response(0), clock)
+    sender._turn()                                  # noqa: SLF001
+    assert sent() == [(2, 2, 0)]
+    finish(sender, 1, [pieces[1]], error_response(errors.MessageSizeTooLargeError.errno), clock)   # halved again
+    sender._turn()                                  # noqa: SLF001
+    assert sent() == [(1, 2, 0)]
+    singles = [b for b in sender.acc.batches() if b.piece]
+    finish(sender, 1, singles[:1], ok_response(2), clock)
+    sender._turn()                                  # noqa: SLF001
+    assert sent() == [(1, 3, 0)]
+    finish(sender, 1, singles[1:2], error_response(errors.MessageSizeTooLargeError.errno), clock)   # one record
+    assert len(results) == 4 and isinstance(results[-1], errors.MessageSizeTooLargeError)
+    assert [md.offset for md in results[:3]] == [0, 1, 2]
+    clock.now += 1_000
+    sender._turn()                                  # noqa: SLF001
+    [resent] = [b for _, bs in tasks.produces() for b in bs]
+    assert resent is behind and (resent.producer_epoch, resent.base_sequence) == (1, 0)   # after the gap: new epoch
