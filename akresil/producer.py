@@ -295,6 +295,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         retried with backoff for up to ``max_block_ms``."""
         _, io = self._require_txn("init_transactions()")
         await io.init(self.config.max_block_ms)
+        io.follow_cluster()
 
     def begin_transaction(self) -> None:
         """Open a transaction: records sent from now on are written only if it commits."""
@@ -321,6 +322,8 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             assert txn.error is not None
             raise txn.error
         await io.end(True)
+        if txn.bump_after_end:       # the cluster moved to transactions v2 since the last transaction
+            await io.init(self.config.max_block_ms)
 
     async def abort_transaction(self) -> None:
         """Abort the open (or failed) transaction: records not yet sent fail with ``TransactionAbortedError``,
@@ -329,13 +332,14 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         txn.start_end(False, self._cluster.clock())        # -> ABORTING, or the state error
         self._accepting = False
         _, sequenced = self._acc.abort_undrained(errors.TransactionAbortedError("the transaction was aborted"))
-        if sequenced:
-            txn.bump_after_abort = True
+        if sequenced and not txn.v2:
+            txn.bump_after_end = True
         self._txn_progress()
         await self._wait_until(lambda: not self._acc.incomplete_batches and not txn.pending)
         await io.end(False)
-        if txn.bump_after_abort:
-            # a record failed in the aborted transaction: a new epoch restarts every partition's sequence
+        if txn.bump_after_end:
+            # v1: a record failed in the aborted transaction, so a new epoch restarts every partition's sequence
+            # (v2's EndTxn bumped it already); or the cluster moved to v2 since the last transaction
             await io.init(self.config.max_block_ms)
 
     async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, Any],

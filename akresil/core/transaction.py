@@ -8,6 +8,13 @@ transaction (a record that could not be written, an offset commit refused by the
 ``transactional_id``) or a missing authorization is ``FATAL_ERROR``: the producer can only be closed.
 Coordinator requests are retried with KIP-580 backoff until the operation's deadline (time, not counts).
 The shell (``net/transaction.py``) does the I/O and feeds answers back through plain method calls.
+
+Two protocols, chosen as Java does from the cluster's finalized ``transaction.version`` when the transactions are
+initialized and again when each transaction ends (never inside one): v1 adds each partition with
+AddPartitionsToTxn and the group's offsets with AddOffsetsToTxn before anything is written; v2 (KIP-890 part 2,
+level 2) lets the first Produce (v12) add a partition and TxnOffsetCommit (v5) add the offsets, and its EndTxn
+(v5) bumps the producer epoch at the end of every transaction, so the client no longer bumps it itself after an
+abort that lost records.
 """
 
 from __future__ import annotations
@@ -124,8 +131,11 @@ class TransactionManager:
         #: the next AddPartitionsToTxn is not before this time (ms; after a retriable failure)
         self.add_at = 0.0
         self._add_failures = 0
-        #: a record failed inside this transaction: after the abort the epoch is bumped (InitProducerId again)
-        self.bump_after_abort = False
+        #: transactions v2 (KIP-890 part 2): see the module docstring; ``use_v2`` follows the cluster
+        self.v2 = False
+        #: once the transaction has ended, bump the epoch with InitProducerId (Java's clientSideEpochBumpRequired):
+        #: v1 after a transaction that lost a record, or when the cluster moved to v2 since the last one
+        self.bump_after_end = False
         #: AddOffsetsToTxn succeeded in this transaction: EndTxn is needed even without partitions
         self.offsets_added = False
         #: called when the transaction stops taking records (abortable or fatal error): the producer's
@@ -161,7 +171,15 @@ class TransactionManager:
     def initialized(self) -> None:
         self.state = TxnState.READY
         self.error = None
-        self.bump_after_abort = False
+        self.bump_after_end = False
+
+    def use_v2(self, enabled: bool, *, initializing: bool) -> None:
+        """Follow the cluster's finalized transaction.version (``enabled``: level 2 or more): when the transactions
+        are initialized, and when a transaction ends (the ended one kept its protocol). Moving to v2 later takes one
+        epoch bump of the client's own after the end, as Java's ``maybeUpdateTransactionV2Enabled``."""
+        if enabled and not self.v2 and not initializing:
+            self.bump_after_end = True
+        self.v2 = enabled
 
     def begin(self) -> None:
         self._require("begin_transaction()", TxnState.READY)
@@ -207,8 +225,8 @@ class TransactionManager:
             self.error = error
             if self.on_spoilt is not None:
                 self.on_spoilt()
-        if self.state in (TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
-            self.bump_after_abort = True
+        if self.state in (TxnState.ABORTABLE_ERROR, TxnState.ABORTING) and not self.v2:
+            self.bump_after_end = True       # v2: the abort's EndTxn bumps the epoch anyway
 
     def fatal(self, error: BaseException) -> None:
         if self.state is not TxnState.FATAL_ERROR:
@@ -232,6 +250,12 @@ class TransactionManager:
         new = [tp for tp in with_data if tp not in self.added]
         self.pending.update(new)
         return new
+
+    def join_implicitly(self, with_data: Iterable[TopicPartition]) -> None:
+        """Transactions v2: a partition holding records joins the transaction with its first Produce (v12), so it
+        counts as added at once (and the transaction needs its EndTxn)."""
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            self.added.update(with_data)
 
     def partitions_added(self, results: dict[TopicPartition, int], now: float) -> Action:
         """Apply an AddPartitionsToTxn answer (per-partition codes); returns the worst action.

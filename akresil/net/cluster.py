@@ -102,6 +102,10 @@ class Cluster:
         self._closed = False
         #: the first authentication failure: every later connection attempt raises (a copy of) it
         self.fatal_error: errors.AuthenticationError | None = None
+        #: finalized feature levels (``transaction.version`` ...) from the ApiVersions answer with the highest
+        #: features epoch seen on any connection (Java's ``ApiVersions.getFinalizedFeaturesInfo``)
+        self._features: dict[str, int] = {}
+        self._features_epoch = -1
         self._sasl = None
         if config.security_protocol.startswith("SASL_"):
             token_source = None
@@ -227,11 +231,21 @@ class Cluster:
                 reason=reason) from exc
         state.on_connected(self.clock())
         self._conns[(node_id, lane)] = conn
+        self._learn_features(conn.finalized_features, conn.finalized_features_epoch)
         return conn
 
     def connected_nodes(self) -> list[tuple[int, Lane]]:
         """``(node id, lane)`` of every live connection now."""
         return [key for key, conn in self._conns.items() if not conn.closed]
+
+    def _learn_features(self, features: dict[str, int], epoch: int) -> None:
+        """Keep the finalized features of the highest epoch seen: brokers learn a change at different times."""
+        if epoch > self._features_epoch:
+            self._features, self._features_epoch = features, epoch
+
+    def feature_level(self, name: str) -> int:
+        """The cluster's finalized level of feature ``name`` as the newest ApiVersions answer says (0: none)."""
+        return self._features.get(name, 0)
 
     def connected(self, node_id: int, lane: Lane = Lane.SHARED) -> Connection | None:
         """The node's live connection, or None (never connects: the scheduler's synchronous check)."""

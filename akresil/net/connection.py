@@ -124,6 +124,10 @@ class Connection:
         self.versions: dict[Any, int] = {}
         #: the broker's advertised (min, max) per API key
         self.api_ranges: dict[Any, tuple[int, int]] = {}
+        #: the cluster's finalized feature levels as this broker knew them (ApiVersions v3+), and their epoch
+        #: (-1: none reported); the client keeps those of the highest epoch (``Cluster.feature_level``)
+        self.finalized_features: dict[str, int] = {}
+        self.finalized_features_epoch = -1
         #: SASL session lifetime the broker granted (KIP-368), 0 if none
         self.session_lifetime_ms = 0
         #: when to re-authenticate (85% into the session, as Java's lower bound), None without a lifetime
@@ -559,6 +563,10 @@ class Connection:
                 ranges[api] = span  # an API akresil does not speak: kept for diagnostics
         self.api_ranges = ranges
         self.versions = negotiate(ranges)
+        self.finalized_features = {f["name"]: int(f["max_version_level"])
+                                   for f in response.get("finalized_features") or ()}
+        epoch = response.get("finalized_features_epoch")
+        self.finalized_features_epoch = -1 if epoch is None else int(epoch)
 
     async def authenticate(self, sasl: SaslConfig) -> None:
         """SaslHandshake v1 then SaslAuthenticate rounds until the mechanism completes (KIP-152)."""

@@ -34,7 +34,7 @@ from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .cluster import Cluster
 from .signals import Broadcast, TurnLoop
-from .transaction import TransactionIO
+from .transaction import V2_PRODUCE, TransactionIO
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +351,8 @@ class Sender:
         if version is None:
             self._fail_all(errors.UnsupportedVersionError(f"node {node_id} does not support Produce"))
             return
+        if version >= V2_PRODUCE and self.txn is not None and not self.txn.core.v2:
+            version = V2_PRODUCE - 1    # a v1 transaction: v12 would make the broker add the partition itself
         topics: dict[str, list[dict[str, Any]]] = {}
         hooks = self.cluster.hooks
         for batch in batches:

@@ -3,7 +3,9 @@
 
 ``TransactionIO.turn`` is called by the sender's scheduling pass: partitions that got records and are not in
 the transaction yet go into one AddPartitionsToTxn request per pass (the accumulator's ``drain_gate`` keeps
-their batches back until the coordinator confirms them).
+their batches back until the coordinator confirms them). On transactions v2 (``core.v2``) they join at once:
+their first Produce (v12) adds them, the offsets' TxnOffsetCommit (v5) adds the group, and EndTxn (v5) answers
+with the producer id and the epoch it bumped, which the next transaction uses.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 _TRANSPORT = (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError)
 #: InitProducerId can carry the current producer id and epoch (KIP-360 epoch bump) from v3
 _BUMP_VERSION = 3
+#: the feature that selects the transaction protocol, and the versions of transactions v2 (KIP-890 part 2):
+#: the versions below them are v1's
+TRANSACTION_VERSION = "transaction.version"
+_V2_END_TXN = 5
+_V2_TXN_OFFSET_COMMIT = 5
+V2_PRODUCE = 12
 
 
 class TransactionIO:
@@ -48,6 +56,9 @@ class TransactionIO:
         """Start an AddPartitionsToTxn for partitions with records not in the transaction yet; returns the time
         the next one may go when a backoff holds them back."""
         core = self.core
+        if core.v2:
+            core.join_implicitly([tp for tp in self.acc.partitions_with_data() if tp not in core.added])
+            return None
         if core.pending:
             return None
         new = core.partitions_to_add(
@@ -125,7 +136,7 @@ class TransactionIO:
     # ------------------------------------------------------------------ one coordinator call, retried
     async def _call(self, op: Operation, api: ApiKey, body: dict[str, Any] | Callable[[int], dict[str, Any]],
                     code_of: Callable[[dict[str, Any]], int], *, group: str | None = None,
-                    min_version: int = 0) -> tuple[int, dict[str, Any]]:
+                    min_version: int = 0, max_version: int | None = None) -> tuple[int, dict[str, Any]]:
         """Send until the answer is OK; RETRY / REFIND / transport errors back off (KIP-580) until the
         operation's deadline; ABORTABLE / FATAL raise (after updating the state machine)."""
         core, cluster = self.core, self.cluster
@@ -153,7 +164,8 @@ class TransactionIO:
                 cause = errors.CoordinatorNotAvailableError(f"{op.name}: coordinator not found")
             else:
                 try:
-                    version, response = await cluster.request(node, api, body, min_version=min_version)
+                    version, response = await cluster.request(node, api, body, min_version=min_version,
+                                                              max_version=max_version)
                 except _TRANSPORT as exc:
                     cause = exc
                     if group is None:
@@ -206,33 +218,50 @@ class TransactionIO:
             core.fatal(exc)     # no transaction to abort here: any refusal leaves the producer unusable
             self._fail_records(exc)
             raise
-        acc.set_producer_identity(response["producer_id"], response["producer_epoch"])
-        self.cluster.hooks.emit(events.PRODUCER_ID, producer_id=response["producer_id"],
-                                producer_epoch=response["producer_epoch"])
+        self._adopt(response["producer_id"], response["producer_epoch"])
         core.initialized()
 
     async def end(self, commit: bool) -> None:
         """EndTxn (commit or abort) once the transaction holds partitions or offsets; retried within
-        ``transaction_timeout_ms`` (CONCURRENT_TRANSACTIONS, coordinator moves, lost connections)."""
+        ``transaction_timeout_ms`` (CONCURRENT_TRANSACTIONS, coordinator moves, lost connections). On v2 the answer
+        (v5) carries the epoch the coordinator bumped (or a new producer id when the epoch ran out); sequences
+        restart under it. Then the protocol of the next transaction follows the cluster (``use_v2``)."""
         core, acc = self.core, self.acc
         op = core.start_end(commit, self.cluster.clock())
         if core.needs_end_request():
-            await self._call(op, ApiKey.END_TXN, {
+            _, response = await self._call(op, ApiKey.END_TXN, {
                 "transactional_id": core.transactional_id, "producer_id": acc.producer_id,
-                "producer_epoch": acc.producer_epoch, "committed": commit}, lambda r: r.get("error_code", 0))
+                "producer_epoch": acc.producer_epoch, "committed": commit}, lambda r: r.get("error_code", 0),
+                max_version=_V2_END_TXN if core.v2 else _V2_END_TXN - 1)
+            producer_id = response.get("producer_id", -1)
+            if producer_id >= 0:     # v5 (the epoch of a transaction started on v1 is not bumped: -1)
+                self._adopt(producer_id, response["producer_epoch"])
+        core.use_v2(self.cluster.feature_level(TRANSACTION_VERSION) >= 2, initializing=False)
         core.ended()
 
+    def _adopt(self, producer_id: int, producer_epoch: int) -> None:
+        """Take a producer id and epoch the coordinator gave (InitProducerId, EndTxn v5); sequences restart at 0."""
+        self.acc.set_producer_identity(producer_id, producer_epoch)
+        self.cluster.hooks.emit(events.PRODUCER_ID, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def follow_cluster(self) -> None:
+        """After ``init_transactions``: take the cluster's transaction protocol (Java reads it at that point)."""
+        self.core.use_v2(self.cluster.feature_level(TRANSACTION_VERSION) >= 2, initializing=True)
+
     async def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
-        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the group coordinator with
-        the consumer's generation, member id and instance id (KIP-447: a zombie's offsets are refused)."""
+        """AddOffsetsToTxn to the transaction coordinator (v1 only: on v2 TxnOffsetCommit v5 adds the group), then
+        TxnOffsetCommit to the group coordinator with the consumer's generation, member id and instance id
+        (KIP-447: a zombie's offsets are refused)."""
         core, acc = self.core, self.acc
         core.check_send("send_offsets_to_transaction()")
         now = self.cluster.clock()
         op = Operation("send_offsets_to_transaction()", now, core.transaction_timeout_ms, core.backoff)
-        await self._call(op, ApiKey.ADD_OFFSETS_TO_TXN, {
-            "transactional_id": core.transactional_id, "producer_id": acc.producer_id,
-            "producer_epoch": acc.producer_epoch, "group_id": group.group_id}, lambda r: r.get("error_code", 0))
-        core.offsets_added = True
+        v2 = core.v2
+        if not v2:
+            await self._call(op, ApiKey.ADD_OFFSETS_TO_TXN, {
+                "transactional_id": core.transactional_id, "producer_id": acc.producer_id,
+                "producer_epoch": acc.producer_epoch, "group_id": group.group_id}, lambda r: r.get("error_code", 0))
+        core.offsets_added = True       # (v2: before the request, which may have reached the coordinator if it fails)
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, offset in offsets.items():
             topics.setdefault(tp.topic, []).append(
@@ -251,7 +280,8 @@ class TransactionIO:
                 return 0
             return max(bad, key=lambda c: _severity(classify(c)))
 
-        await self._call(op, ApiKey.TXN_OFFSET_COMMIT, body, worst_code, group=group.group_id)
+        await self._call(op, ApiKey.TXN_OFFSET_COMMIT, body, worst_code, group=group.group_id,
+                         max_version=_V2_TXN_OFFSET_COMMIT if v2 else _V2_TXN_OFFSET_COMMIT - 1)
 
 
 def _severity(action: Action) -> int:

@@ -97,15 +97,17 @@ SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 #: versions akresil's clients ask for.  Capped below SCHEMA_VERSIONS where a newer version changes what
 #: the client must send or understand and no layer implements that yet:
-#: Produce 12 (transactions v2, KIP-890) and 13 (topic ids instead of names), Fetch 18 (KIP-1166
+#: Produce 13 (topic ids instead of names), Fetch 18 (KIP-1166
 #: replica high-watermark), OffsetCommit/OffsetFetch 10 (topic ids only), InitProducerId 6 (unstable
 #: in the spec).  Fetch 13-17 already name topics by id: the consumer must send topic ids there.
 #: ShareFetch/ShareAcknowledge 2 add acquire modes and lock renewal (KIP-1206, KIP-1222), not implemented.
-#: Transactions stay on protocol v1 (KIP-890 part 1 only): AddPartitionsToTxn 4+ is the brokers' batched form,
-#: EndTxn 5 / TxnOffsetCommit 5 / AddOffsetsToTxn 5 belong to transactions v2 with Produce 12.
+#: Transactions: AddPartitionsToTxn 4+ is the brokers' batched form; Produce 12, EndTxn 5 and TxnOffsetCommit 5 are
+#: transactions v2 (KIP-890 part 2), which a transactional producer uses only when the cluster's finalized
+#: transaction.version is 2 (it caps them at 11 / 4 / 4 on v1: ``net/transaction.py``, ``net/scheduler.py``);
+#: TxnOffsetCommit 6 (Kafka 4.1+) is not implemented. AddOffsetsToTxn has no v5: v2 does without it.
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     **SCHEMA_VERSIONS,
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 17),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
@@ -113,8 +115,8 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
 }
 

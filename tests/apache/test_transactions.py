@@ -1,7 +1,12 @@
-"""Transactions on Apache Kafka (transactions v2 in 4.x): commits seen and aborts hidden by read_committed
-readers (akresil and confluent-kafka, each reading the other's transactions), fencing by a second producer with
-the same transactional id, offsets committed only with their transaction (and a stale generation refused: KIP-447),
-and the runner's exactly-once copy under both group protocols.
+"""Transactions on Apache Kafka: commits seen and aborts hidden by read_committed readers (akresil and
+confluent-kafka, each reading the other's transactions), fencing by a second producer with the same transactional
+id, offsets committed only with their transaction (and a stale generation refused: KIP-447), and the runner's
+exactly-once copy under both group protocols.
+
+The producer's tests run on both transaction protocols (``transaction_version``: the cluster's finalized
+``transaction.version``, switched with ``KafkaCluster.set_feature`` as ``kafka-features.sh`` would): 2, Kafka 4.x's
+default (KIP-890 part 2: Produce v12 adds partitions, TxnOffsetCommit v5 adds offsets, EndTxn v5 bumps the epoch),
+and 1 (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn v4). Each checks on the wire which one the producer spoke.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import anyio
 import pytest
 
 from akresil import Consumer, Producer, TopicPartition, errors
 from akresil.admin import LATEST
+from akresil.protocol.api import ApiKey
 from akresil.runner import HandlerContext, Runner
 from akresil.testing import KafkaCluster
 from akresil.types import ConsumerRecord
@@ -26,6 +32,53 @@ from .conftest import TopicMaker
 
 ck = pytest.importorskip("confluent_kafka")
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def transaction_version(request: pytest.FixtureRequest, kafka_cluster: KafkaCluster) -> Iterator[int]:
+    """The cluster's finalized transaction.version for the test (its parameter). Module scope, and every test lists
+    the levels in one order (``on_versions``): pytest then runs the module's tests grouped by level, so the cluster
+    switches once, and it is set back to its own level after."""
+    level: int = getattr(request, "param", 2)
+    original = kafka_cluster.finalized_features().get("transaction.version", 0)
+    anyio.run(kafka_cluster.set_feature, "transaction.version", level)
+    yield level
+    anyio.run(kafka_cluster.set_feature, "transaction.version", original)
+
+
+def on_versions(*levels: int) -> pytest.MarkDecorator:
+    assert list(levels) == sorted(levels, reverse=True)    # the same position for a level in every test's list
+    return pytest.mark.parametrize("transaction_version", levels, indirect=True, ids=[f"tv{v}" for v in levels])
+
+
+BOTH = on_versions(2, 1)
+
+
+class Wire:
+    """A hook recording what the producer sent (API name -> versions) and the producer epochs it took."""
+
+    def __init__(self) -> None:
+        self.versions: dict[str, set[int]] = {}
+        self.epochs: list[int] = []
+
+    def on_response_received(self, node_id: int, api_key: int, version: int, **_: Any) -> None:
+        self.versions.setdefault(ApiKey(api_key).name, set()).add(version)
+
+    def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        self.epochs.append(producer_epoch)
+
+    def check(self, transaction_version: int, *, offsets: bool = False) -> None:
+        """The transaction protocol of ``transaction_version`` was spoken, and only it."""
+        v = self.versions
+        if transaction_version >= 2:
+            assert v["PRODUCE"] == {12} and v["END_TXN"] == {5}, v
+            assert "ADD_PARTITIONS_TO_TXN" not in v and "ADD_OFFSETS_TO_TXN" not in v, v
+            if offsets:
+                assert v["TXN_OFFSET_COMMIT"] == {5}, v
+        else:
+            assert max(v["PRODUCE"]) <= 11 and v["END_TXN"] == {4} and v["ADD_PARTITIONS_TO_TXN"] == {3}, v
+            if offsets:
+                assert v["ADD_OFFSETS_TO_TXN"] == {4} and v["TXN_OFFSET_COMMIT"] == {4}, v
 
 
 def ck_read_committed(bootstrap: str, topic: str, expect: int, *, settle_s: float = 2.0,
@@ -71,11 +124,14 @@ async def read_committed(bootstrap: str, topic: str, partitions: int, expect: in
     return out
 
 
+@BOTH
 async def test_commit_is_seen_abort_is_not_by_either_read_committed_reader(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str],
+        transaction_version: int) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     topic = await make_topic(partitions=2)
-    async with Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx")) as producer:
+    wire = Wire()
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx"), hooks=[wire]) as producer:
         await producer.init_transactions()
         async with producer.transaction():
             for i in range(20):
@@ -98,6 +154,13 @@ async def test_commit_is_seen_abort_is_not_by_either_read_committed_reader(
         async with producer.transaction():
             await producer.send(topic, b"commit-last", partition=0)
         assert producer.transaction_state == "ready"
+    wire.check(transaction_version)
+    if transaction_version >= 2:
+        # EndTxn v5 bumps the epoch at the end of every transaction: 4 here, or 5 when the sender's pass put the
+        # never-sent records' partitions in the third one before it was aborted (then it is ended with EndTxn too)
+        assert wire.epochs == list(range(len(wire.epochs))) and len(wire.epochs) in (5, 6), wire.epochs
+    else:
+        assert wire.epochs == [0]                # v1 keeps the epoch InitProducerId gave
     expected = sorted([b"commit-%d" % i for i in range(20)] + [b"commit-last"])
     seen = await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, len(expected))
     assert sorted(seen) == expected
@@ -125,8 +188,10 @@ def ck_transactions(bootstrap: str, topic: str, transactional_id: str) -> None:
     producer.flush(30)
 
 
+@on_versions(2)      # (confluent-kafka's transactions: nothing of akresil's producer)
 async def test_akresil_read_committed_skips_aborted_and_stops_at_the_lso(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str],
+        transaction_version: int) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     topic = await make_topic(partitions=1)
     await anyio.to_thread.run_sync(ck_transactions, bootstrap, topic, unique("ck-tx"))
@@ -157,11 +222,14 @@ async def test_akresil_read_committed_skips_aborted_and_stops_at_the_lso(
         assert b"a1-0" in raw and b"open-0" in raw
 
 
+@BOTH
 async def test_second_producer_with_the_same_id_fences_the_first(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str],
+        transaction_version: int) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     topic, txn_id = await make_topic(partitions=1), unique("tx-fence")
-    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as old:
+    wire = Wire()
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, hooks=[wire]) as old:
         await old.init_transactions()
         old.begin_transaction()
         await old.send(topic, b"zombie-open")            # its transaction is open when the new one starts
@@ -177,6 +245,8 @@ async def test_second_producer_with_the_same_id_fences_the_first(
                         await result
             async with new.transaction():
                 await new.send(topic, b"new")
+    versions = wire.versions
+    assert versions["PRODUCE"] == ({12} if transaction_version >= 2 else {11}), versions
     assert await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, 1) == [b"new"]
 
 
@@ -186,18 +256,21 @@ async def committed(cluster: KafkaCluster, group: str) -> dict[TopicPartition, i
     return {tp: o.committed for tp, o in offsets.items()}
 
 
+@BOTH
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 async def test_offsets_sent_to_a_transaction_commit_only_with_it(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str,
+        transaction_version: int) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     src, dst, group = await make_topic(partitions=1), await make_topic(partitions=1), unique("g")
     tp = TopicPartition(src, 0)
+    wire = Wire()
     async with Producer(bootstrap_servers=bootstrap) as plain:
         await plain.send_many(src, [(None, b"in-%d" % i) for i in range(10)])
     async with Consumer(src, bootstrap_servers=bootstrap, group_id=group, group_protocol=protocol,
                         auto_offset_reset="earliest", enable_auto_commit=False,
                         isolation_level="read_committed") as consumer, \
-            Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx-copy")) as producer:
+            Producer(bootstrap_servers=bootstrap, transactional_id=unique("tx-copy"), hooks=[wire]) as producer:
         await producer.init_transactions()
         got: list[Any] = []
         with anyio.fail_after(60):
@@ -246,6 +319,7 @@ async def test_offsets_sent_to_a_transaction_commit_only_with_it(
         assert (await committed(kafka_cluster, group))[tp] == 10
         async with producer.transaction():     # the producer goes on after the abort
             await producer.send(dst, b"after")
+    wire.check(transaction_version, offsets=True)
     seen = await anyio.to_thread.run_sync(ck_read_committed, bootstrap, dst, 11)
     assert sorted(seen) == sorted([b"in-%d" % i for i in range(10)] + [b"after"])
 
@@ -253,9 +327,11 @@ async def test_offsets_sent_to_a_transaction_commit_only_with_it(
 N = 60
 
 
+@BOTH
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 async def test_exactly_once_runner_copies_every_record_once(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str,
+        transaction_version: int) -> None:
     """The runner's exactly_once copy, its handler timing out in two different transactions: the read_committed
     output holds every input record once, in order per partition, and the group's offsets end at the input's."""
     bootstrap = kafka_cluster.bootstrap_servers
@@ -265,6 +341,7 @@ async def test_exactly_once_runner_copies_every_record_once(
             await plain.send_many(src, [(None, b"p%d-%03d" % (p, i)) for i in range(N)], partition=p)
     attempts: dict[tuple[int, int], int] = {}
     failed_later: list[tuple[int, int]] = []
+    wire = Wire()
 
     async def handler(rec: ConsumerRecord, ctx: HandlerContext) -> None:
         key = (rec.partition, rec.offset)
@@ -281,7 +358,8 @@ async def test_exactly_once_runner_copies_every_record_once(
     async with Consumer(src, bootstrap_servers=bootstrap, group_id=group, group_protocol=protocol,
                         enable_auto_commit=False, auto_offset_reset="earliest", isolation_level="read_committed",
                         fetch_max_wait_ms=50) as consumer, \
-            Producer(bootstrap_servers=bootstrap, transactional_id=unique("eos-tx"), linger_ms=2) as producer:
+            Producer(bootstrap_servers=bootstrap, transactional_id=unique("eos-tx"), linger_ms=2,
+                     hooks=[wire]) as producer:
         await producer.init_transactions()
         runner = Runner(consumer, handler, producer=producer, processing_guarantee="exactly_once",
                         commit_interval_ms=100, retry_backoff_ms=20, task_timeout_ms=30_000)
@@ -292,6 +370,7 @@ async def test_exactly_once_runner_copies_every_record_once(
                     await anyio.sleep(0.05)
         assert runner._eos is not None and runner._eos.aborts >= 2 and runner._eos.commits >= 1
     assert attempts[(0, 25)] >= 2 and failed_later and attempts[failed_later[0]] >= 2   # handled again
+    wire.check(transaction_version, offsets=True)
     out = await read_committed(bootstrap, dst, 2, 2 * N)
     for p in (0, 1):
         assert out[p] == [b"p%d-%03d" % (p, i) for i in range(N)]      # exactly once, in order
@@ -310,8 +389,10 @@ async def start_copy_worker(bootstrap: str, src: str, dst: str, group: str, txn_
     return proc
 
 
+@BOTH
 async def test_a_killed_runner_process_restarts_exactly_once(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str],
+        transaction_version: int) -> None:
     """SIGKILL an exactly-once runner process mid-copy (a transaction open) and start it again with the same
     transactional id: the new one fences the old epoch and aborts its open transaction; the read_committed
     output holds every input record once, in order, and the log holds the aborted outputs too."""

@@ -35,6 +35,8 @@ class FakeConnection:
         self.closed = False
         self.versions = {api: 9 for api in ApiKey}
         self.api_ranges = {api: (0, 9) for api in ApiKey}
+        self.finalized_features: dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self.carried: list[ApiKey] = []
 
     @classmethod

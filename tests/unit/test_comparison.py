@@ -85,6 +85,10 @@ def test_aiokafka_cells() -> None:
     assert "rack_id=self._client_rack" in fetcher                                              # p21
     assert "We only keep bootstrap connection to update metadata" in client                    # p24
     assert grep(root, r"(?i)rebootstrap") == []                                               # p24
+    transactions = source(root, "protocol", "transaction.py")
+    assert "class EndTxnRequest_v0(" in transactions and "EndTxnRequest_v1" not in transactions   # p25
+    produce = source(root, "protocol", "produce.py")
+    assert "class ProduceRequest_v8(" in produce and "ProduceRequest_v9" not in produce           # p25
 
 
 def test_kafka_python_cells() -> None:
@@ -107,6 +111,14 @@ def test_kafka_python_cells() -> None:
     assert "self.config['metadata_max_age_ms'] / 1000.0" in fetcher                           # p23
     assert "clear_preferred_read_replica()" in fetcher and "rack_id=self.config['client_rack']" in fetcher  # p23
     assert grep(root, r"(?i)rebootstrap") == []                                               # p24
+    txn = source(root, "producer", "transaction_manager.py")
+    end_txn = txn.split("class EndTxnHandler", 1)[1].split("\nclass ", 1)[0]
+    assert "max_version=3" in end_txn and "(v4 is KIP-890)" in txn                         # p27
+    sender = source(root, "producer", "sender.py")
+    can_split = sender.split("def _can_split", 1)[1].split("\n    def ", 1)[0]
+    assert "Errors.MessageSizeTooLargeError" in can_split and "Errors.RecordListTooLargeError" in can_split  # p28
+    assert "splits\n        the batch into two sub-batches (by record count)" in source(
+        root, "producer", "record_accumulator.py")                                              # p28
 
 
 def test_confluent_kafka_cells() -> None:
@@ -133,6 +145,7 @@ def test_confluent_kafka_cells() -> None:
     finally:
         lib.rd_kafka_conf_destroy(conf)
     binary = Path(library).read_bytes()
+    assert b"transaction.version" not in binary                                                # p26
     assert b"will be backed off exponentially" in binary and b"retry.backoff.max.ms" in binary  # p2
     assert b"delivery.timeout.ms" in binary and b"test.mock.num.brokers" in binary            # p2
     assert b"rd_kafka_buf_read_CurrentLeader" in binary                                       # p7

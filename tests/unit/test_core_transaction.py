@@ -78,10 +78,10 @@ def test_abortable_error_allows_only_abort() -> None:
     tm.start_end(False, 0)
     tm.ended()
     assert tm.state is TxnState.READY and tm.error is None
-    assert tm.bump_after_abort       # a record was lost: the epoch is bumped after the abort
+    assert tm.bump_after_end       # a record was lost: the epoch is bumped after the abort
     tm.start_init(0, 1000)
     tm.initialized()
-    assert not tm.bump_after_abort
+    assert not tm.bump_after_end
 
 
 def test_first_abortable_cause_is_kept_and_late_failures_after_end_are_ignored() -> None:
@@ -220,3 +220,56 @@ def test_on_spoilt_is_called_when_records_stop_being_accepted() -> None:
     tm.abortable(E.DeliveryTimeoutError("y"))
     tm.fatal(E.ProducerFencedError("z"))
     assert calls == [TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR]
+
+
+# --------------------------------------------------------------------------- transactions v2 (KIP-890 part 2)
+def test_v2_follows_the_cluster_at_init_and_between_transactions_only() -> None:
+    tm = ready()
+    tm.use_v2(True, initializing=True)            # the level read right after init_transactions: no bump
+    assert tm.v2 and not tm.bump_after_end
+    tm.begin()
+    tm.start_end(True, 0)
+    tm.use_v2(False, initializing=False)          # the cluster went back to v1: the next transaction uses it
+    tm.ended()
+    assert not tm.v2 and not tm.bump_after_end
+
+
+def test_moving_to_v2_after_init_takes_one_epoch_bump_after_the_transaction() -> None:
+    """As Java's maybeUpdateTransactionV2Enabled: enabled later than at initialization, the client bumps the epoch
+    itself (InitProducerId) once the transaction that was open ends, then speaks v2."""
+    tm = ready()
+    tm.use_v2(False, initializing=True)
+    tm.begin()
+    tm.start_end(True, 0)
+    tm.use_v2(True, initializing=False)
+    tm.ended()
+    assert tm.v2 and tm.bump_after_end
+    tm.start_init(0, 1000)
+    tm.initialized()
+    assert tm.v2 and not tm.bump_after_end
+
+
+def test_on_v2_a_lost_record_needs_no_bump_of_the_clients_own() -> None:
+    """v1 bumps the epoch after aborting a transaction that lost a record; v2's EndTxn bumps it anyway."""
+    for v2 in (False, True):
+        tm = ready()
+        tm.use_v2(v2, initializing=True)
+        tm.begin()
+        tm.abortable(E.DeliveryTimeoutError("a record expired"))
+        tm.start_end(False, 0)
+        tm.ended()
+        assert tm.bump_after_end is (not v2)
+
+
+def test_on_v2_partitions_join_without_a_request_and_need_the_end_request() -> None:
+    tm = ready()
+    tm.use_v2(True, initializing=True)
+    tm.join_implicitly([T0])                      # outside a transaction: nothing
+    assert not tm.added
+    tm.begin()
+    assert not tm.needs_end_request()
+    tm.join_implicitly([T0, T1])
+    assert tm.added == {T0, T1} and not tm.pending and tm.needs_end_request()
+    tm.start_end(True, 0)
+    tm.ended()
+    assert not tm.added and not tm.needs_end_request()

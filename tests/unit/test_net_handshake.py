@@ -14,6 +14,8 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from akresil import errors
+from akresil.config import resolve
+from akresil.net.cluster import Cluster
 from akresil.net.connection import Connection
 from akresil.net.framing import FrameDecoder
 from akresil.net.sasl import SaslConfig
@@ -36,8 +38,10 @@ class FakeBroker:
 
     def __init__(self, *, max_api_versions: int = 4, garbage_on_unsupported: bool = False,
                  mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-                 user: str = "alice", password: str = "wonderland", forge_signature: bool = False) -> None:
+                 user: str = "alice", password: str = "wonderland", forge_signature: bool = False,
+                 features: dict[str, int] | None = None, features_epoch: int = -1) -> None:
         self.max_api_versions = max_api_versions
+        self.features, self.features_epoch = features, features_epoch
         self.garbage_on_unsupported = garbage_on_unsupported
         self.mechanisms = mechanisms
         self.user, self.password = user, password
@@ -68,7 +72,12 @@ class FakeBroker:
                     return struct.pack(">i", len(payload)) + payload
                 offered = {ApiKey.API_VERSIONS: (0, self.max_api_versions)}
                 return encode_response(api, 0, cid, api_versions_body(offered, 35))
-            return encode_response(api, version, cid, api_versions_body(OFFERED))
+            answer = api_versions_body(OFFERED)
+            if self.features is not None:
+                answer["finalized_features_epoch"] = self.features_epoch
+                answer["finalized_features"] = [{"name": n, "max_version_level": v, "min_version_level": 1}
+                                                for n, v in self.features.items()]
+            return encode_response(api, version, cid, answer)
         if api == ApiKey.SASL_HANDSHAKE:
             self.mechanism = body["mechanism"]
             code = 0 if self.mechanism in self.mechanisms else 33
@@ -137,6 +146,26 @@ def test_negotiation_picks_highest_common_versions(backend: str) -> None:
 
 def body_wrapper(broker: FakeBroker, body: Callable[[int], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
     return lambda: against(broker, body)
+
+
+def test_finalized_features_are_read_and_the_newest_epoch_wins() -> None:
+    """ApiVersions v3+ carries the cluster's finalized features (transaction.version picks the transaction
+    protocol); brokers learn a change at different times, so the client keeps the answer of the highest epoch."""
+    broker = FakeBroker(features={"transaction.version": 2, "group.version": 1}, features_epoch=7)
+
+    async def body(port: int) -> None:
+        async with await Connection.connect("127.0.0.1", port, client_id="t") as conn:
+            assert conn.finalized_features == {"transaction.version": 2, "group.version": 1}
+            assert conn.finalized_features_epoch == 7
+
+    anyio.run(body_wrapper(broker, body))
+    cluster = Cluster(resolve("producer", {}))
+    assert cluster.feature_level("transaction.version") == 0          # nothing known yet
+    cluster._learn_features({"transaction.version": 2}, 7)            # noqa: SLF001
+    cluster._learn_features({"transaction.version": 1}, 5)            # noqa: SLF001 - an older view: ignored
+    assert cluster.feature_level("transaction.version") == 2
+    cluster._learn_features({"transaction.version": 1}, 9)            # noqa: SLF001 - downgraded since
+    assert cluster.feature_level("transaction.version") == 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -108,6 +108,8 @@ def fake_connection(brokers: Brokers) -> type:
             self.address, self.closed = address, False
             self.versions = {api: 12 for api in ApiKey}
             self.api_ranges = {api: (0, 12) for api in ApiKey}
+            self.finalized_features: dict[str, int] = {}
+            self.finalized_features_epoch = -1
 
         @classmethod
         async def connect(cls, host: str, port: int, *, node_id: int, **_: Any) -> "FakeConnection":

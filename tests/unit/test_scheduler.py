@@ -686,3 +686,31 @@ async def test_message_too_large_splits_the_batch_and_sends_the_pieces_at_once()
     sender._turn()                                  # noqa: SLF001
     [resent] = [b for _, bs in tasks.produces() for b in bs]
     assert resent is behind and (resent.producer_epoch, resent.base_sequence) == (1, 0)   # after the gap: new epoch
+
+
+class _TxnVersionCore:
+    transactional_id = "tx"
+
+    def __init__(self, v2: bool) -> None:
+        self.v2 = v2
+
+
+@pytest.mark.parametrize(("transactions", "offered", "expected"), [
+    (None, 12, 12), ("v1", 12, 11), ("v2", 12, 12), ("v1", 11, 11), ("v2", 11, 11)])
+async def test_produce_v12_is_used_except_for_a_transaction_on_v1(transactions: str | None, offered: int,
+                                                                  expected: int) -> None:
+    """Produce v12 is v11 plus one meaning: a transactional producer's partition joins its transaction with it
+    (KIP-890 part 2). A transaction on protocol v1 (its partitions added with AddPartitionsToTxn) stays on v11."""
+    sender, clock, tasks, results = await make(idempotent=True)
+    sender.cluster._conns[(1, Lane.SHARED)] = FakeConn(offered)     # noqa: SLF001
+    if transactions is not None:
+        txn = _Txn()
+        txn.core = _TxnVersionCore(transactions == "v2")   # type: ignore[assignment]
+        sender.txn = txn                                    # type: ignore[assignment]
+    append(sender, clock, results)
+    [batch] = sender.acc.drain(clock() + 5, sendable={1}, leader_of=sender.cluster.metadata.snapshot.leader_of
+                               ).batches[1]
+    sender._send(1, [batch], clock())                # noqa: SLF001
+    [call] = [c for c in tasks.calls if c[0] == "_produce"]
+    assert call[3] == expected
+    assert call[4]["transactional_id"] == (None if transactions is None else "tx")
