@@ -99,9 +99,12 @@ async def _consume_then_rotate(proxy: FaultProxy, consumer: Consumer) -> None:
         assert f"authentication as '{USER}'" in str(error)
         refused = len(_refused(proxy))
         assert refused >= 1
-        opened = len(proxy.connections(kind="open"))
+        opened = {c.connection_id for c in proxy.connections(kind="open")}
         await anyio.sleep(0.5)    # 5+ reconnect backoffs: a client still retrying would show up now
-        assert len(proxy.connections(kind="open")) == opened     # nothing connects again
+        # nothing connects again: a connection the proxy saw open after the error surfaced can only be a login
+        # that was already under way then (its TCP accept may reach the proxy's thread late), and it was refused
+        late = {c.connection_id for c in proxy.connections(kind="open")} - opened
+        assert late <= set(_refused(proxy)), late
         # a login already in its handshake when the error surfaced may still be refused (one per node at most)
         assert refused <= len(_refused(proxy)) <= 2
         # sticky: every later call raises it too, async for included
