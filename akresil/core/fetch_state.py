@@ -345,6 +345,10 @@ class FetchState:
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rng=rng)
         self._behind_backoff = pending_topic_backoff(retry_backoff_max_ms, rng)
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
+        #: partitions that may have something to hand out (buffered records or an error), in the order they take
+        #: turns: ``drain`` visits these, not every assigned partition (a consumer of 10,000 partitions polls
+        #: hundreds of times a second); kept up by ``_buffer`` and ``fail``, pruned by ``drain``
+        self._ready: dict[TopicPartition, PartitionFetchState] = {}
         self.buffered_bytes = 0
         #: nodes with a Fetch outstanding (one per node)
         self.busy_nodes: set[int] = set()
@@ -370,6 +374,7 @@ class FetchState:
         added = wanted - set(self.partitions)
         for tp in removed:
             self._drop_buffer(self.partitions.pop(tp))
+            self._ready.pop(tp, None)
         for tp in sorted(added):
             self.partitions[tp] = PartitionFetchState(tp, self._backoff, self._behind_backoff)
         return added, removed
@@ -399,9 +404,9 @@ class FetchState:
         self._invalidate(st)
         if strategy == "none":
             st.position = st.fetch_offset = None
-            st.error = NoOffsetForPartitionError(
+            self.fail(st, NoOffsetForPartitionError(
                 f"{tp.topic}-{tp.partition}: no valid offset to start from and auto_offset_reset='none'; "
-                f"seek() to an offset or set auto_offset_reset to 'earliest' or 'latest'")
+                f"seek() to an offset or set auto_offset_reset to 'earliest' or 'latest'"))
             return
         if strategy not in TIMESTAMP_FOR:
             raise ValueError(f"reset strategy must be 'earliest' or 'latest', got {strategy!r}")
@@ -423,6 +428,11 @@ class FetchState:
         st.error = None
         st.retry.on_success()
         st.behind.on_success()
+
+    def fail(self, st: PartitionFetchState, error: BaseException) -> None:
+        """Keep ``error`` for the application: the next poll that reaches the partition raises it."""
+        st.error = error
+        self._ready[st.tp] = st
 
     def _drop_buffer(self, st: PartitionFetchState) -> None:
         self.buffered_bytes -= st.buffered_bytes
@@ -500,7 +510,7 @@ class FetchState:
         if st.generation != generation:
             return 0.0
         if error is not None and not getattr(error, "retriable", False):
-            st.error = error
+            self.fail(st, error)
             return 0.0
         return st.retry.on_failure(now)
 
@@ -722,10 +732,10 @@ class FetchState:
                     continue
                 if code == _OFFSET_OUT_OF_RANGE:
                     if self.auto_offset_reset == "none":
-                        st.error = errors.OffsetOutOfRangeError(
+                        self.fail(st, errors.OffsetOutOfRangeError(
                             f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range "
                             f"(log start {part.get('log_start_offset', -1)}, high watermark "
-                            f"{part.get('high_watermark', -1)}) and auto_offset_reset='none'")
+                            f"{part.get('high_watermark', -1)}) and auto_offset_reset='none'"))
                         data = True
                     else:
                         self.request_reset(tp)
@@ -740,8 +750,8 @@ class FetchState:
                     if err_cls.invalid_metadata or code in (errors.UnknownTopicOrPartitionError.errno,):
                         refresh = refresh or f"fetch-{err_cls.__name__}"
                     continue
-                st.error = err_cls(f"{tp.topic}-{tp.partition} (Fetch from node {request.node}): "
-                                   f"{err_cls.description or err_cls.__name__}")
+                self.fail(st, err_cls(f"{tp.topic}-{tp.partition} (Fetch from node {request.node}): "
+                                      f"{err_cls.description or err_cls.__name__}"))
                 data = True
         return ResponseOutcome(refresh, data, replan)
 
@@ -808,6 +818,7 @@ class FetchState:
             st.chunks.append(Chunk(data_batches, end, nbytes, fetch_offset, error))
             st.buffered_bytes += nbytes
             self.buffered_bytes += nbytes
+            self._ready[st.tp] = st
             return True
         if end == fetch_offset:
             return False   # only a partial batch (bigger than max bytes, KIP-74 says it will come) or old data
@@ -822,39 +833,44 @@ class FetchState:
         st.chunks.append(Chunk(data_batches, end, nbytes, fetch_offset))
         st.buffered_bytes += nbytes
         self.buffered_bytes += nbytes
+        self._ready[st.tp] = st
         return True
 
     # ------------------------------------------------------------------ draining
     def has_data(self, partitions: Sequence[TopicPartition] | None = None) -> bool:
-        items = self.partitions.items() if partitions is None else (
-            (tp, self.partitions[tp]) for tp in partitions if tp in self.partitions)
-        return any((st.chunks or st.error is not None) and not st.paused for _, st in items)
+        states = self._ready.values() if partitions is None else (
+            self.partitions[tp] for tp in partitions if tp in self.partitions)
+        return any((st.chunks or st.error is not None) and not st.paused for st in states)
 
     def drain(self, max_records: int, partitions: Sequence[TopicPartition] | None = None
               ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Hand out up to ``max_records`` buffered records, advancing positions.
 
-        Partitions take turns across calls (the start rotates) so one busy partition cannot starve others.
-        A partition's stored error is raised when nothing has been collected yet in this call.
+        Partitions take turns across calls so one busy partition cannot starve others: without ``partitions``
+        the ones with something to hand out queue in arrival order and a partition served goes to the back of
+        the line (the work is proportional to those, not to the assignment); with ``partitions`` the start
+        rotates. A partition's stored error is raised when nothing has been collected yet in this call.
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records!r}")
+        ready: dict[TopicPartition, PartitionFetchState] | None = None
         if partitions is None:
-            states = list(self.partitions.values())
+            ready = self._ready
+            states = list(ready.values())
         else:
             states = [self.state(tp) for tp in partitions]
-        n = len(states)
-        if n == 0:
+            if states:
+                start = self._rotation % len(states)
+                self._rotation += 1
+                states = states[start:] + states[:start]
+        if not states:
             self.starved = True
             return {}
-        start = self._rotation % n
-        self._rotation += 1
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         remaining = max_records
         pending_error: BaseException | None = None
         kd, vd = self.key_deserializer, self.value_deserializer
-        for i in range(n):
-            st = states[(start + i) % n]
+        for st in states:
             if st.paused:
                 continue
             if st.error is not None:
@@ -862,8 +878,14 @@ class FetchState:
                     pending_error = st.error
                 continue
             if not st.chunks:
+                if ready is not None:
+                    del ready[st.tp]        # drained, seeked or unassigned since it queued
                 continue
             taken = self._take(st, remaining, kd, vd)
+            if ready is not None:
+                del ready[st.tp]
+                if st.chunks or st.error is not None:
+                    ready[st.tp] = st       # more to hand out: to the back of the line
             if taken:
                 out[st.tp] = taken
                 remaining -= len(taken)

@@ -208,7 +208,7 @@ class Fetcher:
         for p in request.partitions:
             st = self.state.partitions.get(p.tp)
             if st is not None and st.generation == p.generation:
-                st.error = exc
+                self.state.fail(st, exc)
         self.signal_data()
 
     def _fail(self, exc: BaseException) -> None:
