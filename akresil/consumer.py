@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, cast
 
 import anyio
+import anyio.lowlevel
 
 from . import errors
 from .checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
@@ -475,9 +476,14 @@ class Consumer(Generic[KeyT, ValueT]):
                 self._state.state(tp)
         state, fetcher = self._state, self._fetcher
         deadline: float | None = None
+        # one event-loop turn before handing anything out (nothing is drained yet, so a cancellation here loses no
+        # record): a loop that polls whenever records are buffered never waits otherwise, and the fetch answers
+        # and the next Fetch requests would queue behind it until the buffer ran dry (at 10,000 partitions on the
+        # mock, reading and fetching took turns instead of overlapping: 7.8 s instead of ~2.5 s)
+        await anyio.lowlevel.checkpoint()
         while True:
             event = fetcher.data_event()
-            buffered = {tp: st.buffered_bytes for tp, st in state.partitions.items()} if self.hooks else None
+            buffered = state.buffered_by_partition() if self.hooks else None
             # the fetch state is not generic: its records carry what this consumer's deserializers made
             result = cast("dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]", state.drain(max_records, parts))
             if result:

@@ -842,6 +842,10 @@ class FetchState:
             self.partitions[tp] for tp in partitions if tp in self.partitions)
         return any((st.chunks or st.error is not None) and not st.paused for st in states)
 
+    def buffered_by_partition(self) -> dict[TopicPartition, int]:
+        """Buffered bytes of every partition holding some (the ones ``drain`` can hand out from)."""
+        return {tp: st.buffered_bytes for tp, st in self._ready.items()}
+
     def drain(self, max_records: int, partitions: Sequence[TopicPartition] | None = None
               ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Hand out up to ``max_records`` buffered records, advancing positions.
