@@ -349,6 +349,11 @@ class FetchState:
         #: turns: ``drain`` visits these, not every assigned partition (a consumer of 10,000 partitions polls
         #: hundreds of times a second); kept up by ``_buffer`` and ``fail``, pruned by ``drain``
         self._ready: dict[TopicPartition, PartitionFetchState] = {}
+        #: partitions waiting for an offset (a reset or the group's committed offset): the lookups scan these
+        self._lookups: dict[TopicPartition, PartitionFetchState] = {}
+        #: the metadata snapshot the last plan was made on, if it found every partition's leader (None: plan in
+        #: full next time): on it, while every broker has a Fetch out, ``plan_fetches`` has nothing to plan
+        self._planned_on: MetadataSnapshot | None = None
         self.buffered_bytes = 0
         #: nodes with a Fetch outstanding (one per node)
         self.busy_nodes: set[int] = set()
@@ -375,6 +380,8 @@ class FetchState:
         for tp in removed:
             self._drop_buffer(self.partitions.pop(tp))
             self._ready.pop(tp, None)
+            self._lookups.pop(tp, None)
+        self._planned_on = None
         for tp in sorted(added):
             self.partitions[tp] = PartitionFetchState(tp, self._backoff, self._behind_backoff)
         return added, removed
@@ -411,6 +418,7 @@ class FetchState:
         if strategy not in TIMESTAMP_FOR:
             raise ValueError(f"reset strategy must be 'earliest' or 'latest', got {strategy!r}")
         st.reset = strategy
+        self._lookups[tp] = st
 
     def need_committed(self, tps: Iterable[TopicPartition]) -> None:
         """Start these partitions from the group's committed offsets (the shell looks them up)."""
@@ -419,12 +427,15 @@ class FetchState:
             self._invalidate(st)
             st.position = st.fetch_offset = None
             st.awaiting_committed = True
+            self._lookups[tp] = st
 
     def _invalidate(self, st: PartitionFetchState) -> None:
         self._drop_buffer(st)
         st.generation += 1
-        st.reset = None
-        st.awaiting_committed = False
+        if st.reset is not None or st.awaiting_committed:
+            st.reset = None
+            st.awaiting_committed = False
+            del self._lookups[st.tp]
         st.error = None
         st.retry.on_success()
         st.behind.on_success()
@@ -461,12 +472,22 @@ class FetchState:
 
     # ------------------------------------------------------------------ offset lookups
     def committed_lookups_due(self, now: float) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items()
+        return [tp for tp, st in self._lookups.items()
                 if st.awaiting_committed and not st.lookup_in_flight and st.error is None and st.retry.ready(now)]
 
     def resets_due(self, now: float) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items()
+        return [tp for tp, st in self._lookups.items()
                 if st.reset is not None and not st.lookup_in_flight and st.error is None and st.retry.ready(now)]
+
+    def lookups_retry_at(self, now: float) -> float | None:
+        """The earliest time a lookup backing off after a failure may go again (None: none is waiting)."""
+        best: float | None = None
+        for st in self._lookups.values():
+            if not st.lookup_in_flight:
+                at = st.retry.next_allowed_at
+                if at is not None and at > now and (best is None or at < best):
+                    best = at
+        return best
 
     def begin_lookup(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Mark lookups outstanding; returns each partition's generation to pass back with the answer."""
@@ -528,26 +549,37 @@ class FetchState:
         while the node has a partition held back by the prefetch bound with records left on the broker and
         the application is draining (not ``starved``): see the module's notes.
         """
+        busy = self.busy_nodes
+        if busy and self._planned_on is snapshot and all(node in busy for node in snapshot.brokers):
+            # one Fetch per node: nothing can be sent before an answer comes (and wakes the shell), and no
+            # partition's leader can have changed on the same snapshot. The consumer polls hundreds of times a
+            # second, each poll waking the shell: this keeps those turns O(1) instead of O(partitions)
+            return FetchPlan([], False, None)
         by_node: dict[int, list[FetchPartition]] = {}
         held_nodes: set[int] = set()
         needs_metadata = False
         wake_at: float | None = None
         total_room = self.buffered_bytes < self.max_buffered_bytes
         per_partition_cap = max(self.max_partition_fetch_bytes, 1)
-        busy = self.busy_nodes
         defer = not self.starved
         read_committed = self.read_committed
+        #: per node, when it may be sent to (asked once per plan, not once per partition)
+        ready_at_of: dict[int, float | None] = {}
         for tp, st in self.partitions.items():
             if (st.paused or st.in_flight or st.error is not None or st.fetch_offset is None
                     or st.reset is not None or st.awaiting_committed):
                 continue
-            if st.chunks and (not total_room or st.buffered_bytes >= per_partition_cap):
-                # enough prefetched; a partition with nothing buffered may always fetch
-                if defer and not st.caught_up(read_committed):
-                    lead = snapshot.leader_of(tp)
-                    if lead is not None:
-                        held_nodes.add(lead[0] if st.read_replica is None else st.read_replica)
-                continue
+            if st.chunks:
+                # a partition with nothing buffered may always fetch; one with records buffered prefetches only
+                # while the broker has more for it (a caught-up one would only add a long poll) and within bounds
+                if st.caught_up(read_committed):
+                    continue
+                if not total_room or st.buffered_bytes >= per_partition_cap:
+                    if defer:
+                        lead = snapshot.leader_of(tp)
+                        if lead is not None:
+                            held_nodes.add(lead[0] if st.read_replica is None else st.read_replica)
+                    continue
             retry_at = st.next_try_at()
             if retry_at is not None and now < retry_at:
                 if wake_at is None or retry_at < wake_at:
@@ -565,7 +597,10 @@ class FetchState:
                 needs_metadata = needs_metadata or gone
             if node in busy:
                 continue
-            ready_at = node_ready_at(node) if node_ready_at is not None else None
+            if node in ready_at_of:
+                ready_at = ready_at_of[node]
+            else:
+                ready_at = ready_at_of[node] = node_ready_at(node) if node_ready_at is not None else None
             if ready_at is not None and ready_at > now:
                 if wake_at is None or ready_at < wake_at:
                     wake_at = ready_at
@@ -586,6 +621,7 @@ class FetchState:
                 else:
                     ids[p.tp.topic] = tid
             requests.append(FetchRequest(node, tuple(parts), max_version, ids))
+        self._planned_on = None if needs_metadata else snapshot
         return FetchPlan(requests, needs_metadata, wake_at)
 
     def _read_source(self, st: PartitionFetchState, tp: TopicPartition, leader: int, snapshot: MetadataSnapshot,

@@ -134,11 +134,9 @@ class Fetcher:
             self._tg.start_soon(self._fetch, request)
         if plan.wake_at is not None:
             wake_at = plan.wake_at
-        for st in state.partitions.values():     # lookups backing off
-            if (st.reset is not None or st.awaiting_committed) and not st.lookup_in_flight:
-                at = st.retry.next_allowed_at
-                if at is not None and at > now and (wake_at is None or at < wake_at):
-                    wake_at = at
+        at = state.lookups_retry_at(now)        # lookups backing off
+        if at is not None and (wake_at is None or at < wake_at):
+            wake_at = at
         if wake_at is None:
             return None
         return max(0.0, wake_at - now)

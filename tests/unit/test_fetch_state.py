@@ -613,6 +613,67 @@ def test_drain_rotates_partitions_so_none_starves() -> None:
     assert set(firsts) == {TP0, TP1}
 
 
+def test_drain_visits_only_partitions_with_something_to_hand_out_and_serves_them_in_turn() -> None:
+    cache = metadata({p: (1, 0) for p in range(1000)})
+    st = fetch_state()
+    tps = [TopicPartition(T, p) for p in range(1000)]
+    st.assign(tps)
+    for tp in tps:
+        st.seek(tp, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({tps[7]: {"records": batch(0, [b"a"] * 5)},
+                                        tps[900]: {"records": batch(0, [b"b"] * 5)}}), 0, cache)
+    assert list(st.buffered_by_partition()) == [tps[7], tps[900]]       # the 998 others are not looked at
+    # a partition served goes to the back of the line, one fully drained leaves it
+    assert list(st.drain(2)) == [tps[7]]
+    assert list(st.drain(2)) == [tps[900]]
+    assert list(st.drain(10)) == [tps[7], tps[900]]
+    assert st.buffered_by_partition() == {} and st.drain(10) == {} and st.starved
+    # an error queues its partition too
+    st.fail(st.partitions[tps[3]], errors.CorruptRecordError("bad"))
+    with pytest.raises(errors.CorruptRecordError):
+        st.drain(10)
+
+
+def test_a_caught_up_partition_with_records_buffered_is_not_fetched_again_until_drained() -> None:
+    # the broker has nothing past what is buffered: asking again would only add a long poll (and at 10,000
+    # partitions re-list thousands of partitions per Fetch); a partition with more on the broker still prefetches
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"] * 5), "high_watermark": 5},
+                                        TP1: {"records": batch(0, [b"b"] * 5), "high_watermark": 50}}), 0, cache)
+    assert [(p.tp, p.fetch_offset) for p in only_request(st, 0, cache).partitions] == [(TP1, 5)]
+    st.on_fetch_response(req, response({}), 0, cache)
+    st.drain(10, [TP0])
+    assert [p.tp for p in st.plan_fetches(0, cache.snapshot).requests[0].partitions] == [TP0, TP1]
+
+
+def test_while_every_broker_has_a_fetch_out_planning_is_skipped_until_an_answer_or_new_metadata() -> None:
+    tp3 = TopicPartition(T, 3)
+    cache = metadata({0: (1, 0), 1: (2, 0), 2: (3, 0), 3: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1, TP2, tp3])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 0)
+    plan = st.plan_fetches(0, cache.snapshot)
+    for r in plan.requests:
+        st.begin_fetch(r)
+    assert len(plan.requests) == 3
+    st.seek(tp3, 0)
+    st.partitions[tp3].retry.on_failure(0)      # backing off: a full plan names its retry time
+    # every broker has a Fetch out on the snapshot the last plan was made on: nothing to plan, no timer
+    assert st.plan_fetches(0, cache.snapshot) == ([], False, None)
+    moved = metadata({0: (2, 1), 1: (2, 0), 2: (3, 0), 3: (1, 0)})    # new metadata: planned in full
+    assert st.plan_fetches(1, moved.snapshot).wake_at is not None
+    st.on_fetch_response(plan.requests[1], response({}), 5000, moved)      # node 2 answers: planned again
+    assert [(r.node, [p.tp for p in r.partitions]) for r in st.plan_fetches(5000, moved.snapshot).requests] == [
+        (2, [TP1])]
+
+
 def test_failed_request_backs_off_every_partition_in_it() -> None:
     cache = metadata({0: (1, 0), 1: (1, 0)})
     st = fetch_state()
