@@ -725,11 +725,22 @@ class FetchState:
                     continue  # not asked for, unassigned meanwhile, or seeked meanwhile
                 code = part["error_code"]
                 if code == 0:
-                    if self._buffer(st, plan, part):
+                    # the common case, once per partition per answer (most carry no records at 10,000
+                    # partitions): what every answer says is kept here, the records go to ``_buffer``
+                    st.high_watermark = part.get("high_watermark", st.high_watermark)
+                    lso = part.get("last_stable_offset", -1)
+                    if lso is not None and lso >= 0:
+                        st.last_stable_offset = lso
+                    lso = part.get("log_start_offset", -1)
+                    if lso is not None and lso >= 0:
+                        st.log_start_offset = lso
+                    if part.get("records") and self._buffer(st, plan, part):
                         data = True
                         self.starved = False    # records for the application: it is about to drain
-                    st.retry.on_success()
-                    st.behind.on_success()
+                    if st.retry.failures:
+                        st.retry.on_success()
+                    if st.behind.failures:
+                        st.behind.on_success()
                     preferred = part.get("preferred_read_replica", -1)
                     if preferred is not None and preferred >= 0 and preferred != st.read_replica:
                         st.read_replica = preferred       # KIP-392: the leader points to a closer replica
@@ -792,16 +803,9 @@ class FetchState:
         return ResponseOutcome(refresh, data, replan)
 
     def _buffer(self, st: PartitionFetchState, plan: FetchPartition, part: Mapping[str, Any]) -> bool:
-        st.high_watermark = part.get("high_watermark", st.high_watermark)
-        lso = part.get("last_stable_offset", -1)
-        if lso is not None and lso >= 0:
-            st.last_stable_offset = lso
-        lso = part.get("log_start_offset", -1)
-        if lso is not None and lso >= 0:
-            st.log_start_offset = lso
-        blob = part.get("records")
-        if not blob:
-            return False
+        """Keep the records of one partition's answer (``part["records"]``, not empty); True when any can be
+        handed out."""
+        blob = part["records"]
         fetch_offset = plan.fetch_offset
         end = fetch_offset
         data_batches: list[RecordBatchView] = []
