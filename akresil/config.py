@@ -268,7 +268,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("client_rack", (str,), "", "the rack (availability zone) this consumer runs in; sent with every Fetch "
            "so a broker with `replica.selector.class` (e.g. Kafka's RackAwareReplicaSelector) can point it to "
            "a replica in the same rack, which it then fetches from until `metadata_max_age_ms` passes or that "
-           "replica fails. '' (default): always the leader", clients=_C, check=_rack_check, kip="KIP-392"),
+           "replica fails; also sent to the group coordinator (JoinGroup subscription, ConsumerGroupHeartbeat, "
+           "ShareGroupHeartbeat) for rack-aware assignment (KIP-881), as the Java client does. '' (default): "
+           "always the leader", clients=_C, check=_rack_check, kip="KIP-392"),
 )
 
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

@@ -109,6 +109,7 @@ class ShareConsumerConfig(CommonConfig, total=False):
     max_poll_records: int
     check_crcs: bool
     default_api_timeout_ms: int
+    client_rack: str
 
 
 class AdminConfig(CommonConfig, total=False):

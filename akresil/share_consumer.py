@@ -59,7 +59,7 @@ _EXTRA_KEYS = ("hooks",)
 _NOT_FOR_SHARE = ("auto_offset_reset", "enable_auto_commit", "auto_commit_interval_ms", "group_instance_id",
                   "partition_assignment_strategy", "isolation_level", "session_timeout_ms",
                   "heartbeat_interval_ms", "rebalance_timeout_ms", "max_partition_fetch_bytes",
-                  "group_protocol", "group_remote_assignor", "client_rack")
+                  "group_protocol", "group_remote_assignor")
 _MODES = ("implicit", "explicit")
 _ACQUIRE_MODES = ("batch_optimized", "record_limit")
 #: acknowledge()'s type names to their wire values (plain ints: the per-record path converts nothing)

@@ -229,7 +229,8 @@ class ClassicMember:
     def _subscription_bytes(self, assignor: Assignor, topics: frozenset[str],
                             owned: frozenset[TopicPartition]) -> bytes:
         body = subscription_body(topics, owned=owned, generation_id=self.core.generation.generation_id,
-                                 user_data=assignor.subscription_user_data(sorted(topics), owned))
+                                 user_data=assignor.subscription_user_data(sorted(topics), owned),
+                                 rack_id=self._session.config.client_rack or None)   # KIP-881, as Java sends it
         return encode_versioned("ConsumerProtocolSubscription", SUBSCRIPTION_VERSION, body)
 
     async def _lead(self, assignor: Assignor, response: dict[str, Any], *, skip: bool) -> list[dict[str, Any]]:

@@ -217,7 +217,8 @@ class ConsumerGroupMember(HeartbeatMember):
         super().__init__(session, ConsumerMembership(
             session.group_id, backoff=session.backoff, rebalance_timeout_ms=config.rebalance_timeout_ms,
             instance_id=config.group_instance_id, server_assignor=config.group_remote_assignor,
-            max_poll_interval_ms=config.max_poll_interval_ms), ApiKey.CONSUMER_GROUP_HEARTBEAT, "consumer")
+            rack_id=config.client_rack or None, max_poll_interval_ms=config.max_poll_interval_ms),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, "consumer")
         #: the target version the member last reconciled completely (-1: none yet)
         self._reconciled = -1
         if session.pattern is not None:
@@ -308,7 +309,8 @@ class ShareGroupMember(HeartbeatMember):
     core: ShareMembership
 
     def __init__(self, session: GroupSession) -> None:
-        super().__init__(session, ShareMembership(session.group_id, backoff=session.backoff),
+        super().__init__(session, ShareMembership(session.group_id, backoff=session.backoff,
+                                                  rack_id=session.config.client_rack or None),
                          ApiKey.SHARE_GROUP_HEARTBEAT, "share")
         self._applied = -1
 

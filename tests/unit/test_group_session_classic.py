@@ -259,6 +259,22 @@ async def test_member_id_required_then_leader_assigns_itself() -> None:
     assert ("revoked", ALL4) in events
 
 
+@pytest.mark.parametrize("rack", ["r2", ""])
+async def test_the_subscription_names_the_client_rack(rack: str) -> None:
+    """KIP-881 (as the Java client): the leader's assignor learns each member's rack from its subscription."""
+    cluster, events = FakeCluster(), []
+    FakeGroup(cluster)
+    gc = coordinator(cluster, events, client_rack=rack)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gc.run)
+        with anyio.fail_after(3):
+            await gc.wait_assignment()
+        tg.cancel_scope.cancel()
+    _, sub = decode_versioned("ConsumerProtocolSubscription",
+                              cluster.sent(ApiKey.JOIN_GROUP)[-1]["protocols"][0]["metadata"])
+    assert sub["rack_id"] == (rack or None)
+
+
 async def test_group_requests_go_on_the_coordinators_own_connection() -> None:
     """A broker answers one connection's requests in order: a JoinGroup, SyncGroup or Heartbeat on the
     connection that carries a long-poll Fetch to the same broker would wait up to fetch_max_wait_ms behind it

@@ -186,3 +186,19 @@ def test_a_request_cut_off_by_the_client_closing_ends_the_heartbeats_quietly(whe
                 tg.cancel_scope.cancel()    # what the client's close() does next
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("membership", [ShareGroupMember, ConsumerGroupMember])
+@pytest.mark.parametrize("rack", ["r2", ""])
+def test_the_joining_heartbeat_names_the_client_rack(membership: MembershipFactory, rack: str) -> None:
+    """KIP-881 (as the Java client): the coordinator learns the member's rack from ``client_rack``."""
+    async def main() -> None:
+        cluster = FakeCluster([ok(1)])
+        s = session(cluster, membership, client_rack=rack)
+        async with anyio.create_task_group() as tg:
+            await tg.start(s.run)
+            await wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
+        assert cluster.sent[0]["rack_id"] == (rack or None)
+
+    anyio.run(main)
