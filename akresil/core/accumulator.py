@@ -15,7 +15,15 @@ Pure logic driven by the I/O shell with explicit ``now`` (monotonic ms):
 Readiness follows Java: a partition is ready when its head batch is full (or not the last), lingered,
 retried (backoff over), or when the producer flushes, closes or has appenders waiting for memory. A node
 with a ready partition is drained, and its other partitions ride along in the same request (one batch per
-partition per request, up to ``max_request_size``).
+partition per request, up to ``max_request_size``). One rule is akresil's own: while a node still owes the
+answer to a Produce request, only complete batches (full, not the last, retries, expedited, or any batch while
+the producer flushes, closes or waits for memory) are ready for it; a lingered batch that could still grow
+waits for that answer. A Kafka broker reads the next request on a
+connection only after it has answered the one before (it mutes the channel meanwhile), and with ``acks=all``
+an answer waits for the followers' fetches, so a second small request sent early would only queue at the
+broker, wait out a replication round of its own, and split records that could have travelled together: five
+requests in flight made every record wait up to five replication rounds (aiokafka sends one request per node
+at a time; this keeps that, and keeps pipelining the batches that are full).
 
 Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
 idempotence up to ``max_in_flight`` batches are in flight, sequence numbers are assigned at first drain in
@@ -188,6 +196,8 @@ class RecordAccumulator:
         #: topic's batches cut straight below it (its ``max.message.bytes`` is below that)
         self._refused_size: dict[str, int] = {}
         self._incomplete = 0
+        #: node id -> batches in flight to it: a node with any is still answering a Produce (see module doc)
+        self._node_in_flight: dict[int, int] = {}
         self.producer_id = -1
         self.producer_epoch = -1
 
@@ -523,7 +533,11 @@ class RecordAccumulator:
                 return True
         return False
 
-    def _head_ready(self, pq: _Partition, now: float) -> bool:
+    def node_busy(self, node: int) -> bool:
+        """``node`` has not answered every Produce request sent to it: only complete batches go to it now."""
+        return node in self._node_in_flight
+
+    def _head_ready(self, pq: _Partition, now: float, node: int) -> bool:
         head = pq.queue[0]
         if backing_off(head, now):
             return False
@@ -531,6 +545,8 @@ class RecordAccumulator:
             return True
         if self._flushing or self._closing or self._waiters:
             return True
+        if node in self._node_in_flight:
+            return False      # the batch grows until the node answers the request before it (module doc)
         return now >= head.created_at + self.linger_ms
 
     def drain(self, now: float, *, sendable: Container[int], leader_of: LeaderOf,
@@ -563,7 +579,7 @@ class RecordAccumulator:
             if node not in sendable or self._blocked(pq):
                 continue
             candidates.setdefault(node, []).append((pq, epoch))
-            if node not in ready_nodes and self._head_ready(pq, now):
+            if node not in ready_nodes and self._head_ready(pq, now, node):
                 ready_nodes.add(node)
         for node in ready_nodes:
             taken: list[ProducerBatch] = []
@@ -596,6 +612,15 @@ class RecordAccumulator:
             pq.next_sequence = (pq.next_sequence + batch.record_count) % _MAX_SEQUENCE
             batch.payload.set_producer_state(self.producer_id, self.producer_epoch, batch.base_sequence)
         bisect.insort(pq.in_flight, batch, key=_index_key)
+        self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+
+    def _node_answered(self, batch: ProducerBatch) -> None:
+        node = batch.node_id
+        left = self._node_in_flight.get(node, 0) - 1
+        if left > 0:
+            self._node_in_flight[node] = left
+        else:
+            self._node_in_flight.pop(node, None)
 
     # ------------------------------------------------------------------ outcomes
     def _take_in_flight(self, batch: ProducerBatch) -> _Partition:
@@ -603,6 +628,7 @@ class RecordAccumulator:
             raise IllegalStateError(f"{batch!r} is not in flight")
         pq = self._partitions[batch.tp]
         pq.in_flight.remove(batch)
+        self._node_answered(batch)
         return pq
 
     def on_batch_success(self, batch: ProducerBatch, base_offset: int, now: float, *,
@@ -731,7 +757,9 @@ class RecordAccumulator:
         window = self.append_window_ms
         for pq in self._partitions.values():
             while pq.in_flight and pq.in_flight[0].deadline <= now:
-                expired.append(self._expire(pq.in_flight.pop(0), "in-flight", now))
+                batch = pq.in_flight.pop(0)
+                self._node_answered(batch)
+                expired.append(self._expire(batch, "in-flight", now))
             queue = pq.queue
             while queue and queue[0].deadline <= now:
                 batch = queue[0]
@@ -762,6 +790,7 @@ class RecordAccumulator:
         for pq in self._partitions.values():
             batches = pq.in_flight + list(pq.queue)
             pq.in_flight.clear()
+            self._node_in_flight.clear()
             pq.queue.clear()
             for batch in batches:
                 if batch.fail(error):
@@ -841,7 +870,7 @@ class RecordAccumulator:
                 lead = leader_of(pq.tp)
                 if lead is not None and lead[0] >= 0:
                     observe_leader_epoch(pq.queue[0], lead[1])
-                    if self._head_ready(pq, now):
+                    if self._head_ready(pq, now, lead[0]):
                         nodes.add(lead[0])
         return nodes
 

@@ -127,6 +127,7 @@ def test_payload_is_a_real_record_batch_with_sequences() -> None:
         a.append(T0, 1000 + i, b"k%d" % i, b"v%d" % i, headers=[("h", b"x")], now=0)
     b1 = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
     a.append(T0, 2000, None, b"w", now=6)
+    a.expedite([T0])                    # pipelined behind b1 (a lingered batch alone would wait for b1's answer)
     b2 = a.drain(11, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
     [view] = read_batches(b1.payload.build(), check_crcs=True)
     assert (view.producer_id, view.producer_epoch, view.base_sequence, view.record_count) == (77, 3, 0, 4)
@@ -351,10 +352,60 @@ def test_max_request_size_splits_requests() -> None:
     for tp in (TopicPartition("t", p) for p in range(5)):
         a.append(tp, 1, None, b"x" * 250, now=0)
     lead = lambda tp: (1, 0)   # noqa: E731
+    a.expedite(TopicPartition("t", p) for p in range(5))    # the rest goes behind the first request at once
     first = a.drain(5, sendable={1}, leader_of=lead).batches[1]
     second = a.drain(5, sendable={1}, leader_of=lead).batches[1]
     assert 1 <= len(first) < 5 and len(first) + len(second) <= 5
     assert sum(b.reserved_bytes for b in first) <= 1000
+
+
+def test_a_lingered_batch_waits_while_its_node_owes_an_answer_then_goes_whole() -> None:
+    """A Kafka broker reads a connection's next request only after answering the one before, so a batch that
+    could still grow is not sent behind one in flight: it keeps taking records until the node answers."""
+    a = acc()
+    lead = leaders({T0: (1, 0), T1: (2, 0)})
+    a.append(T0, 0, None, b"a", now=0)
+    [first] = a.drain(5, sendable={1, 2}, leader_of=lead).batches[1]
+    assert a.node_busy(1) and not a.node_busy(2)
+    a.append(T0, 1, None, b"b", now=6)
+    a.append(T1, 1, None, b"c", now=6)
+    later = a.drain(20, sendable={1, 2}, leader_of=lead).batches
+    assert list(later) == [2]                       # node 2 owes nothing: its lingered batch goes
+    assert a.ready_nodes(20, lead) == set()         # node 1's batch is not ready ...
+    assert a.next_wakeup(20) == 106                 # ... and no linger timer: only its append window (10%)
+    a.append(T0, 2, None, b"d", now=21)             # ... so it keeps growing
+    a.on_batch_success(first, 0, now=30)
+    assert not a.node_busy(1)
+    [(node, [batch])] = a.drain(30, sendable={1, 2}, leader_of=lead).batches.items()
+    assert node == 1 and batch.record_count == 2    # both records in one request
+
+
+def test_a_node_that_failed_or_expired_its_requests_owes_nothing() -> None:
+    a = acc(retry_backoff_ms=10)
+    lead = leaders({T0: (1, 0), T1: (1, 0)})
+    a.append(T0, 0, None, b"a", now=0)
+    [b0] = a.drain(5, sendable={1}, leader_of=lead).batches[1]
+    a.on_batch_error(b0, RequestTimedOutError(), now=6)
+    assert not a.node_busy(1)
+    [b0] = a.drain(100, sendable={1}, leader_of=lead).batches[1]      # the retry
+    assert a.node_busy(1)
+    a.expire(1000)                                   # expired in flight: its answer no longer counts
+    assert not a.node_busy(1)
+    a.append(T1, 1000, None, b"b", now=1000)
+    assert a.drain(1005, sendable={1}, leader_of=lead).batches[1][0].tp == T1
+
+
+def test_complete_batches_and_flush_go_behind_a_request_in_flight() -> None:
+    a = acc(batch_size=64, linger_ms=10_000, delivery_timeout_ms=20_000)
+    lead = leaders({T0: (1, 0)})
+    for value in (b"a" * 40, b"b" * 40, b"c" * 40):                 # three batches of one record
+        a.append(T0, 0, None, value, now=0)
+    first = a.drain(0, sendable={1}, leader_of=lead).batches[1]     # full: no linger wait
+    second = a.drain(0, sendable={1}, leader_of=lead).batches[1]    # not the last: pipelined
+    assert [b.index for b in first + second] == [0, 1]
+    assert a.drain(0, sendable={1}, leader_of=lead).batches == {}   # the open last one waits ...
+    a.begin_flush()
+    assert [b.index for b in a.drain(0, sendable={1}, leader_of=lead).batches[1]] == [2]    # ... unless flushed
 
 
 # ---------------------------------------------------------------------------------------------- ordering
@@ -404,6 +455,7 @@ def test_held_partition_waits_for_the_identity_reset_while_others_keep_sending()
     sent = a.drain(0, sendable={1, 2}, leader_of=lead).batches
     (p0,), (p1,) = sent[1], sent[2]
     a.hold(T0)
+    a.expedite([T1])                                            # ready behind the batch in flight
     assert a.held_in_flight()                                   # T0's batch is still out
     more = a.drain(0, sendable={1, 2}, leader_of=lead).batches
     assert 1 not in more and [b.tp for b in more[2]] == [T1]    # T1 keeps sending, T0 is held

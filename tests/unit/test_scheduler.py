@@ -335,6 +335,7 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
     append(sender, clock, results, b"a" * 40)      # batch 0
     append(sender, clock, results, b"b" * 40)      # batch 1 (batch 0 is full)
+    sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001 - batch 0 goes out
     sender._turn()                                  # noqa: SLF001 - batch 1 pipelined behind it
@@ -400,6 +401,7 @@ async def test_an_expired_batch_whose_successor_was_acknowledged_needs_no_bump()
     sender._turn()                                          # noqa: SLF001
     clock.now += 1_000
     append(sender, clock, results, b"b" * 40)               # batch 1, created 1 s later
+    sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                          # noqa: SLF001
     (_, b0), (_, b1) = tasks.produces()
@@ -432,6 +434,7 @@ async def test_a_gapped_partition_is_held_while_a_healthy_one_keeps_sending() ->
     sender._turn()                                          # noqa: SLF001
     clock.now += 1_000
     append(sender, clock, results, b"b" * 40)               # p0 batch 1
+    sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                          # noqa: SLF001
     (_, p0b0), (_, p0b1) = tasks.produces()
@@ -576,6 +579,7 @@ async def test_the_bump_waits_for_in_flight_batches_and_holds_new_sends() -> Non
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
     append(sender, clock, results, b"a" * 40)       # batch 0
     append(sender, clock, results, b"b" * 40)       # batch 1
+    sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001 - both go out, pipelined
     sent = tasks.produces()
@@ -606,6 +610,25 @@ async def test_one_turn_pipelines_ready_batches_up_to_the_in_flight_limit() -> N
     assert [b.base_sequence for _, bs in tasks.produces() for b in bs] == [5]
 
 
+async def test_records_behind_a_request_in_flight_wait_for_its_answer_and_go_in_one_request() -> None:
+    """Five small requests in flight made each record wait out up to five replication rounds on a Kafka broker
+    (it answers a connection's requests one at a time); now they gather until the node answers."""
+    sender, clock, tasks, results = await make(idempotent=True)
+    append(sender, clock, results)
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    [(_, first)] = tasks.produces()
+    for _ in range(3):
+        append(sender, clock, results)
+        clock.now += 5
+        assert sender._turn() is not None           # noqa: SLF001 - a timer, never a busy loop
+        assert tasks.produces() == []               # node 1 has not answered: nothing more goes to it
+    finish(sender, 1, first, ok_response(0), clock)
+    sender._turn()                                  # noqa: SLF001
+    [(node, [batch])] = tasks.produces()
+    assert node == 1 and batch.record_count == 3 and batch.base_sequence == 1
+
+
 async def test_retry_whose_leader_moved_by_metadata_is_sent_in_the_same_turn() -> None:
     """A backing-off retry becomes ready when a metadata refresh raises its partition's epoch (no hint): the
     turn that sees the new epoch must send it, or no timer is left to wake the scheduler for it."""
@@ -633,6 +656,7 @@ async def test_a_gap_behind_a_retry_under_a_fresh_bump_is_not_a_refusal() -> Non
     finish(sender, 1, first, error_response(errors.InvalidRecordError.errno), clock)      # gap: bump next
     append(sender, clock, results, b"b" * 40)
     append(sender, clock, results, b"c" * 40)
+    sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001
     sent = tasks.produces()
