@@ -67,6 +67,7 @@ def test_a_refused_batch_is_split_in_order_and_keeps_completions_and_sequences(i
     assert big.record_count == 60 and big.base_sequence == (0 if idempotent else -1)
     # a newer batch of the partition, drained behind it (pipelined): it keeps its place and sequence
     acc.append(T0, 9_000, None, b"later", (), lambda md, err: done.__setitem__("later", err or md), now=20)
+    acc.expedite([T0])          # ready behind the batch in flight (a lingered one would wait for its answer)
     later = drain_one(acc, 30)
     assert later.base_sequence == (60 if idempotent else -1)
 

@@ -679,6 +679,7 @@ async def test_message_too_large_splits_the_batch_and_sends_the_pieces_at_once()
     sender, clock, tasks, results = await make(idempotent=True, batch_size=4_200)
     for i in range(8):
         append(sender, clock, results, b"%d" % i + b"x" * 999)
+    sender.acc.expedite([TP])                       # the second batch goes behind the first (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001
     [big], [behind] = [bs for _, bs in tasks.produces()]     # 4 records each (the batch size), both in flight
