@@ -744,22 +744,47 @@ class ShareFetchState:
 
     def accept_delivered(self, records: Iterable[ShareRecord], now: float) -> None:
         """Implicit acknowledgement: accept each of ``records`` this consumer still holds under that delivery;
-        the ones settled otherwise meanwhile (or whose lock is gone) are skipped, as ``implicit=True`` does."""
+        the ones settled otherwise meanwhile (or whose lock is gone) are skipped, as ``implicit=True`` does.
+
+        ``_settle_held`` inlined, its per-lock counts and its pending dict looked up once per run of records of
+        one lock (a poll hands a lock's records out together): this is the per-record loop of implicit mode."""
         held_of = self._held.get
         accept = int(AckType.ACCEPT)
         tp_key: tuple[str, int] | None = None
         held: dict[int, _Lock] | None = None
+        run_lock: _Lock | None = None        # the lock of the current run and how many of its records it settled
+        run = 0
+        pending: dict[int, int] = {}
         for rec in records:
             if tp_key is None or rec[1] != tp_key[1] or rec[0] != tp_key[0]:
                 tp_key = (rec[0], rec[1])
                 held = held_of(tp_key)    # type: ignore[call-overload]
-            lock = None if held is None else held.get(rec[2])
-            if lock is None or lock.delivery_count != rec[9] or rec[2] > lock.through:
+            offset = rec[2]
+            lock = None if held is None else held.get(offset)
+            if lock is None or lock.delivery_count != rec[9] or offset > lock.through:
                 continue
             if lock.lost or now >= lock.deadline:
-                self.acknowledge(tp_key, rec[2], AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
+                self.acknowledge(tp_key, offset, AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
                 continue
-            self._settle_held(held, rec[2], lock, accept)     # type: ignore[arg-type]
+            if lock is not run_lock:
+                if run_lock is not None:
+                    self._settled_run(run_lock, run)
+                run_lock, run = lock, 0
+                pending = lock.session.pending.get(lock.tp)   # type: ignore[assignment]
+                if pending is None:
+                    pending = lock.session.pending[lock.tp] = {}
+            del held[offset]   # type: ignore[union-attr]
+            pending[offset] = accept
+            run += 1
+        if run_lock is not None:
+            self._settled_run(run_lock, run)
+
+    @staticmethod
+    def _settled_run(lock: _Lock, count: int) -> None:
+        """``count`` of ``lock``'s delivered records were settled (``_settle_held``'s count, for a run)."""
+        lock.unsettled -= count
+        if not lock.unsettled:
+            lock.session.awaiting.discard(lock)
 
     @staticmethod
     def _settle_held(held: dict[int, _Lock], offset: int, lock: _Lock, ack: int | None) -> None:

@@ -80,6 +80,25 @@ def test_accept_delivered_accepts_what_is_still_held_and_skips_the_rest() -> Non
     assert st2.held_count() == 0
 
 
+def test_accept_delivered_settles_interleaved_locks_of_two_partitions_each_once() -> None:
+    """The implicit accept counts each lock's settled records per run; records of two partitions (two locks,
+    two sessions) handed back interleaved must each leave their own lock, so both sessions owe nothing and both
+    partitions' accepts go out."""
+    st = state()
+    plans = plan(st, 0)
+    st.on_fetch_response(plans[1], fetch_answer(0, batch(0, 3), [(0, 2, 1)]), 10)
+    st.on_fetch_response(plans[2], fetch_answer(1, batch(0, 3), [(0, 2, 1)]), 10)
+    got = st.poll_by_partition(10, 20)
+    a, b = got[TP0], got[TP1]
+    interleaved = [a[0], b[0], a[1], b[1], a[2], b[2]]
+    st.accept_delivered(interleaved, 30)
+    assert st.held_count() == 0
+    sent = {node: p.body["topics"][0]["partitions"] for node, p in plan(st, 40).items()}
+    assert [part["acknowledgement_batches"] for parts in sent.values() for part in parts] == [
+        [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1]}]] * 2    # one type for the range
+    assert st.take_results() == {}
+
+
 def test_a_newer_acquisition_of_a_buffered_offset_stops_the_older_one_being_handed_out() -> None:
     """The leader moved: the new leader acquires an offset the old leader's answer still holds in the buffer
     (its session then lost). Only the newer delivery may reach the application."""
