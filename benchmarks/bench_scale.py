@@ -324,6 +324,42 @@ def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
     return timed.figures(got)
 
 
+#: the per-record idioms with no client under them: what asyncio itself costs per record (see ``asyncio_floor``)
+FLOOR_IDIOMS = ("gather", "tasks")
+
+
+async def _asyncio_floor(spec: dict[str, Any]) -> dict[str, float]:
+    """The idiom's own cost in this interpreter: a future per record, resolved the way a client resolves it (a
+    loop callback per batch of acknowledgements), gathered (``gather``); or a task per record awaiting such a
+    future (``tasks``). A client's per-record CPU under one of these idioms is at least this."""
+    loop = asyncio.get_running_loop()
+    n, batch = spec["records"], 1000
+    futs: list[asyncio.Future[None]] = []
+
+    def resolve(first: int) -> None:
+        for f in futs[first:first + batch]:
+            f.set_result(None)
+
+    async def one() -> None:
+        f: asyncio.Future[None] = loop.create_future()
+        futs.append(f)
+        await f
+
+    with Timed() as timed:
+        if spec["idiom"] == "gather":
+            for _ in range(n):
+                futs.append(loop.create_future())
+            gathered = asyncio.gather(*futs)
+        else:
+            gathered = asyncio.gather(*(one() for _ in range(n)))
+            while len(futs) < n:
+                await asyncio.sleep(0)
+        for first in range(0, n, batch):
+            loop.call_soon(resolve, first)
+        await gathered
+    return timed.figures(n)
+
+
 def worker(spec: dict[str, Any]) -> dict[str, float]:
     """One measurement in this process (``--worker``)."""
     import logging
@@ -344,6 +380,8 @@ def worker(spec: dict[str, Any]) -> dict[str, float]:
                         if n // count or i < n % count))
         asyncio.run(fill())
         return {"records": n}
+    if spec["kind"] == "floor":
+        return asyncio.run(_asyncio_floor(spec))
     if spec["kind"] == "produce":
         if client == "akresil":
             return asyncio.run(_akresil_produce(spec))
@@ -507,8 +545,10 @@ def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 35's targets, median and worst round, and whether the median meets each."""
+def targets(cases: list[dict[str, Any]], floors: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Issue 35's targets, median and worst round, and whether the median meets each. A per-record target also
+    gives asyncio's own cost of the idiom (``floor_ratio``: that cost over librdkafka's whole per-record CPU): a
+    limit below it cannot be met by any client under that idiom."""
     by = {c["case"]: c for c in cases}
     out: list[dict[str, Any]] = []
 
@@ -528,6 +568,11 @@ def targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for idiom in ("akresil gather", "akresil callback", "akresil tasks"):
         add("CPU per record vs librdkafka", "10/1@3", "produce", idiom, "confluent callback", "cpu_us_per_record",
             1.5, False)
+        floor = (floors or {}).get(idiom.split()[1], {}).get("cpu_us_per_record", {}).get("median")
+        peer = _fig(by.get("10/1@3"), "produce", "confluent callback", "cpu_us_per_record", "median")
+        if floor is not None:
+            out[-1]["asyncio_floor_us"] = floor
+            out[-1]["floor_ratio"] = _ratio(floor, peer)
     return out
 
 
@@ -604,11 +649,21 @@ def main() -> None:
     slow: dict[str, tuple[int, float]] = {}
     results = [run_case(c, args, slow, progress) for c in sorted(cases, key=lambda c: (c.partitions, c.topics,
                                                                                         c.brokers))]
+    floors: dict[str, Any] = {}
+    for idiom in FLOOR_IDIOMS:
+        rounds = []
+        for _ in range(args.rounds):
+            raw = run_worker({"kind": "floor", "idiom": idiom, "records": args.records}, args.timeout)
+            rounds.append(raw if "error" in raw else {"cpu_us_per_record": raw["cpu_s"] / raw["records"] * 1e6,
+                                                      "load_1m": raw.get("load_1m")})
+        floors[idiom] = summarize(rounds)
+        progress(f"asyncio floor {idiom}: {floors[idiom].get('cpu_us_per_record') or floors[idiom]}")
     env["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     doc = {"benchmark": "scale", "broker": "librdkafka mock", "records": args.records, "value_bytes": len(VALUE),
            "warmup": args.warmup, "rounds": args.rounds, "linger_ms": LINGER_MS, "acks": "all",
            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "environment": env,
-           "java": JAVA_NOTE, "cases": results, "ratios": ratios(results), "targets": targets(results)}
+           "java": JAVA_NOTE, "cases": results, "ratios": ratios(results), "asyncio_floor": floors,
+           "targets": targets(results, floors)}
     if args.plot:
         plot(results, args.plot)
     print(json.dumps(doc, indent=2))
