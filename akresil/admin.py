@@ -142,7 +142,7 @@ class Admin:
                 "configs": [{"name": k, "value": v} for k, v in (t.configs or {}).items()],
             } for t in new], "timeout_ms": timeout_ms, "validate_only": validate_only}
 
-        response = await self._router.to_controller(ApiKey.CREATE_TOPICS, body, timeout_ms)
+        response = await self._router.to_controller(ApiKey.CREATE_TOPICS, body, timeout_ms=timeout_ms)
         for result in response["topics"]:
             code = result.get("error_code", 0)
             if code == errors.TopicAlreadyExistsError.errno and ignore_existing:
@@ -176,7 +176,7 @@ class Admin:
             return {"topic_names": names, "topics": [{"name": n, "topic_id": bytes(16)} for n in names],
                     "timeout_ms": timeout_ms}
 
-        response = await self._router.to_controller(ApiKey.DELETE_TOPICS, body, timeout_ms)
+        response = await self._router.to_controller(ApiKey.DELETE_TOPICS, body, timeout_ms=timeout_ms)
         for result in response["responses"]:
             errors.raise_for_code(result.get("error_code", 0), f"{result.get('name')}: {result.get('error_message') or ''}")
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .. import errors
 from ..errors import ConfigError, KafkaError
+from ..protocol.messages import (FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest,
+                                 OffsetCommitRequestTopic, OffsetFetchRequest, OffsetFetchResponse,
+                                 OffsetFetchResponseTopic, OffsetFetchResponseTopics)
 from ..types import TopicPartition, partitions_by_topic
 from .backoff import ExponentialBackoff, RetryState
 
@@ -431,60 +434,62 @@ class GroupMembership:
 
 
 # ---------------------------------------------------------------------------- request / response shapes
-def find_coordinator_body(key: str, key_type: int = 0) -> Callable[[int], dict[str, Any]]:
+def find_coordinator_body(key: str, key_type: int = 0) -> Callable[[int], FindCoordinatorRequest]:
     """The FindCoordinator body for ``key`` at a negotiated version (v4+: batched ``coordinator_keys``)."""
-    def body(version: int) -> dict[str, Any]:
+    def body(version: int) -> FindCoordinatorRequest:
         if version >= 4:
             return {"key_type": key_type, "coordinator_keys": [key]}
         return {"key": key, "key_type": key_type}
     return body
 
 
-def find_coordinator_result(response: Mapping[str, object], version: int, group_id: str) -> tuple[int, int, str, int]:
+def find_coordinator_result(response: FindCoordinatorResponse, version: int, group_id: str
+                            ) -> tuple[int, int, str, int]:
     """``(error_code, node_id, host, port)`` of a FindCoordinator response in either form (v4+: batched)."""
     if version >= 4:
-        entries = response.get("coordinators") or []
-        assert isinstance(entries, list)
-        for entry in entries:
+        for entry in response.get("coordinators") or []:
             if entry.get("key") == group_id:
                 return (int(entry["error_code"]), int(entry["node_id"]), str(entry["host"]), int(entry["port"]))
         raise _E.ProtocolError(f"FindCoordinator v{version} response has no entry for group {group_id!r}")
-    return (int(response["error_code"]), int(response["node_id"]),  # type: ignore[call-overload]
-            str(response["host"]), int(response["port"]))  # type: ignore[call-overload]
+    return (int(response["error_code"]), int(response["node_id"]),
+            str(response["host"]), int(response["port"]))
 
 
 def offset_commit_body(version: int, group_id: str, generation_or_epoch: int, member_id: str,
                        instance_id: str | None, offsets: Mapping[TopicPartition, tuple[int, int, str]]
-                       ) -> dict[str, Any]:
+                       ) -> OffsetCommitRequest:
     """OffsetCommit for ``offsets`` (tp -> offset, leader epoch, metadata): the classic group sends its
     generation, a KIP-848 member its member epoch, in the same field."""
-    topics = [{"name": topic, "partitions": [
+    topics: list[OffsetCommitRequestTopic] = [{"name": topic, "partitions": [
         {"partition_index": p, "committed_offset": offsets[TopicPartition(topic, p)][0],
          "committed_leader_epoch": offsets[TopicPartition(topic, p)][1],
          "committed_metadata": offsets[TopicPartition(topic, p)][2]} for p in parts]}
         for topic, parts in partitions_by_topic(offsets).items()]
-    body: dict[str, Any] = {"group_id": group_id, "generation_id_or_member_epoch": generation_or_epoch,
-                            "member_id": member_id, "topics": topics}
+    body: OffsetCommitRequest = {"group_id": group_id, "generation_id_or_member_epoch": generation_or_epoch,
+                                 "member_id": member_id, "topics": topics}
     if version >= 7:
         body["group_instance_id"] = instance_id
     return body
 
 
-def offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> dict[str, Any]:
+def offset_fetch_body(version: int, group_id: str, tps: Iterable[TopicPartition]) -> OffsetFetchRequest:
     """OffsetFetch for ``tps``, asking for stable offsets (KIP-447, v7+); v8+ batches groups."""
-    topics = [{"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(tps).items()]
-    body: dict[str, Any] = ({"groups": [{"group_id": group_id, "topics": topics}]} if version >= 8
-                            else {"group_id": group_id, "topics": topics})
+    by_topic = partitions_by_topic(tps)
+    body: OffsetFetchRequest = (
+        {"groups": [{"group_id": group_id, "topics": [{"name": t, "partition_indexes": ps}
+                                                      for t, ps in by_topic.items()]}]} if version >= 8
+        else {"group_id": group_id, "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
     if version >= 7:
         body["require_stable"] = True
     return body
 
 
-def read_offset_fetch(version: int, response: Mapping[str, Any], group_id: str, wanted: set[TopicPartition]
+def read_offset_fetch(version: int, response: OffsetFetchResponse, group_id: str, wanted: set[TopicPartition]
                       ) -> tuple[dict[TopicPartition, int | None], list[tuple[int, KafkaError]]]:
     """The committed offsets an OffsetFetch answer gives for ``wanted`` (None: nothing committed, or a partition
     the coordinator does not know, as Java reads it) and its ``(code, error)`` failures: the group's own error
     alone, or each partition's (``settle_offset_fetch_errors`` classifies them)."""
+    topics: Sequence[OffsetFetchResponseTopic | OffsetFetchResponseTopics]
     if version >= 8:
         groups = [g for g in response.get("groups") or () if g.get("group_id") == group_id]
         if not groups:

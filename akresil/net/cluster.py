@@ -19,7 +19,7 @@ import enum
 import logging
 import random
 import socket
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, cast
 
 import anyio
 
@@ -32,6 +32,7 @@ from ..core.metadata import MetadataCache
 from ..core.node_state import NodeState
 from ..core.rebootstrap import REBOOTSTRAP_REQUIRED, MetadataRecovery
 from ..protocol.api import ApiKey
+from ..protocol.messages import MetadataRequest, MetadataResponse
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
 from .coordinator import CoordinatorLocator
@@ -39,12 +40,15 @@ from .framing import find_frame_too_large
 from .signals import Broadcast
 
 if TYPE_CHECKING:
+    from .request_types import ClusterRequest, ClusterRequestAny
     from .telemetry import TelemetryPusher
 
 log = logging.getLogger(__name__)
 
 ZERO_UUID = bytes(16)
-BodyBuilder = Callable[[int], dict[str, Any]]
+#: a request body, or a function making it from the negotiated version (``net.request_types`` types both per API)
+Body = Mapping[str, Any]
+BodyBuilder = Callable[[int], Body]
 
 class Lane(enum.Enum):
     """Which of a broker's connections a request goes on; ``lane_of`` picks it from the API key, so callers name
@@ -278,15 +282,16 @@ class Cluster:
         await self._sleep_until(lambda: state.next_send_at(self.clock()))
 
     # ------------------------------------------------------------------ requests
-    async def request(self, node_id: int, api_key: ApiKey, body: dict[str, Any] | BodyBuilder, *,
-                      min_version: int = 0, max_version: int | None = None,
-                      timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
+    async def _request(self, node_id: int, api_key: ApiKey, body: Body | BodyBuilder, *,
+                       min_version: int = 0, max_version: int | None = None,
+                       timeout_ms: int | None = None) -> tuple[int, dict[str, Any]]:
         """Send one request to ``node_id`` and return ``(version, response)``.
 
         The request goes on the node's connection for its API (``lane_of``). ``body`` may be a function of the
         negotiated version.  Throttle time in the response is fed to the
         node state (which mutes the node when the version calls for it).  Connection failures close the
         connection and raise ``KafkaConnectionError``; error codes inside the response are the caller's.
+        Callers use it as ``request``, typed per API (``net.request_types``).
         """
         lane = lane_of(api_key)
         await self.wait_sendable(node_id, lane)
@@ -301,7 +306,9 @@ class Cluster:
         state = self.node(node_id, lane)
         state.on_request_sent(self.clock())
         try:
-            response = await conn.request(api_key, payload, version=version, timeout_ms=timeout_ms)
+            # the key is the caller's, typed by ``request``'s overloads
+            send = cast("Callable[..., Awaitable[dict[str, Any]]]", conn.request)
+            response = await send(api_key, payload, version=version, timeout_ms=timeout_ms)
         except errors.RequestTimeoutError as exc:
             self.disconnect(node_id, exc, lane=lane)
             raise
@@ -317,6 +324,12 @@ class Cluster:
         state.on_response(int(api_key), version, throttle, self.clock())
         return version, response
 
+    if TYPE_CHECKING:
+        #: ``_request`` as the type checker sees it: the response type follows the API key
+        request: ClusterRequest
+    else:
+        request = _request
+
     def least_loaded_node(self) -> int:
         """A node to send cluster-wide requests to: connected and idle first, muted or backing-off last."""
         now = self.clock()
@@ -331,8 +344,8 @@ class Cluster:
 
         return min(candidates, key=rank)
 
-    async def request_any(self, api_key: ApiKey, body: dict[str, Any] | BodyBuilder, *, min_version: int = 0,
-                          timeout_ms: int | None = None) -> tuple[int, int, dict[str, Any]]:
+    async def _request_any(self, api_key: ApiKey, body: Body | BodyBuilder, *, min_version: int = 0,
+                           timeout_ms: int | None = None) -> tuple[int, int, dict[str, Any]]:
         """Send to the least loaded node, trying others on connection failure. Returns (node, version, response)."""
         last: BaseException | None = None
         tried: set[int] = set()
@@ -342,13 +355,18 @@ class Cluster:
                 continue
             tried.add(node_id)
             try:
-                version, response = await self.request(node_id, api_key, body, min_version=min_version,
-                                                       timeout_ms=timeout_ms)
+                send = cast("Callable[..., Awaitable[tuple[int, dict[str, Any]]]]", self.request)
+                version, response = await send(node_id, api_key, body, min_version=min_version, timeout_ms=timeout_ms)
                 return node_id, version, response
             except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
                 last = exc
         assert last is not None
         raise last
+
+    if TYPE_CHECKING:
+        request_any: ClusterRequestAny
+    else:
+        request_any = _request_any
 
     # ------------------------------------------------------------------ metadata
     def add_topics(self, topics: Iterable[str]) -> None:
@@ -446,7 +464,7 @@ class Cluster:
         log.warning("bootstrap_servers: %s not resolve: %s; trying the others",
                     "does" if len(missing) == 1 else "do", listing)
 
-    def _metadata_body(self, version: int) -> dict[str, Any]:
+    def _metadata_body(self, version: int) -> MetadataRequest:
         md = self.metadata
         return metadata_request_body(None if md.all_topics else md.wanted_topics,
                                      allow_auto_topic_creation=self.allow_auto_topic_creation)
@@ -458,7 +476,7 @@ class Cluster:
         _, response = await self.request(node_id, ApiKey.METADATA, self._metadata_body)
         self._take_metadata(node_id, response, token)
 
-    async def request_metadata(self, topics: list[str] | None) -> dict[str, Any]:
+    async def request_metadata(self, topics: list[str] | None) -> MetadataResponse:
         """A Metadata answer from any broker for ``topics`` (None: every topic, []: none), merged into the
         cache (the admin client's fresh reads)."""
         body = metadata_request_body(topics, allow_auto_topic_creation=False)
@@ -467,10 +485,10 @@ class Cluster:
         self._take_metadata(node_id, response, None)
         return response
 
-    def _take_metadata(self, node_id: int, response: dict[str, Any], token: int | None) -> None:
+    def _take_metadata(self, node_id: int, response: MetadataResponse, token: int | None) -> None:
         """Merge a Metadata answer. REBOOTSTRAP_REQUIRED (KIP-1102, the one top-level error Metadata v13+ has)
         rebootstraps, with ``metadata_recovery_strategy='rebootstrap'``, and raises: the attempt failed."""
-        code = int(response.get("error_code") or 0)
+        code = response.get("error_code") or 0
         if self.recovery.on_answer(code):
             self._rebootstrap(f"node {node_id} answered REBOOTSTRAP_REQUIRED")
         if code == REBOOTSTRAP_REQUIRED:
@@ -545,7 +563,7 @@ class Cluster:
             self._refresh_wanted = anyio.Event()
 
 
-def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_creation: bool) -> dict[str, Any]:
+def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_creation: bool) -> MetadataRequest:
     """A Metadata request body for any version: ``topics=None`` asks for every topic, ``[]`` for none."""
     return {"topics": None if topics is None else [{"name": t, "topic_id": ZERO_UUID} for t in topics],
             "allow_auto_topic_creation": allow_auto_topic_creation,

@@ -23,7 +23,7 @@ from collections import deque
 import math
 import socket
 import ssl
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import anyio
 import anyio.abc
@@ -33,8 +33,12 @@ from .. import __version__, errors
 from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_response, encode_request,
                             negotiate)
 from .clock import Clock, monotonic_ms
+from ..protocol.messages import ApiVersionsRequest
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, InFlight
 from .sasl import SaslConfig
+
+if TYPE_CHECKING:
+    from .request_types import ConnectionRequest
 
 __all__ = ["Connection", "SaslConfig", "EncodeFn", "SupportsEmit"]
 
@@ -214,14 +218,15 @@ class Connection:
         return len(self._inflight)
 
     # ------------------------------------------------------------------ requests
-    async def request(self, api_key: Any, body: dict[str, Any], *, version: int | None = None,
-                      timeout_ms: float | None = None) -> dict[str, Any]:
+    async def _request(self, api_key: ApiKey, body: Mapping[str, Any], *, version: int | None = None,
+                       timeout_ms: float | None = None) -> dict[str, Any]:
         """Send one request and return its decoded response (a snake_case field dict).
 
         ``version`` defaults to the negotiated one.  Waits for an in-flight slot first.  Raises
         ``RequestTimeoutError`` (and closes the connection) when no response comes within ``timeout_ms``
         (default ``request_timeout_ms``), ``KafkaConnectionError`` when the connection dies, and
         ``ProtocolError`` for a malformed response.  Error codes inside the response are the caller's.
+        Callers use it as ``request``, typed per API (``net.request_types``).
         """
         if version is None:
             version = self._version_for(api_key)
@@ -242,6 +247,12 @@ class Connection:
             self.hooks.emit(RESPONSE_RECEIVED, node_id=self.node_id, api_key=api_key, version=version,
                             latency_ms=self.last_latency_ms, response=response)
         return response
+
+    if TYPE_CHECKING:
+        #: ``_request`` as the type checker sees it: the response type follows the API key
+        request: ConnectionRequest
+    else:
+        request = _request
 
     async def send_no_response(self, api_key: Any, body: dict[str, Any], *, version: int | None = None) -> None:
         """Write a request the broker will not answer (Produce with acks=0); no in-flight slot is taken."""
@@ -522,10 +533,12 @@ class Connection:
         """
         key = ApiKey.API_VERSIONS
         version = CLIENT_VERSIONS[key][1]
-        body = {"client_software_name": "akresil", "client_software_version": __version__}
+        body: ApiVersionsRequest = {"client_software_name": "akresil", "client_software_version": __version__}
         while True:
-            frame = await self.request_raw(
-                key, version, lambda cid, v=version: encode_request(key, v, cid, self.client_id, body))
+            def encode(cid: int, v: int = version) -> bytes:
+                return encode_request(key, v, cid, self.client_id, body)
+
+            frame = await self.request_raw(key, version, encode)
             # ApiVersions responses always use header v0, and error_code is the body's first field in every
             # version, so it can be read before knowing which body layout the broker chose.
             if len(frame) < 6:
@@ -585,13 +598,14 @@ class Connection:
         except errors.KafkaError as exc:
             raise await self._fail(exc) from None
         token: bytes | None = client.first()
-        response: dict[str, Any] = {}
+        lifetime_ms = 0
         while token is not None:
             response = await self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
             if response["error_code"]:
                 detail = response.get("error_message") or f"error code {response['error_code']}"
                 raise await self._fail(errors.AuthenticationError(
                     f"SASL {sasl.mechanism} authentication as {sasl.identity} with {where} failed: {detail}"))
+            lifetime_ms = response.get("session_lifetime_ms") or 0
             try:
                 token = client.step(response.get("auth_bytes") or b"")
             except errors.KafkaError as exc:
@@ -599,7 +613,7 @@ class Connection:
         if not client.complete:
             raise await self._fail(errors.AuthenticationError(
                 f"SASL {sasl.mechanism} exchange with {where} ended before the mechanism completed"))
-        self.session_lifetime_ms = int(response.get("session_lifetime_ms") or 0)
+        self.session_lifetime_ms = lifetime_ms
         if self.session_lifetime_ms > 0:
             self.reauthenticate_at = self._clock() + self.session_lifetime_ms * 0.85
 

@@ -18,7 +18,7 @@ lookup at a time with KIP-580 backoff between failed ones, and the failed node h
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import anyio
 
@@ -27,6 +27,7 @@ from ..core.backoff import ExponentialBackoff, RetryState
 from ..core.group_state import (Action, classify_find_coordinator_error, error_for, find_coordinator_body,
                                 find_coordinator_result)
 from ..protocol.api import ApiKey
+from ..protocol.messages import FindCoordinatorRequest
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -115,7 +116,7 @@ class CoordinatorLocator:
         while todo:
             asked: list[str] = []
 
-            def body(version: int) -> dict[str, Any]:
+            def body(version: int) -> FindCoordinatorRequest:
                 if version >= 4:
                     asked[:] = todo
                     return {"key_type": key_type, "coordinator_keys": asked}

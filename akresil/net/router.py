@@ -22,7 +22,7 @@ their own retry state in ``core.fetch_state``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar, cast
 
 import anyio
 
@@ -30,8 +30,12 @@ from .. import errors
 from ..core.admin_call import AdminCall, ItemResults
 from ..core.backoff import ExponentialBackoff
 from ..protocol.api import ApiKey
+from ..protocol.messages import ListOffsetsRequest, MetadataResponse
 from ..types import TopicPartition, partitions_by_topic
 from .cluster import Cluster
+
+if TYPE_CHECKING:
+    from .request_types import ControllerRequest
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +63,12 @@ async def list_offsets_at(cluster: Cluster, node: int, wanted: Mapping[TopicPart
     ``checks.EARLIEST`` / ``checks.LATEST``; ``timeout_ms``: how long the broker may take (v10+: reading tiered
     storage). Returns what the answer says of each asked partition (a partition it leaves out is missing: the
     caller decides what that means). Transport errors raise."""
-    body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0, "timeout_ms": timeout_ms,
-            "topics": [{"name": topic, "partitions": [
-                {"partition_index": p, "current_leader_epoch": wanted[TopicPartition(topic, p)][1],
-                 "timestamp": wanted[TopicPartition(topic, p)][0], "max_num_offsets": 1} for p in ps]}
-                for topic, ps in partitions_by_topic(wanted).items()]}
+    body: ListOffsetsRequest = {
+        "replica_id": -1, "isolation_level": 1 if read_committed else 0, "timeout_ms": timeout_ms,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "current_leader_epoch": wanted[TopicPartition(topic, p)][1],
+             "timestamp": wanted[TopicPartition(topic, p)][0], "max_num_offsets": 1} for p in ps]}
+            for topic, ps in partitions_by_topic(wanted).items()]}
     _, response = await cluster.request(node, ApiKey.LIST_OFFSETS, body, min_version=1)
     out: dict[TopicPartition, ListedOffset] = {}
     for t in response.get("topics") or ():
@@ -86,7 +91,7 @@ class Router:
         self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms, rng=cluster.rng)
 
     # ------------------------------------------------------------------ single requests
-    async def metadata(self, topics: list[str] | None) -> dict[str, Any]:
+    async def metadata(self, topics: list[str] | None) -> MetadataResponse:
         """A fresh Metadata answer from any broker (``None``: every topic, ``[]``: none), also cached."""
         return await self.cluster.request_metadata(topics)
 
@@ -100,7 +105,7 @@ class Router:
         controller = md.get("controller_id", -1)
         return int(controller) if controller >= 0 else self.cluster.least_loaded_node()
 
-    async def to_controller(self, api_key: ApiKey, body: Any, timeout_ms: int) -> dict[str, Any]:
+    async def _to_controller(self, api_key: ApiKey, body: Mapping[str, Any], *, timeout_ms: int) -> dict[str, Any]:
         """Send to the controller, retrying NOT_CONTROLLER and connection errors with backoff until
         ``timeout_ms`` (CreateTopics / DeleteTopics, whose per-topic results are the caller's)."""
         failures = 0
@@ -108,7 +113,9 @@ class Router:
             while True:
                 node = await self._controller()
                 try:
-                    _, response = await self.cluster.request(node, api_key, body)
+                    # the key is the caller's, typed by ``to_controller``'s overloads
+                    send = cast("Callable[..., Awaitable[tuple[int, dict[str, Any]]]]", self.cluster.request)
+                    _, response = await send(node, api_key, body)
                 except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
                     last: BaseException = exc
                 else:
@@ -119,6 +126,12 @@ class Router:
                 failures += 1
                 log.debug("%s to controller %s failed (%s); retrying", api_key.name, node, last)
                 await anyio.sleep(self._backoff.backoff_ms(failures) / 1000.0)
+
+    if TYPE_CHECKING:
+        #: ``_to_controller`` as the type checker sees it: the response type follows the API key
+        to_controller: ControllerRequest
+    else:
+        to_controller = _to_controller
 
     # ------------------------------------------------------------------ calls over many items
     def call(self, items: Iterable[K], timeout_ms: int | None, what: str) -> AdminCall[K]:
