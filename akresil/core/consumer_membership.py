@@ -15,11 +15,12 @@ Reference for behaviour: the Java client's ``ConsumerMembershipManager`` (no cod
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
+from ..protocol.messages import ConsumerGroupHeartbeatRequest
 from ..types import TopicPartition
 from .backoff import ExponentialBackoff
-from .group_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatMembership
+from .group_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatMembership, HeartbeatResponse
 from .group_state import Action
 
 TopicIds = Mapping[bytes, frozenset[int]]
@@ -34,7 +35,7 @@ class ReconcileStep(NamedTuple):
     unresolved: frozenset[bytes]
 
 
-class ConsumerMembership(HeartbeatMembership):
+class ConsumerMembership(HeartbeatMembership[ConsumerGroupHeartbeatRequest]):
     """A KIP-848 member: the heartbeat fields of ConsumerGroupHeartbeat and the reconciliation bookkeeping."""
 
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, rebalance_timeout_ms: int,
@@ -55,7 +56,9 @@ class ConsumerMembership(HeartbeatMembership):
         self._owned_pending_ack = False
 
     # ------------------------------------------------------------------ heartbeat fields
-    def _extend_body(self, body: dict[str, Any], full: bool) -> None:
+    def _heartbeat_body(self, topics: list[str] | None, full: bool) -> ConsumerGroupHeartbeatRequest:
+        body: ConsumerGroupHeartbeatRequest = {"group_id": self.group_id, "member_id": self.member_id,
+                                               "member_epoch": self.member_epoch, "subscribed_topic_names": topics}
         body["instance_id"] = self.instance_id if full else None
         body["rebalance_timeout_ms"] = self.rebalance_timeout_ms if full else -1
         body["server_assignor"] = self.server_assignor if full else None
@@ -69,6 +72,7 @@ class ConsumerMembership(HeartbeatMembership):
         else:
             body["topic_partitions"] = None
             self._owned_pending_ack = False
+        return body
 
     @property
     def subscribed(self) -> bool:
@@ -84,18 +88,17 @@ class ConsumerMembership(HeartbeatMembership):
             self._subscription_sent = False
             self.heartbeat_now(now)
 
-    def on_response(self, response: Mapping[str, Any], now: float) -> Action:
+    def on_response(self, response: HeartbeatResponse, now: float) -> Action:
         action = super().on_response(response, now)
         if action is Action.OK and self._owned_pending_ack:
             self._owned_sent = True
         return action
 
-    def leave_body(self) -> dict[str, Any]:
-        body = super().leave_body()
+    def _leave_body(self) -> ConsumerGroupHeartbeatRequest:
         # a static member says it will be back (-2): the coordinator keeps its assignment for the session
-        body["member_epoch"] = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
-        body["instance_id"] = self.instance_id
-        return body
+        return {"group_id": self.group_id, "member_id": self.member_id,
+                "member_epoch": STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH,
+                "instance_id": self.instance_id}
 
     # ------------------------------------------------------------------ reconciliation
     def reconcile_step(self, topic_name: Callable[[bytes], str | None]) -> ReconcileStep:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import enum
 import uuid
-from typing import Any, Mapping
+from typing import Generic, TypeVar
 
 from .. import errors
 from ..errors import KafkaError
+from ..protocol.messages import (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+                                 ConsumerGroupHeartbeatResponseAssignment, ShareGroupHeartbeatRequest,
+                                 ShareGroupHeartbeatResponse, ShareGroupHeartbeatResponseAssignment)
 from .backoff import ExponentialBackoff, RetryState
 from .group_state import Action, classify_heartbeat_error
 
@@ -40,11 +43,14 @@ class MemberPhase(enum.Enum):
     FATAL = "fatal"
 
 
-class HeartbeatMembership:
-    """The heartbeat timer, member epoch and error policy shared by both broker-assigned group protocols."""
+#: the heartbeat request of a protocol (each subclass builds its own)
+Req = TypeVar("Req", ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest)
+#: either protocol's heartbeat answer: both carry the fields read here under the same names
+HeartbeatResponse = ConsumerGroupHeartbeatResponse | ShareGroupHeartbeatResponse
 
-    #: request field carrying the subscription (both APIs use this name)
-    _SUBSCRIPTION_FIELD = "subscribed_topic_names"
+
+class HeartbeatMembership(Generic[Req]):
+    """The heartbeat timer, member epoch and error policy shared by both broker-assigned group protocols."""
 
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, member_id: str | None = None,
                  rack_id: str | None = None, max_poll_interval_ms: int | None = None) -> None:
@@ -113,26 +119,29 @@ class HeartbeatMembership:
         self._next_at = min(self._next_at, now)
 
     # ------------------------------------------------------------------ requests
-    def build_heartbeat(self, now: float) -> dict[str, Any]:
-        """The next heartbeat body; marks it in flight until ``on_response`` / ``on_failure``."""
+    def build_heartbeat(self, now: float) -> Req:
+        """The next heartbeat body; marks it in flight until ``on_response`` / ``on_failure``. It carries the
+        subscription (``subscribed_topic_names``) when joining or when it changed, else null."""
         self._in_flight = True
-        body: dict[str, Any] = {"group_id": self.group_id, "member_id": self.member_id,
-                                "member_epoch": self.member_epoch}
         full = self.member_epoch == JOIN_EPOCH or not self._subscription_sent
-        body[self._SUBSCRIPTION_FIELD] = sorted(self._subscription) if full else None
+        self._sent_subscription = full
+        body = self._heartbeat_body(sorted(self._subscription) if full else None, full)
         if self.member_epoch == JOIN_EPOCH:
             body["rack_id"] = self.rack_id
-        self._sent_subscription = full
-        self._extend_body(body, full)
         return body
 
-    def _extend_body(self, body: dict[str, Any], full: bool) -> None:
-        """Protocol-specific fields (the consumer protocol adds owned partitions, assignor, instance id)."""
+    def _heartbeat_body(self, topics: list[str] | None, full: bool) -> Req:
+        """The protocol's heartbeat body: group, member id and epoch, ``topics`` as the subscription, and its own
+        fields (the consumer protocol adds owned partitions, assignor, instance id)."""
+        raise NotImplementedError
 
-    def leave_body(self) -> dict[str, Any]:
+    def leave_body(self) -> Req:
         """The leave heartbeat (epoch -1); after it the member is LEFT."""
         self.phase = MemberPhase.LEAVING
-        return {"group_id": self.group_id, "member_id": self.member_id, "member_epoch": LEAVE_EPOCH}
+        return self._leave_body()
+
+    def _leave_body(self) -> Req:
+        raise NotImplementedError
 
     def on_left(self) -> None:
         self.phase = MemberPhase.LEFT
@@ -154,7 +163,7 @@ class HeartbeatMembership:
             return None
         return self._last_poll + self.max_poll_interval_ms
 
-    def leave_stale(self) -> dict[str, Any]:
+    def leave_stale(self) -> Req:
         """The poll timer ran out: the leave heartbeat to send (the coordinator moves the partitions to live
         members at once), after which the member is STALE, owns nothing and waits for the next ``poll``."""
         body = self.leave_body()
@@ -166,7 +175,7 @@ class HeartbeatMembership:
         return body
 
     # ------------------------------------------------------------------ responses
-    def on_response(self, response: Mapping[str, Any], now: float) -> Action:
+    def on_response(self, response: HeartbeatResponse, now: float) -> Action:
         """Apply a heartbeat response; the returned action says what the shell must do next."""
         self._in_flight = False
         code = int(response.get("error_code") or 0)
@@ -221,7 +230,8 @@ class HeartbeatMembership:
         self._drop_target()
 
     # ------------------------------------------------------------------ assignment
-    def _set_target(self, assignment: Mapping[str, Any]) -> None:
+    def _set_target(self, assignment: ConsumerGroupHeartbeatResponseAssignment
+                    | ShareGroupHeartbeatResponseAssignment) -> None:
         target = {bytes(t["topic_id"]): frozenset(int(p) for p in t["partitions"])
                   for t in assignment.get("topic_partitions") or ()}
         target = {tid: parts for tid, parts in target.items() if parts}
@@ -235,6 +245,13 @@ class HeartbeatMembership:
             self.target_version += 1
 
 
-class ShareMembership(HeartbeatMembership):
+class ShareMembership(HeartbeatMembership[ShareGroupHeartbeatRequest]):
     """A KIP-932 share-group member: heartbeats carry only the subscription; the assignment is advisory
     (which partitions to fetch from), so there is nothing to revoke or acknowledge."""
+
+    def _heartbeat_body(self, topics: list[str] | None, full: bool) -> ShareGroupHeartbeatRequest:
+        return {"group_id": self.group_id, "member_id": self.member_id, "member_epoch": self.member_epoch,
+                "subscribed_topic_names": topics}
+
+    def _leave_body(self) -> ShareGroupHeartbeatRequest:
+        return {"group_id": self.group_id, "member_id": self.member_id, "member_epoch": LEAVE_EPOCH}

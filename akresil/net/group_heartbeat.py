@@ -19,16 +19,17 @@ changed the target assignment or the epoch. The two differ in what follows:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
 
 import anyio
 
 from .. import errors
 from ..core.consumer_membership import ConsumerMembership
-from ..core.group_heartbeat import HeartbeatMembership, MemberPhase, ShareMembership
+from ..core.group_heartbeat import HeartbeatMembership, HeartbeatResponse, MemberPhase, Req, ShareMembership
 from ..core.group_session import WAIT, Step
 from ..core.group_state import Action, classify_commit_error
 from ..protocol.api import ApiKey
+from ..protocol.messages import ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest
 from ..types import TopicPartition
 from .group_offsets import PendingOffsets
 
@@ -45,13 +46,14 @@ _GONE = frozenset({errors.UnknownMemberIdError.errno, errors.FencedMemberEpochEr
                    errors.IllegalGenerationError.errno})
 
 
-class HeartbeatMember:
-    """The heartbeat step and timers both heartbeat-only protocols share."""
+class HeartbeatMember(Generic[Req]):
+    """The heartbeat step and timers both heartbeat-only protocols share; a subclass sends its protocol's
+    heartbeat (``_send``)."""
 
-    def __init__(self, session: GroupSession, core: HeartbeatMembership, api: ApiKey, protocol: str) -> None:
+    def __init__(self, session: GroupSession, core: HeartbeatMembership[Req], api: ApiKey, protocol: str) -> None:
         self._session = session
         self._cluster = session.cluster
-        self.core = core
+        self.core: HeartbeatMembership[Req] = core
         self._api = api
         self._protocol = protocol
         #: set (and replaced) whenever an answer changes the epoch or the target
@@ -140,7 +142,7 @@ class HeartbeatMember:
         if coordinator is not None:
             with anyio.move_on_after(self._session.config.request_timeout_ms / 1000.0):
                 try:
-                    await self._cluster.request(coordinator, self._api, body)
+                    await self._send(coordinator, body)
                 except errors.KafkaError as exc:
                     log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         return True
@@ -161,8 +163,7 @@ class HeartbeatMember:
         before = (m.target_version, m.member_epoch)
         body = m.build_heartbeat(clock())
         try:
-            _, response = await self._cluster.request(coordinator, self._api, body,
-                                                      min_version=self._min_version)
+            response = await self._send(coordinator, body, min_version=self._min_version)
         except errors.UnsupportedVersionError as exc:
             m.on_failure(clock())
             m.fail(errors.UnsupportedVersionError(
@@ -201,13 +202,17 @@ class HeartbeatMember:
         body = m.leave_body()
         with anyio.move_on_after(self._session.config.request_timeout_ms / 1000.0):
             try:
-                await self._cluster.request(coordinator, self._api, body)
+                await self._send(coordinator, body)
             except errors.KafkaError as exc:
                 log.debug("group %s: leave heartbeat failed: %s", m.group_id, exc)
         m.on_left()
 
+    async def _send(self, coordinator: int, body: Req, *, min_version: int = 0) -> HeartbeatResponse:
+        """The protocol's heartbeat to ``coordinator`` (its answer; transport errors raise)."""
+        raise NotImplementedError
 
-class ConsumerGroupMember(HeartbeatMember):
+
+class ConsumerGroupMember(HeartbeatMember[ConsumerGroupHeartbeatRequest]):
     """KIP-848 membership (``group_protocol="consumer"``): heartbeat, reconcile, commit by member epoch."""
 
     core: ConsumerMembership
@@ -223,6 +228,12 @@ class ConsumerGroupMember(HeartbeatMember):
         self._reconciled = -1
         if session.pattern is not None:
             self._min_version = 1       # SubscribedTopicRegex is ConsumerGroupHeartbeat v1+
+
+    async def _send(self, coordinator: int, body: ConsumerGroupHeartbeatRequest, *,
+                    min_version: int = 0) -> HeartbeatResponse:
+        _, response = await self._cluster.request(coordinator, ApiKey.CONSUMER_GROUP_HEARTBEAT, body,
+                                                  min_version=min_version)
+        return response
 
     def start(self, now: float) -> None:
         if self._session.pattern is None:
@@ -303,7 +314,7 @@ class ConsumerGroupMember(HeartbeatMember):
             await anyio.sleep(delay_ms / 1000.0)
 
 
-class ShareGroupMember(HeartbeatMember):
+class ShareGroupMember(HeartbeatMember[ShareGroupHeartbeatRequest]):
     """KIP-932 membership (``ShareConsumer``): the assignment says where to fetch; nothing to revoke or commit."""
 
     core: ShareMembership
@@ -313,6 +324,12 @@ class ShareGroupMember(HeartbeatMember):
                                                   rack_id=session.config.client_rack or None),
                          ApiKey.SHARE_GROUP_HEARTBEAT, "share")
         self._applied = -1
+
+    async def _send(self, coordinator: int, body: ShareGroupHeartbeatRequest, *,
+                    min_version: int = 0) -> HeartbeatResponse:
+        _, response = await self._cluster.request(coordinator, ApiKey.SHARE_GROUP_HEARTBEAT, body,
+                                                  min_version=min_version)
+        return response
 
     @property
     def stable(self) -> bool:
