@@ -40,6 +40,12 @@ from .net.coordinator import GROUP, TRANSACTION
 from .net.router import Router
 from .net.tasks import TaskOwner
 from .protocol.api import ApiKey, decode_versioned
+from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
+                                AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
+                                AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
+                                DescribeAclsRequest,
+                                ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
+                                OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions)
 from .types import NewTopic, TopicPartition, partitions_by_topic
 
 if TYPE_CHECKING:
@@ -132,7 +138,7 @@ class Admin:
         no_duplicate_topics([t.name for t in new], "create_topics")
         check_timeout(timeout_ms)
 
-        def body(version: int) -> dict[str, Any]:
+        def body(version: int) -> CreateTopicsRequest:
             return {"topics": [{
                 "name": t.name,
                 "num_partitions": -1 if t.replica_assignment else t.num_partitions,
@@ -172,7 +178,7 @@ class Admin:
         names = topic_names(names, "delete_topics")
         check_timeout(timeout_ms)
 
-        def body(version: int) -> dict[str, Any]:
+        def body(version: int) -> DeleteTopicsRequest:
             return {"topic_names": names, "topics": [{"name": n, "topic_id": bytes(16)} for n in names],
                     "timeout_ms": timeout_ms}
 
@@ -183,7 +189,7 @@ class Admin:
     async def list_topics(self) -> list[str]:
         """Names of every non-internal topic, sorted."""
         md = await self._router.metadata(None)
-        return sorted(t["name"] for t in md["topics"] if not t.get("is_internal"))
+        return sorted(t["name"] for t in md["topics"] if t["name"] is not None and not t.get("is_internal"))
 
     async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
         """Topic id and each partition's leader, leader epoch, replicas and ISR; raises for an unknown topic."""
@@ -191,9 +197,12 @@ class Admin:
         md = await self._router.metadata(names)
         out: dict[str, TopicDescription] = {}
         for t in md["topics"]:
-            errors.raise_for_code(t.get("error_code", 0), str(t["name"]))
-            out[t["name"]] = TopicDescription(
-                name=t["name"], topic_id=t.get("topic_id") or bytes(16), is_internal=bool(t.get("is_internal")),
+            name = t["name"]
+            errors.raise_for_code(t.get("error_code", 0), str(name))
+            if name is None:        # asked by name, so every topic in the answer carries one
+                raise errors.ProtocolError("Metadata answered a topic without its name")
+            out[name] = TopicDescription(
+                name=name, topic_id=t.get("topic_id") or bytes(16), is_internal=bool(t.get("is_internal")),
                 partitions=tuple(sorted((PartitionDescription(
                     p["partition_index"], p["leader_id"], p.get("leader_epoch", -1),
                     tuple(p.get("replica_nodes", ())), tuple(p.get("isr_nodes", ())))
@@ -406,12 +415,16 @@ class Admin:
         wanted = None if partitions is None else partition_list(partitions, "partitions")
         call: AdminCall[str] = self._call([group_id], timeout_ms, "OffsetFetch for group")
 
-        def body(version: int) -> dict[str, Any]:
-            topics = None if wanted is None else [
-                {"name": t, "partition_indexes": ps} for t, ps in partitions_by_topic(wanted).items()]
+        by_topic = None if wanted is None else partitions_by_topic(wanted)
+
+        def body(version: int) -> OffsetFetchRequest:
             if version >= 8:
-                return {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": require_stable}
-            return {"group_id": group_id, "topics": topics, "require_stable": require_stable and version >= 7}
+                return {"groups": [{"group_id": group_id, "topics": None if by_topic is None else [
+                    {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}],
+                    "require_stable": require_stable}
+            return {"group_id": group_id, "topics": None if by_topic is None else [
+                {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+                "require_stable": require_stable and version >= 7}
 
         async def send(node: int, __: list[str]) -> None:
             version, response = await self._cluster.request(node, ApiKey.OFFSET_FETCH, body, min_version=2,
@@ -420,21 +433,24 @@ class Admin:
                 g = next((g for g in response["groups"] if g["group_id"] == group_id), None)
                 if g is None:
                     raise errors.ProtocolError(f"OffsetFetch v{version} answer lacks group {group_id!r}")
-                code, topics = g.get("error_code", 0), g["topics"]
+                code = g.get("error_code", 0)
+                # v8-v9 name each topic (only v10+ may answer by topic id, and max_version is 9)
+                answered: list[tuple[str, OffsetFetchResponsePartition | OffsetFetchResponsePartitions]] = [
+                    (t.get("name", ""), p) for t in g["topics"] for p in t["partitions"]]
             else:
-                code, topics = response.get("error_code", 0), response["topics"]
+                code = response.get("error_code", 0)
+                answered = [(t["name"], p) for t in response["topics"] for p in t["partitions"]]
             offsets: dict[TopicPartition, tuple[int | None, str, int | None]] = {}
-            for t in topics:
-                for p in t["partitions"]:
-                    tp = TopicPartition(t["name"], p["partition_index"])
-                    if p["error_code"] == errors.UnknownTopicOrPartitionError.errno:
-                        continue                  # as Java: no committed offset for a partition it does not know
-                    if p["error_code"] and not code:
-                        code = p["error_code"]    # e.g. UNSTABLE_OFFSET_COMMIT: retried for the whole group
-                    committed = p["committed_offset"]
-                    epoch = p.get("committed_leader_epoch", -1)
-                    offsets[tp] = (committed if committed >= 0 else None, p.get("metadata") or "",
-                                   epoch if epoch >= 0 else None)
+            for topic, p in answered:
+                tp = TopicPartition(topic, p["partition_index"])
+                if p["error_code"] == errors.UnknownTopicOrPartitionError.errno:
+                    continue                  # as Java: no committed offset for a partition it does not know
+                if p["error_code"] and not code:
+                    code = p["error_code"]    # e.g. UNSTABLE_OFFSET_COMMIT: retried for the whole group
+                committed = p["committed_offset"]
+                epoch = p.get("committed_leader_epoch", -1)
+                offsets[tp] = (committed if committed >= 0 else None, p.get("metadata") or "",
+                               epoch if epoch >= 0 else None)
             call.answer(group_id, code, f"offsets of group {group_id!r}", offsets)
 
         results = await self._router.run(call, self._router.coordinators({group_id: group_id}, GROUP), send)
@@ -464,7 +480,7 @@ class Admin:
         call: AdminCall[TopicPartition] = self._call(list(values), timeout_ms, f"OffsetCommit (group {group_id!r})")
 
         async def send(node: int, tps: list[TopicPartition]) -> None:
-            body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+            body: OffsetCommitRequest = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
                     "group_instance_id": None, "retention_time_ms": -1, "topics": [
                         {"name": t, "partitions": [{"partition_index": p, "committed_offset": values[TopicPartition(t, p)][0],
                                                     "committed_leader_epoch": -1,
@@ -487,7 +503,7 @@ class Admin:
         call: AdminCall[TopicPartition] = self._call(tps, timeout_ms, f"OffsetDelete (group {group_id!r})")
 
         async def send(node: int, keys: list[TopicPartition]) -> None:
-            body = {"group_id": group_id, "topics": [
+            body: OffsetDeleteRequest = {"group_id": group_id, "topics": [
                 {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in partitions_by_topic(keys).items()]}
             _, response = await self._cluster.request(node, ApiKey.OFFSET_DELETE, body)
             if response["error_code"]:
@@ -689,7 +705,7 @@ class Admin:
         call: AdminCall[int] = self._call([0], timeout_ms, "DescribeAcls")
 
         async def send(node: int, __: list[int]) -> None:
-            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_ACLS, _acl_filter_body(flt, "_filter"))
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_ACLS, _acl_filter_body(flt))
             call.answer(0, response["error_code"], "DescribeAcls", [
                 _acl_binding(r, a) for r in response["resources"] for a in r["acls"]], response.get("error_message"))
 
@@ -728,7 +744,7 @@ class Admin:
 
         async def send(node: int, keys: list[AclBindingFilter]) -> None:
             _, response = await self._cluster.request(node, ApiKey.DELETE_ACLS, {
-                "filters": [_acl_filter_body(f, "_filter") for f in keys]})
+                "filters": [_acl_filter_body(f) for f in keys]})
             if len(response["filter_results"]) != len(keys):
                 raise errors.ProtocolError(
                     f"DeleteAcls: {len(keys)} filters, {len(response['filter_results'])} results")
@@ -750,7 +766,8 @@ class Admin:
         call: AdminCall[Any] = self._call(tps if tps is not None else ["*"], timeout, "ElectLeaders for")
 
         async def send(node: int, keys: list[Any]) -> None:
-            topics = None if keys == ["*"] else [{"topic": t, "partitions": ps} for t, ps in partitions_by_topic(keys).items()]
+            topics: list[ElectLeadersRequestTopicPartitions] | None = None if keys == ["*"] else [
+                {"topic": t, "partitions": ps} for t, ps in partitions_by_topic(keys).items()]
             version, response = await self._cluster.request(node, ApiKey.ELECT_LEADERS, {
                 "election_type": kind, "topic_partitions": topics, "timeout_ms": timeout},
                 min_version=1 if kind else 0)
@@ -876,7 +893,8 @@ class Admin:
         from .net.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, salted_password
 
         items = as_list(alterations, "alter_user_scram_credentials", "ScramUpsertion / ScramDeletion objects")
-        upserts, deletes = [], []
+        upserts: list[ScramUpsertionBody] = []
+        deletes: list[ScramDeletionBody] = []
         for a in items:
             if not isinstance(a, (ScramUpsertion, ScramDeletion)):
                 raise TypeError(f"alterations: expected ScramUpsertion or ScramDeletion, got {type(a).__name__}")
@@ -979,7 +997,7 @@ def _quota_entity(components: Iterable[Mapping[str, Any]]) -> ClientQuotaEntity:
         raise errors.ProtocolError(f"quota answer names an entity akresil cannot represent: {exc}") from None
 
 
-def _quota_entity_body(entity: ClientQuotaEntity) -> list[dict[str, Any]]:
+def _quota_entity_body(entity: ClientQuotaEntity) -> list[AlterClientQuotasRequestEntityData]:
     return [{"entity_type": t, "entity_name": n} for t, n in entity.components().items()]
 
 
@@ -1140,10 +1158,11 @@ def _new_partitions(topic: object, value: object) -> NewPartitions:
     return spec
 
 
-def _acl_filter_body(f: AclBindingFilter, suffix: str) -> dict[str, Any]:
-    return {"resource_type" + suffix: ACL_RESOURCE_TYPES[f.resource_type.lower()],
-            "resource_name" + suffix: f.resource_name, "pattern_type" + suffix: PATTERN_TYPES[f.pattern_type.lower()],
-            "principal" + suffix: f.principal, "host" + suffix: f.host,
+def _acl_filter_body(f: AclBindingFilter) -> DescribeAclsRequest:
+    """A filter as DescribeAcls sends it, which is also DeleteAcls' filter entry (same fields)."""
+    return {"resource_type_filter": ACL_RESOURCE_TYPES[f.resource_type.lower()],
+            "resource_name_filter": f.resource_name, "pattern_type_filter": PATTERN_TYPES[f.pattern_type.lower()],
+            "principal_filter": f.principal, "host_filter": f.host,
             "operation": ACL_OPERATIONS[f.operation.lower()], "permission_type": ACL_PERMISSIONS[f.permission.lower()]}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .protocol.messages import DescribeClientQuotasRequestComponentData
 from .types import TopicPartition
 
 # Kafka's enum codes (org.apache.kafka.common.*: ResourceType, PatternType, AclOperation, AclPermissionType,
@@ -405,12 +406,12 @@ class ClientQuotaFilterComponent:
         if self.name is not None:
             _entity_name(self.name, "ClientQuotaFilterComponent.name")
 
-    def to_wire(self) -> dict[str, object]:
+    def to_wire(self) -> DescribeClientQuotasRequestComponentData:
         if self.name is None:
             return {"entity_type": self.entity_type, "match_type": _MATCH_SPECIFIED, "match": None}
-        if self.name is DEFAULT:
-            return {"entity_type": self.entity_type, "match_type": _MATCH_DEFAULT, "match": None}
-        return {"entity_type": self.entity_type, "match_type": _MATCH_EXACT, "match": self.name}
+        if isinstance(self.name, str):
+            return {"entity_type": self.entity_type, "match_type": _MATCH_EXACT, "match": self.name}
+        return {"entity_type": self.entity_type, "match_type": _MATCH_DEFAULT, "match": None}
 
 
 @dataclass(frozen=True)

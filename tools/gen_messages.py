@@ -50,7 +50,7 @@ _ENTRY_POINTS = (
     ("ConnectionRequest", "``Connection.request``: the response on this connection.",
      "", "version: int | None = ..., timeout_ms: float | None = ...", "{R}", False),
     ("ControllerRequest", "``Router.to_controller``: the controller's response, NOT_CONTROLLER retried.",
-     "", "timeout_ms: int", "{R}", False),
+     "", "timeout_ms: int", "{R}", True),
 )
 
 _SCALARS = {

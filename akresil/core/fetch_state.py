@@ -66,6 +66,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
 from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
+from ..protocol.messages import FetchRequest as FetchBody, FetchRequestFetchPartition, FetchRequestFetchTopic
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
@@ -656,12 +657,12 @@ class FetchState:
                 st.in_flight = False
 
     def build_request_body(self, request: FetchRequest, version: int, *, max_wait_ms: int, min_bytes: int
-                           ) -> dict[str, Any]:
+                           ) -> FetchBody:
         """The Fetch body for ``request`` at ``version`` (v13+ names topics by id)."""
         if version >= TOPIC_ID_VERSION and len(request.topic_ids) < len({p.tp.topic for p in request.partitions}):
             raise errors.UnsupportedVersionError(
                 f"Fetch v{version} needs topic ids and some topic in the request has none")
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[FetchRequestFetchPartition]] = {}
         pmax = self.max_partition_fetch_bytes
         for p in request.partitions:
             topics.setdefault(p.tp.topic, []).append({
@@ -670,7 +671,8 @@ class FetchState:
                 "partition_max_bytes": pmax})
         if version >= TOPIC_ID_VERSION:
             ids = request.topic_ids
-            topic_list = [{"topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]
+            topic_list: list[FetchRequestFetchTopic] = [{"topic_id": ids[t], "partitions": ps}
+                                                        for t, ps in topics.items()]
         else:
             topic_list = [{"topic": t, "partitions": ps} for t, ps in topics.items()]
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,

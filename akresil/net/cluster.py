@@ -50,6 +50,12 @@ ZERO_UUID = bytes(16)
 Body = Mapping[str, Any]
 BodyBuilder = Callable[[int], Body]
 
+
+def unchecked(cluster: Cluster) -> Callable[..., Awaitable[tuple[int, dict[str, Any]]]]:
+    """``cluster.request`` for a sender whose API key is chosen at run time (the typed overloads need a literal
+    key): body and answer are plain dicts the type checker does not look into. The same bound method."""
+    return cluster.request  # type: ignore[return-value]
+
 class Lane(enum.Enum):
     """Which of a broker's connections a request goes on; ``lane_of`` picks it from the API key, so callers name
     only the broker (the node id) and every metric carries that broker's id."""
@@ -355,8 +361,8 @@ class Cluster:
                 continue
             tried.add(node_id)
             try:
-                send = cast("Callable[..., Awaitable[tuple[int, dict[str, Any]]]]", self.request)
-                version, response = await send(node_id, api_key, body, min_version=min_version, timeout_ms=timeout_ms)
+                version, response = await unchecked(self)(node_id, api_key, body, min_version=min_version,
+                                                          timeout_ms=timeout_ms)
                 return node_id, version, response
             except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
                 last = exc

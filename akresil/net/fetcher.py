@@ -28,6 +28,7 @@ from ..checks import LATEST
 from ..config import Config
 from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
 from ..protocol.api import ApiKey
+from ..protocol.messages import FetchRequest as FetchBody
 from ..types import TopicPartition
 from .cluster import Cluster
 from .framing import find_frame_too_large
@@ -195,7 +196,7 @@ class Fetcher:
         finally:
             self.wake()
 
-    def _body(self, request: FetchRequest, version: int) -> dict[str, Any]:
+    def _body(self, request: FetchRequest, version: int) -> FetchBody:
         body = self.state.build_request_body(request, version, max_wait_ms=self.config.fetch_max_wait_ms,
                                              min_bytes=self._min_bytes)
         if body["max_bytes"] > self._max_bytes:

@@ -29,8 +29,9 @@ from ..core.group_session import WAIT, Step
 from ..core.group_state import (Action, Expiry, Generation, GroupMembership, MemberState, classify_commit_error,
                                 classify_join_error, classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
+from ..protocol.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupRequestMemberIdentity
 from ..types import TopicPartition
-from .cluster import BodyBuilder, lane_of
+from .cluster import BodyBuilder, lane_of, unchecked
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ class ClassicMember:
         coordinator connection has a request the broker still holds."""
         self._held_on = coordinator
         try:
-            answer = await self._cluster.request(coordinator, api, body, min_version=min_version,
+            answer = await unchecked(self._cluster)(coordinator, api, body, min_version=min_version,
                                                  timeout_ms=self._join_timeout_ms)
         except Exception:
             self._held_on = None
@@ -345,9 +346,9 @@ class ClassicMember:
         sent = core.heartbeat_sent(self._session.clock())
         instance_id = core.group_instance_id
 
-        def body(version: int) -> dict[str, Any]:
-            b: dict[str, Any] = {"group_id": self.group_id, "generation_id": sent.generation_id,
-                                 "member_id": sent.member_id}
+        def body(version: int) -> HeartbeatRequest:
+            b: HeartbeatRequest = {"group_id": self.group_id, "generation_id": sent.generation_id,
+                                   "member_id": sent.member_id}
             if version >= 3:
                 b["group_instance_id"] = instance_id
             return b
@@ -380,9 +381,9 @@ class ClassicMember:
             self._cluster.disconnect(self._held_on, lane=lane_of(ApiKey.JOIN_GROUP))
             self._held_on = None
         if not core.is_static and gen.member_id and coordinator is not None:
-            def body(version: int) -> dict[str, Any]:
+            def body(version: int) -> LeaveGroupRequest:
                 if version >= 3:
-                    member: dict[str, Any] = {"member_id": gen.member_id, "group_instance_id": None}
+                    member: LeaveGroupRequestMemberIdentity = {"member_id": gen.member_id, "group_instance_id": None}
                     if version >= 5:
                         member["reason"] = reason[:255]
                     return {"group_id": self.group_id, "members": [member]}

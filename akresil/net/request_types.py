@@ -1207,356 +1207,356 @@ class ControllerRequest(Protocol):
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.PRODUCE],
-        body: ProduceRequest,
+        body: ProduceRequest | Callable[[int], ProduceRequest],
         *, timeout_ms: int,
     ) -> ProduceResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.FETCH],
-        body: FetchRequest,
+        body: FetchRequest | Callable[[int], FetchRequest],
         *, timeout_ms: int,
     ) -> FetchResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.LIST_OFFSETS],
-        body: ListOffsetsRequest,
+        body: ListOffsetsRequest | Callable[[int], ListOffsetsRequest],
         *, timeout_ms: int,
     ) -> ListOffsetsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.METADATA],
-        body: MetadataRequest,
+        body: MetadataRequest | Callable[[int], MetadataRequest],
         *, timeout_ms: int,
     ) -> MetadataResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.OFFSET_COMMIT],
-        body: OffsetCommitRequest,
+        body: OffsetCommitRequest | Callable[[int], OffsetCommitRequest],
         *, timeout_ms: int,
     ) -> OffsetCommitResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.OFFSET_FETCH],
-        body: OffsetFetchRequest,
+        body: OffsetFetchRequest | Callable[[int], OffsetFetchRequest],
         *, timeout_ms: int,
     ) -> OffsetFetchResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.FIND_COORDINATOR],
-        body: FindCoordinatorRequest,
+        body: FindCoordinatorRequest | Callable[[int], FindCoordinatorRequest],
         *, timeout_ms: int,
     ) -> FindCoordinatorResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.JOIN_GROUP],
-        body: JoinGroupRequest,
+        body: JoinGroupRequest | Callable[[int], JoinGroupRequest],
         *, timeout_ms: int,
     ) -> JoinGroupResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.HEARTBEAT],
-        body: HeartbeatRequest,
+        body: HeartbeatRequest | Callable[[int], HeartbeatRequest],
         *, timeout_ms: int,
     ) -> HeartbeatResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.LEAVE_GROUP],
-        body: LeaveGroupRequest,
+        body: LeaveGroupRequest | Callable[[int], LeaveGroupRequest],
         *, timeout_ms: int,
     ) -> LeaveGroupResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SYNC_GROUP],
-        body: SyncGroupRequest,
+        body: SyncGroupRequest | Callable[[int], SyncGroupRequest],
         *, timeout_ms: int,
     ) -> SyncGroupResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_GROUPS],
-        body: DescribeGroupsRequest,
+        body: DescribeGroupsRequest | Callable[[int], DescribeGroupsRequest],
         *, timeout_ms: int,
     ) -> DescribeGroupsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.LIST_GROUPS],
-        body: ListGroupsRequest,
+        body: ListGroupsRequest | Callable[[int], ListGroupsRequest],
         *, timeout_ms: int,
     ) -> ListGroupsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SASL_HANDSHAKE],
-        body: SaslHandshakeRequest,
+        body: SaslHandshakeRequest | Callable[[int], SaslHandshakeRequest],
         *, timeout_ms: int,
     ) -> SaslHandshakeResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.API_VERSIONS],
-        body: ApiVersionsRequest,
+        body: ApiVersionsRequest | Callable[[int], ApiVersionsRequest],
         *, timeout_ms: int,
     ) -> ApiVersionsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.CREATE_TOPICS],
-        body: CreateTopicsRequest,
+        body: CreateTopicsRequest | Callable[[int], CreateTopicsRequest],
         *, timeout_ms: int,
     ) -> CreateTopicsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DELETE_TOPICS],
-        body: DeleteTopicsRequest,
+        body: DeleteTopicsRequest | Callable[[int], DeleteTopicsRequest],
         *, timeout_ms: int,
     ) -> DeleteTopicsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DELETE_RECORDS],
-        body: DeleteRecordsRequest,
+        body: DeleteRecordsRequest | Callable[[int], DeleteRecordsRequest],
         *, timeout_ms: int,
     ) -> DeleteRecordsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.INIT_PRODUCER_ID],
-        body: InitProducerIdRequest,
+        body: InitProducerIdRequest | Callable[[int], InitProducerIdRequest],
         *, timeout_ms: int,
     ) -> InitProducerIdResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ADD_PARTITIONS_TO_TXN],
-        body: AddPartitionsToTxnRequest,
+        body: AddPartitionsToTxnRequest | Callable[[int], AddPartitionsToTxnRequest],
         *, timeout_ms: int,
     ) -> AddPartitionsToTxnResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ADD_OFFSETS_TO_TXN],
-        body: AddOffsetsToTxnRequest,
+        body: AddOffsetsToTxnRequest | Callable[[int], AddOffsetsToTxnRequest],
         *, timeout_ms: int,
     ) -> AddOffsetsToTxnResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.END_TXN],
-        body: EndTxnRequest,
+        body: EndTxnRequest | Callable[[int], EndTxnRequest],
         *, timeout_ms: int,
     ) -> EndTxnResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.TXN_OFFSET_COMMIT],
-        body: TxnOffsetCommitRequest,
+        body: TxnOffsetCommitRequest | Callable[[int], TxnOffsetCommitRequest],
         *, timeout_ms: int,
     ) -> TxnOffsetCommitResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_ACLS],
-        body: DescribeAclsRequest,
+        body: DescribeAclsRequest | Callable[[int], DescribeAclsRequest],
         *, timeout_ms: int,
     ) -> DescribeAclsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.CREATE_ACLS],
-        body: CreateAclsRequest,
+        body: CreateAclsRequest | Callable[[int], CreateAclsRequest],
         *, timeout_ms: int,
     ) -> CreateAclsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DELETE_ACLS],
-        body: DeleteAclsRequest,
+        body: DeleteAclsRequest | Callable[[int], DeleteAclsRequest],
         *, timeout_ms: int,
     ) -> DeleteAclsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_CONFIGS],
-        body: DescribeConfigsRequest,
+        body: DescribeConfigsRequest | Callable[[int], DescribeConfigsRequest],
         *, timeout_ms: int,
     ) -> DescribeConfigsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SASL_AUTHENTICATE],
-        body: SaslAuthenticateRequest,
+        body: SaslAuthenticateRequest | Callable[[int], SaslAuthenticateRequest],
         *, timeout_ms: int,
     ) -> SaslAuthenticateResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.CREATE_PARTITIONS],
-        body: CreatePartitionsRequest,
+        body: CreatePartitionsRequest | Callable[[int], CreatePartitionsRequest],
         *, timeout_ms: int,
     ) -> CreatePartitionsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DELETE_GROUPS],
-        body: DeleteGroupsRequest,
+        body: DeleteGroupsRequest | Callable[[int], DeleteGroupsRequest],
         *, timeout_ms: int,
     ) -> DeleteGroupsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ELECT_LEADERS],
-        body: ElectLeadersRequest,
+        body: ElectLeadersRequest | Callable[[int], ElectLeadersRequest],
         *, timeout_ms: int,
     ) -> ElectLeadersResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.INCREMENTAL_ALTER_CONFIGS],
-        body: IncrementalAlterConfigsRequest,
+        body: IncrementalAlterConfigsRequest | Callable[[int], IncrementalAlterConfigsRequest],
         *, timeout_ms: int,
     ) -> IncrementalAlterConfigsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ALTER_PARTITION_REASSIGNMENTS],
-        body: AlterPartitionReassignmentsRequest,
+        body: AlterPartitionReassignmentsRequest | Callable[[int], AlterPartitionReassignmentsRequest],
         *, timeout_ms: int,
     ) -> AlterPartitionReassignmentsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.LIST_PARTITION_REASSIGNMENTS],
-        body: ListPartitionReassignmentsRequest,
+        body: ListPartitionReassignmentsRequest | Callable[[int], ListPartitionReassignmentsRequest],
         *, timeout_ms: int,
     ) -> ListPartitionReassignmentsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.OFFSET_DELETE],
-        body: OffsetDeleteRequest,
+        body: OffsetDeleteRequest | Callable[[int], OffsetDeleteRequest],
         *, timeout_ms: int,
     ) -> OffsetDeleteResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_CLIENT_QUOTAS],
-        body: DescribeClientQuotasRequest,
+        body: DescribeClientQuotasRequest | Callable[[int], DescribeClientQuotasRequest],
         *, timeout_ms: int,
     ) -> DescribeClientQuotasResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ALTER_CLIENT_QUOTAS],
-        body: AlterClientQuotasRequest,
+        body: AlterClientQuotasRequest | Callable[[int], AlterClientQuotasRequest],
         *, timeout_ms: int,
     ) -> AlterClientQuotasResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS],
-        body: DescribeUserScramCredentialsRequest,
+        body: DescribeUserScramCredentialsRequest | Callable[[int], DescribeUserScramCredentialsRequest],
         *, timeout_ms: int,
     ) -> DescribeUserScramCredentialsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.ALTER_USER_SCRAM_CREDENTIALS],
-        body: AlterUserScramCredentialsRequest,
+        body: AlterUserScramCredentialsRequest | Callable[[int], AlterUserScramCredentialsRequest],
         *, timeout_ms: int,
     ) -> AlterUserScramCredentialsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_CLUSTER],
-        body: DescribeClusterRequest,
+        body: DescribeClusterRequest | Callable[[int], DescribeClusterRequest],
         *, timeout_ms: int,
     ) -> DescribeClusterResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_PRODUCERS],
-        body: DescribeProducersRequest,
+        body: DescribeProducersRequest | Callable[[int], DescribeProducersRequest],
         *, timeout_ms: int,
     ) -> DescribeProducersResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_TRANSACTIONS],
-        body: DescribeTransactionsRequest,
+        body: DescribeTransactionsRequest | Callable[[int], DescribeTransactionsRequest],
         *, timeout_ms: int,
     ) -> DescribeTransactionsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.LIST_TRANSACTIONS],
-        body: ListTransactionsRequest,
+        body: ListTransactionsRequest | Callable[[int], ListTransactionsRequest],
         *, timeout_ms: int,
     ) -> ListTransactionsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.CONSUMER_GROUP_HEARTBEAT],
-        body: ConsumerGroupHeartbeatRequest,
+        body: ConsumerGroupHeartbeatRequest | Callable[[int], ConsumerGroupHeartbeatRequest],
         *, timeout_ms: int,
     ) -> ConsumerGroupHeartbeatResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.CONSUMER_GROUP_DESCRIBE],
-        body: ConsumerGroupDescribeRequest,
+        body: ConsumerGroupDescribeRequest | Callable[[int], ConsumerGroupDescribeRequest],
         *, timeout_ms: int,
     ) -> ConsumerGroupDescribeResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.GET_TELEMETRY_SUBSCRIPTIONS],
-        body: GetTelemetrySubscriptionsRequest,
+        body: GetTelemetrySubscriptionsRequest | Callable[[int], GetTelemetrySubscriptionsRequest],
         *, timeout_ms: int,
     ) -> GetTelemetrySubscriptionsResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.PUSH_TELEMETRY],
-        body: PushTelemetryRequest,
+        body: PushTelemetryRequest | Callable[[int], PushTelemetryRequest],
         *, timeout_ms: int,
     ) -> PushTelemetryResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SHARE_GROUP_HEARTBEAT],
-        body: ShareGroupHeartbeatRequest,
+        body: ShareGroupHeartbeatRequest | Callable[[int], ShareGroupHeartbeatRequest],
         *, timeout_ms: int,
     ) -> ShareGroupHeartbeatResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SHARE_GROUP_DESCRIBE],
-        body: ShareGroupDescribeRequest,
+        body: ShareGroupDescribeRequest | Callable[[int], ShareGroupDescribeRequest],
         *, timeout_ms: int,
     ) -> ShareGroupDescribeResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SHARE_FETCH],
-        body: ShareFetchRequest,
+        body: ShareFetchRequest | Callable[[int], ShareFetchRequest],
         *, timeout_ms: int,
     ) -> ShareFetchResponse: ...
 
     @overload
     async def __call__(
         self, api_key: Literal[ApiKey.SHARE_ACKNOWLEDGE],
-        body: ShareAcknowledgeRequest,
+        body: ShareAcknowledgeRequest | Callable[[int], ShareAcknowledgeRequest],
         *, timeout_ms: int,
     ) -> ShareAcknowledgeResponse: ...

@@ -22,7 +22,7 @@ their own retry state in ``core.fetch_state``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 import anyio
 
@@ -32,7 +32,7 @@ from ..core.backoff import ExponentialBackoff
 from ..protocol.api import ApiKey
 from ..protocol.messages import ListOffsetsRequest, MetadataResponse
 from ..types import TopicPartition, partitions_by_topic
-from .cluster import Cluster
+from .cluster import Body, BodyBuilder, Cluster, unchecked
 
 if TYPE_CHECKING:
     from .request_types import ControllerRequest
@@ -105,7 +105,7 @@ class Router:
         controller = md.get("controller_id", -1)
         return int(controller) if controller >= 0 else self.cluster.least_loaded_node()
 
-    async def _to_controller(self, api_key: ApiKey, body: Mapping[str, Any], *, timeout_ms: int) -> dict[str, Any]:
+    async def _to_controller(self, api_key: ApiKey, body: Body | BodyBuilder, *, timeout_ms: int) -> dict[str, Any]:
         """Send to the controller, retrying NOT_CONTROLLER and connection errors with backoff until
         ``timeout_ms`` (CreateTopics / DeleteTopics, whose per-topic results are the caller's)."""
         failures = 0
@@ -113,9 +113,7 @@ class Router:
             while True:
                 node = await self._controller()
                 try:
-                    # the key is the caller's, typed by ``to_controller``'s overloads
-                    send = cast("Callable[..., Awaitable[tuple[int, dict[str, Any]]]]", self.cluster.request)
-                    _, response = await send(node, api_key, body)
+                    _, response = await unchecked(self.cluster)(node, api_key, body)
                 except (errors.KafkaConnectionError, errors.RequestTimeoutError) as exc:
                     last: BaseException = exc
                 else:

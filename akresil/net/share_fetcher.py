@@ -20,7 +20,7 @@ from .. import errors
 from ..core.share_state import FetchOutcome, PlanKind, ShareFetchState, SharePlan
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
-from .cluster import Cluster
+from .cluster import Cluster, unchecked
 from .signals import Broadcast, TurnLoop
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class ShareFetcher:
         api = ApiKey.SHARE_FETCH if plan.kind is PlanKind.FETCH else ApiKey.SHARE_ACKNOWLEDGE
         try:
             try:
-                _, response = await cluster.request(plan.node_id, api, plan.body, timeout_ms=self._timeout_ms)
+                _, response = await unchecked(cluster)(plan.node_id, api, plan.body, timeout_ms=self._timeout_ms)
             except errors.UnsupportedVersionError as exc:
                 state.on_request_failed(plan, exc, cluster.clock())
                 self._fail(errors.UnsupportedVersionError(

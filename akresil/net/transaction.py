@@ -21,7 +21,7 @@ from ..core.accumulator import RecordAccumulator
 from ..core.transaction import Action, Operation, TransactionManager, TxnState, classify, error_from_code
 from ..protocol.api import ApiKey
 from ..types import ConsumerGroupMetadata, TopicPartition
-from .cluster import Cluster
+from .cluster import Cluster, unchecked
 from .coordinator import GROUP, TRANSACTION
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class TransactionIO:
                 cause = errors.CoordinatorNotAvailableError(f"{op.name}: coordinator not found")
             else:
                 try:
-                    version, response = await cluster.request(node, api, body, min_version=min_version,
+                    version, response = await unchecked(cluster)(node, api, body, min_version=min_version,
                                                               max_version=max_version)
                 except _TRANSPORT as exc:
                     cause = exc
