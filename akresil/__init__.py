@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:   # type checkers see the real classes; at run time they load on first use (_LAZY)
     from .admin import Admin as Admin
     from .consumer import Consumer as Consumer
+    from .core.events import Hook as Hook
     from .delivery import DeliveryFuture as DeliveryFuture
     from .producer import Producer as Producer
     from .share_consumer import ShareConsumer as ShareConsumer
@@ -30,12 +31,13 @@ _LAZY = {
     "RecordMetadata": "akresil.types",
     "ConsumerRecord": "akresil.types",
     "DeliveryFuture": "akresil.delivery",
+    "Hook": "akresil.core.events",
     "ShareRecord": "akresil.types",
 }
 
 # spelled out (not ``[*_LAZY]``): type checkers read __all__ literally
 __all__ = ["__version__", "Producer", "Consumer", "Admin", "NewTopic", "TopicPartition", "RecordMetadata",
-           "ConsumerRecord", "DeliveryFuture", "ShareConsumer", "ShareRecord"]
+           "ConsumerRecord", "DeliveryFuture", "ShareConsumer", "ShareRecord", "Hook"]
 
 
 def __getattr__(name: str) -> Any:

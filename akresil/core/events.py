@@ -2,7 +2,10 @@
 
 The core never imports a metrics library. It calls ``hooks.emit(EVENT, **fields)``; every registered hook
 that defines ``on_<event>(**fields)`` gets the call, and a hook may define ``on_event(name, fields)`` to see
-everything (logging, tracing). ``akresil.metrics`` is one hook implementation; users attach their own.
+everything (logging, tracing). ``Hook`` declares every handler with its fields' types: a hook that subclasses it
+is checked by mypy (a misspelt field or a wrong type is an incompatible override) and pays nothing for the
+handlers it leaves out (the registry skips ``Hook``'s own declarations). A plain object with ``on_<event>``
+methods keeps working, unchecked. ``akresil.metrics`` is one hook implementation; users attach their own.
 This mirrors franz-go's hooks: small, optional interfaces discovered per hook, so a hook pays only for what
 it implements and emitting to no hooks costs one dict lookup.
 
@@ -16,9 +19,13 @@ clients call around sends, polls and processing; without one of its own a regist
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from . import tracing
+
+if TYPE_CHECKING:
+    from ..protocol.api import ApiKey
+    from ..types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ METADATA_REFRESH = "metadata_refresh"        # causes, brokers, topics, stale_pa
 METADATA_REFRESH_FAILED = "metadata_refresh_failed"  # failures, backoff_ms              [MetadataCache]
 STALE_METADATA_IGNORED = "stale_metadata_ignored"  # topic, partition, known_epoch, received_epoch
 LEADER_HINT = "leader_hint"                  # topic, partition, leader_id, leader_epoch, accepted, reason
-BATCH_RETRY = "batch_retry"                  # topic, partition, attempt, reason, skip_backoff, backoff_ms
+BATCH_RETRY = "batch_retry"                  # topic, partition, attempt, reason, skip_backoff, records, backoff_ms
 BATCH_EXPIRED = "batch_expired"              # topic, partition, stage, records, age_ms  [RecordAccumulator]
 BATCH_COMPLETED = "batch_completed"          # topic, partition, records, attempts, error [RecordAccumulator]
 BUFFER_EXHAUSTED = "buffer_exhausted"        # needed, used, limit                       [RecordAccumulator]
@@ -61,6 +68,60 @@ ALL_EVENTS = frozenset({
 })
 
 
+class Hook:
+    """The typed handlers a hook may implement, one per event (``on_<event>``, called with the event's fields as
+    keywords) plus ``on_event(name, fields)`` for all of them. Subclass it and override the handlers you need:
+    the type checker then checks each override's fields; an override may take fewer fields with ``**_: Any``.
+    The declarations here are never called (``Hooks`` skips them)."""
+
+    def on_event(self, name: str, fields: dict[str, Any]) -> None:
+        """Every event: its name and fields."""
+
+    def on_request_sent(self, *, node_id: int, lane: str, in_flight: int) -> None: ...
+    def on_request_done(self, *, node_id: int, lane: str, in_flight: int) -> None: ...
+    def on_throttled(self, *, node_id: int, lane: str, api_key: int, version: int, throttle_ms: float, muted: bool,
+                     muted_until: float) -> None: ...
+    def on_reconnect_backoff(self, *, node_id: int, lane: str, failures: int, backoff_ms: float) -> None: ...
+    def on_node_state(self, *, node_id: int, lane: str, state: str) -> None: ...
+    def on_metadata_request(self, *, node_id: int) -> None: ...
+    def on_metadata_refresh_requested(self, *, cause: str, due_at: float) -> None: ...
+    def on_metadata_refresh(self, *, causes: Sequence[str], brokers: int, topics: int, stale_partitions: int,
+                            not_ready: int) -> None: ...
+    def on_metadata_refresh_failed(self, *, failures: int, backoff_ms: float) -> None: ...
+    def on_stale_metadata_ignored(self, *, topic: str, partition: int, known_epoch: int,
+                                  received_epoch: int) -> None: ...
+    def on_leader_hint(self, *, topic: str, partition: int, leader_id: int, leader_epoch: int, accepted: bool,
+                       reason: str) -> None: ...
+    def on_batch_retry(self, *, topic: str, partition: int, attempt: int, reason: str, skip_backoff: bool,
+                       records: int, backoff_ms: float) -> None: ...
+    def on_batch_expired(self, *, topic: str, partition: int, stage: str, records: int, age_ms: float) -> None: ...
+    def on_batch_completed(self, *, topic: str, partition: int, records: int, attempts: int,
+                           error: str | None) -> None: ...
+    def on_buffer_exhausted(self, *, needed: int, used: int, limit: int) -> None: ...
+    def on_batch_split(self, *, topic: str, partition: int, records: int, batches: int, size_bytes: int) -> None: ...
+    def on_batch_sent(self, *, node_id: int, topic: str, partition: int, records: int, size_bytes: int,
+                      attempt: int, queue_ms: float) -> None: ...
+    def on_records_consumed(self, *, topic: str, partition: int, records: int, bytes: int,
+                            lag: int | None) -> None: ...
+    def on_rebalance(self, *, group_id: str, generation: int, assigned: list[TopicPartition],
+                     revoked: list[TopicPartition], duration_ms: float) -> None: ...
+    def on_rebalance_failed(self, *, group_id: str, error: str) -> None: ...
+    def on_producer_id(self, *, producer_id: int, producer_epoch: int) -> None: ...
+    def on_response_received(self, *, node_id: int, api_key: ApiKey, version: int, latency_ms: float,
+                             response: Mapping[str, Any]) -> None: ...
+    def on_connection_bytes_sent(self, *, node_id: int, nbytes: int) -> None: ...
+    def on_connection_bytes_received(self, *, node_id: int, nbytes: int) -> None: ...
+    def on_client_closed(self) -> None: ...
+
+
+def _handler(hook: object, name: str) -> Callable[..., Any] | None:
+    """``hook``'s handler ``name``, unless it is ``Hook``'s declaration (nothing to call)."""
+    method = getattr(hook, name, None)
+    if not callable(method) or getattr(method, "__func__", None) is getattr(Hook, name, None):
+        return None
+    return method  # type: ignore[no-any-return]
+
+
 class Hooks:
     """A registry of hook objects; ``emit`` dispatches an event to the hooks that handle it."""
 
@@ -80,8 +141,8 @@ class Hooks:
     def add(self, hook: object) -> None:
         """Register ``hook``: a tracer (``core.tracing.Tracer``, one per client) or an event hook, which must
         implement ``on_event`` or at least one ``on_<event>`` method (an object may be both)."""
-        handles_events = callable(getattr(hook, "on_event", None)) or any(
-            callable(getattr(hook, "on_" + name, None)) for name in ALL_EVENTS)
+        handles_events = _handler(hook, "on_event") is not None or any(
+            _handler(hook, "on_" + name) is not None for name in ALL_EVENTS)
         if isinstance(hook, tracing.Tracer):
             if self._own_tracer is not None and self._own_tracer is not hook:
                 raise ValueError(f"hook {hook!r}: this client already has a tracer ({self._own_tracer!r}); "
@@ -119,11 +180,11 @@ class Hooks:
     def _handlers(self, event: str) -> tuple[Callable[..., Any], ...]:
         handlers: list[Callable[..., Any]] = []
         for hook in self._hooks:
-            specific = getattr(hook, "on_" + event, None)
-            if callable(specific):
+            specific = _handler(hook, "on_" + event)
+            if specific is not None:
                 handlers.append(specific)
-            generic = getattr(hook, "on_event", None)
-            if callable(generic):
+            generic = _handler(hook, "on_event")
+            if generic is not None:
                 handlers.append(_generic(generic, event))
         result = tuple(handlers)
         self._dispatch[event] = result
@@ -149,7 +210,7 @@ def _generic(on_event: Callable[[str, dict[str, Any]], Any], event: str) -> Call
     return call
 
 
-class RecordingHook:
+class RecordingHook(Hook):
     """Keeps every event as ``(name, fields)``; handy in tests and for ad-hoc debugging."""
 
     def __init__(self) -> None:

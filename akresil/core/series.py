@@ -310,7 +310,7 @@ FEEDS: dict[str, tuple[tuple[Series, Feed], ...]] = {
 }
 
 
-class SeriesHook(abc.ABC):
+class SeriesHook(ev.Hook, abc.ABC):
     """A metrics hook of one client, derived from ``SERIES``; a back-end implements ``_sink``.
 
     ``live`` is the back-end's set of hooks whose gauges a collection reads: the hook is in it from creation

@@ -33,8 +33,16 @@ API_SAMPLE = '''
 import json
 from typing import Any
 
-from akresil import Admin, Consumer, ConsumerRecord, Producer, ShareConsumer, TopicPartition
+from akresil import Admin, Consumer, ConsumerRecord, Hook, Producer, ShareConsumer, TopicPartition
 from akresil.otel import instrument_consumer, instrument_producer, instrument_share_consumer
+
+
+class Counting(Hook):
+    def on_batch_sent(self, *, topic: str, records: int, **_: Any) -> None:
+        print(topic, records)
+
+    def on_records_consumed(self, *, topic: str, records: str, **_: Any) -> None:  # error: override "on_records_consumed" incompatible with supertype
+        print(topic, records)
 
 
 def to_json(order: dict[str, int]) -> bytes:
@@ -55,7 +63,7 @@ async def main() -> None:
     reveal_type(orders)  # reveal: Producer[bytes | bytearray | memoryview[int], dict[str, int]]
     await orders.send("orders", {"amount": 1}, key=b"alice")
     await orders.send("orders", b"raw")  # error: arg-type
-    raw = Producer(bootstrap_servers="127.0.0.1:9092", acks="all", compression_type="zstd")
+    raw = Producer(bootstrap_servers="127.0.0.1:9092", acks="all", compression_type="zstd", hooks=[Counting()])
     reveal_type(raw)  # reveal: Producer[bytes | bytearray | memoryview[int], bytes | bytearray | memoryview[int]]
     await raw.send("orders", bytearray(b"v"), key=memoryview(b"k"))
     plain: Producer[bytes, bytes] = raw
