@@ -194,7 +194,7 @@ class TelemetryPusher:
         metrics = TelemetryMetrics(client_id=str(config.client_id), kind=config.kind, clock=cluster.clock,
                                    wall_ns=time.time_ns)
         for node, lane in cluster.connected_nodes():   # what the connection gauges would have heard so far
-            metrics.on_node_state(node_id=node, lane=lane.value, state="connected")  # type: ignore[attr-defined]
+            metrics.on_node_state(node_id=node, lane=lane.value, state="connected")
         cluster.hooks.add(metrics)
         self.metrics = metrics
 
