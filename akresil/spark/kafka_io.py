@@ -232,23 +232,42 @@ class PartitionSnapshot:
         self.latest = latest
 
 
-def snapshot(config: Mapping[str, Any], subscription: Subscription, *, allow_missing: bool) -> PartitionSnapshot:
+def snapshot(config: Mapping[str, Any], subscription: Subscription, *, allow_missing: bool,
+             cached: bool = False) -> PartitionSnapshot:
     """Blocking: the subscription's partitions and their offset bounds (ListOffsets via the leaders).
 
     ``allow_missing``: a subscribed topic that does not exist yet has no partitions (streams wait for it);
-    otherwise it is an error naming the topic.
+    otherwise it is an error naming the topic. ``cached``: ask through this process's long-lived Admin (the
+    stream reader's process asks at every trigger, as Spark's Kafka source keeps its admin client) instead of
+    a new one that connects, looks up metadata and closes each time.
     """
-    return anyio.run(_snapshot, dict(config), subscription, allow_missing)
+    if not cached:
+        return anyio.run(_snapshot, dict(config), subscription, allow_missing)
+    worker = worker_clients()
+    entry = worker.lease("admin", admin_config(config))
+    healthy = False
+    try:
+        snap: PartitionSnapshot = worker.portal.call(_snapshot_with, entry.client, subscription, allow_missing,
+                                                     config.get("isolation_level", "read_uncommitted"))
+        healthy = True
+        return snap
+    finally:
+        worker.release(entry, healthy=healthy)
 
 
 async def _snapshot(config: dict[str, Any], subscription: Subscription, allow_missing: bool) -> PartitionSnapshot:
     async with Admin(**admin_config(config)) as admin:
-        tps = await _partitions(admin, subscription, allow_missing)
-        if not tps:
-            return PartitionSnapshot([], {}, {})
-        level = config.get("isolation_level", "read_uncommitted")
-        early = await admin.list_offsets({tp: LIST_EARLIEST for tp in tps}, isolation_level=level)
-        late = await admin.list_offsets({tp: LIST_LATEST for tp in tps}, isolation_level=level)
+        return await _snapshot_with(admin, subscription, allow_missing,
+                                    config.get("isolation_level", "read_uncommitted"))
+
+
+async def _snapshot_with(admin: Admin, subscription: Subscription, allow_missing: bool, level: str
+                         ) -> PartitionSnapshot:
+    tps = await _partitions(admin, subscription, allow_missing)
+    if not tps:
+        return PartitionSnapshot([], {}, {})
+    early = await admin.list_offsets({tp: LIST_EARLIEST for tp in tps}, isolation_level=level)
+    late = await admin.list_offsets({tp: LIST_LATEST for tp in tps}, isolation_level=level)
     return PartitionSnapshot(tps, {tp: early[tp][0] for tp in tps}, {tp: late[tp][0] for tp in tps})
 
 

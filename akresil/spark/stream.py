@@ -3,7 +3,9 @@
 Offsets are ``{"topic": {"partition": next offset}}`` dicts that Spark writes to the query's checkpoint
 before a micro-batch runs; a micro-batch reads ``[start, end)`` per partition, so a restarted query
 resumes at the checkpointed end without loss or duplication. Spark's checkpoint is the only truth:
-``commit(end)`` is not guaranteed for the last batch of a run and stores nothing.
+``commit(end)`` is not guaranteed for the last batch of a run and stores nothing. The offsets are looked
+up through one Admin kept for the query (Spark runs the reader in a Python process of its own for the
+query), not through a new client at every trigger.
 
 Admission control: ``maxOffsetsPerTrigger`` becomes the default ``ReadMaxRows`` limit, shared across
 partitions in proportion to their backlog. ``minOffsetsPerTrigger`` skips a trigger (``latestOffset``
@@ -52,7 +54,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ offsets (driver)
     def initialOffset(self) -> dict:
         o = self.options
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
         starts = resolve_offsets(o.starting, snap, self._driver, starting=True, strategy=o.timestamp_strategy)
         return to_json(starts)
 
@@ -62,13 +64,13 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         o = self.options
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
         self._target = dict(snap.latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
         starts = from_json(start)
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
+        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
         latest = dict(snap.latest) if self._target is None else dict(self._target)
         for tp in starts:
             if tp not in snap.latest:
@@ -105,7 +107,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a partition new in `end` was planned from its earliest offset in latestOffset; find that offset
         new = [tp for tp in ends if tp not in starts]
         if new:
-            snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True)
+            snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
             for tp in new:
                 starts[tp] = snap.earliest.get(tp, 0)
         ranges = plan_ranges({tp: starts[tp] for tp in ends}, ends, min_partitions=o.min_partitions,
@@ -118,6 +120,11 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        """The query stopped: close the Admin its triggers asked through (Spark runs the reader in a process of
+        its own, started for the query)."""
+        kafka_io.close_worker_clients()
 
 
 def _lost(fail: bool, message: str) -> None:

@@ -42,8 +42,8 @@ from ..types import Header, RecordMetadata
 from .options import WriteOptions
 
 __all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "TaskRows",
-           "group_batch", "deliver_batches", "send_rows", "needs_row_order", "check_input_schema", "read_summary", "store_summary",
-           "raise_on_failed_tasks"]
+           "group_batch", "deliver_batches", "send_rows", "needs_row_order", "check_input_schema", "read_summary",
+           "store_summary", "raise_on_failed_tasks"]
 
 #: first failed rows quoted per partition in an error
 _QUOTED_ROWS = 5
