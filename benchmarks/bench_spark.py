@@ -22,11 +22,16 @@ Spark rates net of it. Prints one JSON document (orjson).
 
 ``--apache`` instead compares akresil's source and sink with Spark's own Kafka connector (``format("kafka")``,
 ``org.apache.spark:spark-sql-kafka-0-10_2.13``, ``--connector-version``, resolved with Maven into the Kafka jar
-cache and passed with ``spark.jars``) in one session, on a 3-broker Apache Kafka cluster (``KafkaCluster``;
-topics of ``--replication-factor`` replicas, default 1): write and read per format and value size, the
-per-query cost of each from 100-row queries, medians and the worst round:
+cache and passed with ``spark.jars``) in one driver session on a Spark standalone cluster (a Master and a 2-core
+Worker started from the installed pyspark; ``--master local[2]`` for local mode) against a 3-broker Apache Kafka
+cluster (``KafkaCluster``; topics of ``--partitions`` partitions and ``--replication-factor`` replicas): batch
+write and read per format and value size, the streaming pipeline readStream -> upper(value) -> writeStream
+(records/s over ``--stream-records`` in micro-batches of ``--stream-batch``, and the per-micro-batch time of
+micro-batches of ``--latency-batch``), akresil's exactly-once sink as a third streaming column, and each path's
+fixed cost from 100-row queries; medians and the worst round, ratios akresil / ``format("kafka")`` (> 1: akresil
+faster). The command that makes the figures in docs/spark.md:
 
-    python benchmarks/bench_spark.py --apache --records 1000000 --rounds 3 --out spark-apache.json
+    python benchmarks/bench_spark.py --apache --out spark-apache.json     # 1 M rows, 100 B and 1 KiB, 3 rounds
 """
 
 from __future__ import annotations
@@ -34,11 +39,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import uuid
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import anyio
 import orjson
@@ -49,8 +57,8 @@ from akresil.testing import EmbeddedBroker
 CHUNK = 10_000
 
 
-def records(n: int, size: int) -> list[tuple[bytes, bytes]]:
-    return [(str(i).encode(), str(i).zfill(size).encode()) for i in range(n)]
+def records(n: int, size: int, start: int = 0) -> list[tuple[bytes, bytes]]:
+    return [(str(i).encode(), str(i).zfill(size).encode()) for i in range(start, start + n)]
 
 
 async def create(bs: str, partitions: int) -> str:
@@ -79,15 +87,16 @@ async def plain_read(bs: str, topic: str, partitions: int, n: int) -> float:
         return time.perf_counter() - t0
 
 
-def spark_session(jars: list[str] | None = None) -> Any:
+def spark_session(jars: list[str] | None = None, master: str = "local[2]") -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import akresil.spark
-    builder = (SparkSession.builder.master("local[2]").appName("akresil-bench")
+    builder = (SparkSession.builder.master(master).appName("akresil-bench")
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.executor.memory", "1g"))
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     spark = builder.getOrCreate()
@@ -116,73 +125,53 @@ def spark_read(spark: Any, bs: str, topic: str, n: int, fmt: str = "akresil") ->
 
 
 def apache_main(args: argparse.Namespace) -> dict[str, Any]:
-    """``--apache``: akresil's source/sink vs Spark's own Kafka connector (``format("kafka")``) in one local[2]
-    session, against a 3-broker Apache Kafka cluster.  Each round writes the N rows once per format into fresh
-    topics and reads each topic with both formats (alternating which goes first), so both read the same data."""
+    """``--apache``: akresil's source and sink vs Spark's own Kafka connector (``format("kafka")``) in one driver
+    session on a Spark standalone cluster (a Master and a ``--cores`` Worker from the installed pyspark, the set-up
+    of docs/spark.md; ``--master local[2]`` runs in local mode instead), against a 3-broker Apache Kafka cluster.
+
+    Per round, each format in turn (the order alternates): batch writes of N rows into fresh topics and reads of the
+    topic the other format wrote, per value size; the streaming pipeline (readStream -> upper(value) ->
+    writeStream, Trigger.AvailableNow, fresh checkpoint and output topic) over a shared input topic, timed from
+    start to end, and a run in small micro-batches whose per-batch ``triggerExecution`` times are the micro-batch
+    latency. akresil's exactly-once sink runs the same pipelines as a third column. Fixed costs are the same paths
+    with 100 rows."""
     from akresil.testing.kafka_cluster import KafkaCluster
     from akresil.testing.kafka_jars import DEFAULT_SPARK_KAFKA_VERSION, resolve_spark_kafka_jars
+    from akresil.testing.spark_cluster import SparkStandaloneCluster
 
     import pyspark
     jars = [str(j) for j in resolve_spark_kafka_jars(args.connector_version)]
     n = args.records
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     fmts = ("akresil", "kafka")
-    spark = spark_session(jars)
     results: dict[str, Any] = {}
     started = time.perf_counter()
+    standalone = SparkStandaloneCluster(cores=args.cores) if args.master == "standalone" else None
     try:
-        with KafkaCluster(brokers=3) as cluster:
-            bs = cluster.bootstrap_servers
+        master = standalone.start().master_url if standalone is not None else args.master
+        spark = spark_session(jars, master=master)
+        try:
+            with KafkaCluster(brokers=3) as cluster:
+                bs = cluster.bootstrap_servers
 
-            def topic() -> str:
-                return anyio.run(lambda: cluster.create_topic(partitions=args.partitions,
-                                                              replication_factor=args.replication_factor))
-            for fmt in fmts:   # warm-up: session, Python workers, the connector's classes
-                warm = topic()
-                spark_write(spark, bs, warm, 1000, sizes[0], fmt)
-                spark_read(spark, bs, warm, 1000, fmt)
-            # each format's cost per query, independent of the rows: the same paths with 100 rows
-            fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
-            for _ in range(args.rounds):
-                for fmt in fmts:
-                    tiny = topic()
-                    fixed[f"{fmt}_write"].append(spark_write(spark, bs, tiny, 100, sizes[0], fmt))
-                    fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
-            results["per_query_s_100_rows"] = {
-                k: {"median": round(statistics.median(v), 3), "worst": round(max(v), 3)} for k, v in fixed.items()}
-            for size in sizes:
-                times: dict[str, list[float]] = {k: [] for k in fixed}
-                for r in range(args.rounds):
-                    order = fmts if r % 2 == 0 else fmts[::-1]
-                    written = {}
-                    for fmt in order:
-                        written[fmt] = topic()
-                        times[f"{fmt}_write"].append(spark_write(spark, bs, written[fmt], n, size, fmt))
-                    for fmt in order:   # each format reads the topic the other one wrote
-                        other = written[fmts[1] if fmt == fmts[0] else fmts[0]]
-                        times[f"{fmt}_read"].append(spark_read(spark, bs, other, n, fmt))
-                    print(f"# {size} B round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
-                          file=sys.stderr, flush=True)
-                median = {k: round(n / statistics.median(v)) for k, v in times.items()}
-                worst = {k: round(n / max(v)) for k, v in times.items()}
-                # None where a full query was not slower than the 100-row one (the difference is noise)
-                net = {k: (round(n / d) if (d := statistics.median(times[k]) - statistics.median(fixed[k])) > 0
-                           else None) for k in times}
-                results[f"{size}B"] = {
-                    "rows_per_s_median": median, "rows_per_s_worst": worst,
-                    "rows_per_s_without_per_query_cost": net,
-                    "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
-                    "akresil_vs_spark_kafka_medians": {
-                        "write": round(median["akresil_write"] / median["kafka_write"], 2),
-                        "read": round(median["akresil_read"] / median["kafka_read"], 2)},
-                }
+                def topic() -> str:
+                    return anyio.run(lambda: cluster.create_topic(partitions=args.partitions,
+                                                                  replication_factor=args.replication_factor))
+                results.update(_apache_rounds(args, spark, bs, topic, n, sizes, fmts, Path(tempfile.mkdtemp())))
+            version = cluster.version
+        finally:
+            spark.stop()
     finally:
-        spark.stop()
+        if standalone is not None:
+            standalone.stop()
     return {
-        "benchmark": "spark_local2_akresil_vs_spark_sql_kafka_on_apache_kafka",
+        "benchmark": "spark_akresil_vs_spark_sql_kafka_on_apache_kafka",
+        "spark_master": "standalone (1 Master, 1 Worker of %d cores, 1 executor)" % args.cores
+                        if standalone is not None else args.master,
         "records": n, "value_bytes": sizes, "partitions": args.partitions,
-        "replication_factor": args.replication_factor, "rounds": args.rounds,
-        "broker": f"Apache Kafka {cluster.version} (KafkaCluster: 3 brokers + a controller, loopback)",
+        "stream_records": args.stream_records, "stream_batch": args.stream_batch,
+        "latency_batch": args.latency_batch, "replication_factor": args.replication_factor, "rounds": args.rounds,
+        "broker": f"Apache Kafka {version} (KafkaCluster: 3 brokers + a controller, loopback)",
         "pyspark": pyspark.__version__,
         "spark_kafka_connector": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{args.connector_version}"
                                  f"{'' if args.connector_version != DEFAULT_SPARK_KAFKA_VERSION else ' (default)'}",
@@ -191,13 +180,159 @@ def apache_main(args: argparse.Namespace) -> dict[str, Any]:
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "elapsed_s": round(time.perf_counter() - started, 1),
         "results": results,
-        "note": "indicative on a shared machine; compare the two formats within one run",
+        "note": "compare the formats within one run; take final figures on an idle machine",
     }
+
+
+def _stats(values: list[float], digits: int = 3) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "worst": round(max(values), digits)}
+
+
+def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n: int, sizes: list[int],
+                   fmts: tuple[str, ...], scratch: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    sinks = (*fmts, "akresil_exactly_once")
+
+    def pipeline(sink: str, source: str, records: int, per_batch: int) -> PipelineRun:
+        return spark_pipeline(spark, bs, source, topic(), records, per_batch, sink, scratch / uuid.uuid4().hex)
+
+    for fmt in fmts:   # warm-up: Python workers, executors' caches, the connector's classes
+        warm = topic()
+        spark_write(spark, bs, warm, 1000, sizes[0], fmt)
+        spark_read(spark, bs, warm, 1000, fmt)
+    warm_stream = topic()
+    anyio.run(fill, bs, warm_stream, 1000, sizes[0])
+    for sink in sinks:
+        pipeline(sink, warm_stream, 1000, 500)
+
+    # each path's cost per query, independent of its rows: the same paths with 100 rows
+    fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
+    fixed.update({f"{s}_stream": [] for s in sinks})
+    tiny_stream = topic()
+    anyio.run(fill, bs, tiny_stream, 100, sizes[0])
+    for _ in range(args.rounds):
+        for fmt in fmts:
+            tiny = topic()
+            fixed[f"{fmt}_write"].append(spark_write(spark, bs, tiny, 100, sizes[0], fmt))
+            fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
+        for sink in sinks:
+            fixed[f"{sink}_stream"].append(pipeline(sink, tiny_stream, 100, 100).seconds)
+    results["per_query_s_100_rows"] = {k: _stats(v) for k, v in fixed.items()}
+    results["per_query_akresil_vs_kafka_medians"] = {
+        d: round(statistics.median(fixed[f"kafka_{d}"]) / statistics.median(fixed[f"akresil_{d}"]), 2)
+        for d in ("write", "read", "stream")}
+
+    for size in sizes:
+        times: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
+        for r in range(args.rounds):
+            order = fmts if r % 2 == 0 else fmts[::-1]
+            written = {}
+            for fmt in order:
+                written[fmt] = topic()
+                times[f"{fmt}_write"].append(spark_write(spark, bs, written[fmt], n, size, fmt))
+            for fmt in order:   # each format reads the topic the other one wrote
+                other = written[fmts[1] if fmt == fmts[0] else fmts[0]]
+                times[f"{fmt}_read"].append(spark_read(spark, bs, other, n, fmt))
+            print(f"# {size} B round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
+                  file=sys.stderr, flush=True)
+        median = {k: round(n / statistics.median(v)) for k, v in times.items()}
+        worst = {k: round(n / max(v)) for k, v in times.items()}
+        results[f"batch_{size}B"] = {
+            "rows_per_s_median": median, "rows_per_s_worst": worst,
+            "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
+            "akresil_vs_kafka_medians": {
+                "write": round(median["akresil_write"] / median["kafka_write"], 2),
+                "read": round(median["akresil_read"] / median["kafka_read"], 2)},
+        }
+
+    # the streaming pipeline: throughput in big micro-batches, latency of small ones (shared input topics)
+    source = topic()
+    anyio.run(fill, bs, source, args.stream_records, sizes[0])
+    small = topic()
+    anyio.run(fill, bs, small, args.latency_batch * args.latency_batches, sizes[0])
+    run_s: dict[str, list[float]] = {s: [] for s in sinks}
+    batch_ms: dict[str, list[float]] = {s: [] for s in sinks}
+    breakdown: dict[str, dict[str, float]] = {}
+    for r in range(args.rounds):
+        for sink in (sinks if r % 2 == 0 else sinks[::-1]):
+            run_s[sink].append(pipeline(sink, source, args.stream_records, args.stream_batch).seconds)
+            latency = pipeline(sink, small, args.latency_batch * args.latency_batches, args.latency_batch)
+            batch_ms[sink].extend(latency.batch_ms)
+            breakdown[sink] = latency.phases_ms
+        print(f"# stream round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in run_s.items()),
+              file=sys.stderr, flush=True)
+    median = {k: round(args.stream_records / statistics.median(v)) for k, v in run_s.items()}
+    results["stream"] = {
+        "records_per_s_median": median,
+        "records_per_s_worst": {k: round(args.stream_records / max(v)) for k, v in run_s.items()},
+        "seconds": {k: [round(x, 2) for x in v] for k, v in run_s.items()},
+        "micro_batch_ms": {k: _stats(v, 0) for k, v in batch_ms.items()},
+        "micro_batch_phases_ms_last_latency_run_medians": breakdown,
+        "akresil_vs_kafka_medians": {
+            "records_per_s": round(median["akresil"] / median["kafka"], 2),
+            "micro_batch_latency": round(statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil"]),
+                                         2),
+            "exactly_once_records_per_s": round(median["akresil_exactly_once"] / median["kafka"], 2),
+            "exactly_once_micro_batch_latency": round(
+                statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil_exactly_once"]), 2)},
+    }
+    return results
+
+
+async def fill(bs: str, topic: str, n: int, size: int) -> None:
+    """``n`` records (key = row number, value = it zero-padded to ``size`` bytes) for a pipeline to read."""
+    async with Producer(bootstrap_servers=bs, linger_ms=5) as producer:
+        for i in range(0, n, CHUNK):
+            await producer.send_many(topic, records(min(CHUNK, n - i), size, start=i))
+
+
+class PipelineRun(NamedTuple):
+    """One streaming run: seconds from start to end, each micro-batch's ``triggerExecution`` ms, and the median ms
+    of each micro-batch phase Spark reports (``durationMs``: latestOffset, queryPlanning, addBatch, ...)."""
+
+    seconds: float
+    batch_ms: list[float]
+    phases_ms: dict[str, float]
+
+
+def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in: int, per_batch: int, sink: str,
+                   checkpoint: Path) -> PipelineRun:
+    """readStream -> upper(value) -> writeStream with Trigger.AvailableNow, ``per_batch`` offsets per
+    micro-batch."""
+    fmt = "kafka" if sink == "kafka" else "akresil"
+    stream = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bs).option("subscribe", source)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)).load()
+              .selectExpr("key", "upper(cast(value as string)) as value"))
+    writer = (stream.writeStream.format(fmt).option("kafka.bootstrap.servers", bs).option("topic", sink_topic)
+              .option("checkpointLocation", str(checkpoint)))
+    if sink == "akresil_exactly_once":
+        writer = writer.option("deliveryGuarantee", "exactly-once")
+    t0 = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    elapsed = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"{sink} pipeline failed: {query.exception()}")
+    progress = [p for p in query.recentProgress if p.numInputRows > 0]
+    done = sum(p.numInputRows for p in progress)
+    if done != records_in:
+        raise AssertionError(f"{sink} pipeline read {done} records of {source}, expected {records_in}")
+    phases: dict[str, list[float]] = {}
+    for p in progress:
+        for phase, ms in p.durationMs.items():
+            phases.setdefault(phase, []).append(ms)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return PipelineRun(elapsed, [float(p.durationMs["triggerExecution"]) for p in progress],
+                       {k: statistics.median(v) for k, v in phases.items()})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=None,
+                    help="rows per query (default 100 000; 1 000 000 with --apache)")
     ap.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma-separated")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
@@ -207,9 +342,20 @@ def main() -> None:
     ap.add_argument("--connector-version", default="4.2.0",
                     help="--apache: org.apache.spark:spark-sql-kafka-0-10_2.13 version (Maven Central)")
     ap.add_argument("--replication-factor", type=int, default=1, help="--apache: topics' replication factor")
+    ap.add_argument("--master", default="standalone",
+                    help="--apache: 'standalone' (start a Master and a Worker from pyspark) or a master URL")
+    ap.add_argument("--cores", type=int, default=2, help="--apache standalone: the Worker's cores")
+    ap.add_argument("--stream-records", type=int, default=1_000_000,
+                    help="--apache: records through the streaming pipeline per run")
+    ap.add_argument("--stream-batch", type=int, default=200_000, help="--apache: maxOffsetsPerTrigger of that run")
+    ap.add_argument("--latency-batch", type=int, default=1000,
+                    help="--apache: records per micro-batch of the latency run")
+    ap.add_argument("--latency-batches", type=int, default=10, help="--apache: micro-batches per latency run")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds: need at least 1")
+    if args.records is None:
+        args.records = 1_000_000 if args.apache else 100_000
     if args.apache:
         emit(apache_main(args), args.out)
         return
