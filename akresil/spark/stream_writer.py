@@ -22,7 +22,6 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from .exactly_once import deliver_exactly_once
 from .options import WriteOptions
 from .writer import TaskDelivery, WriteSummary, deliver_batches, raise_on_failed_tasks, store_summary
 
@@ -63,6 +62,8 @@ class AkresilStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError(f"deliveryGuarantee=exactly-once: this task has no micro-batch id ({BATCH_ID_KEY}) "
                                f"or query id ({QUERY_ID_KEY}); only micro-batch streaming queries can use it")
         else:
+            from .exactly_once import deliver_exactly_once    # the clients load in tasks, not where Spark plans
+
             delivery = deliver_exactly_once(iterator, self.options, self.columns, task=task, attempt=attempt,
                                             query_id=query_id, batch_id=int(batch))
         delivery.query_id = query_id
