@@ -32,13 +32,11 @@ from .checks import EARLIEST as EARLIEST, LATEST as LATEST  # public here too (a
 from .checks import (INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
                      group_id_list, is_int, no_duplicate_topics, offset_requests, offset_values, partition_list,
                      str_list, topic_names)
-from .config import resolve
+from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.admin_call import AdminCall, ItemResults
 from .core.metadata import pending_topic_backoff
-from .net.cluster import Cluster
 from .net.coordinator import GROUP, TRANSACTION
 from .net.router import Router
-from .net.tasks import TaskOwner
 from .protocol.api import ApiKey, decode_versioned
 from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
                                 AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
@@ -90,43 +88,26 @@ class ClusterDescription:
     brokers: tuple[BrokerDescription, ...] = field(default_factory=tuple)
 
 
-class Admin:
+class Admin(ClientLifecycle):
     """Cluster administration. Use as ``async with Admin(bootstrap_servers=...) as admin``.
 
     Keyword arguments are the admin configuration keys (docs/configuration.md); ``default_api_timeout_ms``
     (60 s) bounds each call with all its retries, and every call also takes ``timeout_ms=`` to override it."""
 
     def __init__(self, **config: Unpack[AdminConfig]) -> None:
-        self.config = resolve("admin", config)
-        self._cluster = Cluster(self.config, allow_auto_topic_creation=False)
+        self._runtime = rt = ClientRuntime("admin", "admin", "Admin", config)
+        self.config, self.hooks, self._cluster = rt.config, rt.hooks, rt.cluster
         self._router = Router(self._cluster, default_timeout_ms=self.config.default_api_timeout_ms)
         #: a created topic that Metadata does not show with leaders yet is not a failure: re-ask soon
         self._pending_backoff = pending_topic_backoff(self.config.retry_backoff_max_ms)
-        #: the metadata refresher's task group (None: not entered, or over another client's cluster)
-        self._tasks: TaskOwner | None = None
 
-    async def __aenter__(self) -> "Admin":
-        """Bootstrap; the background tasks live until ``close()``, which any task may call."""
-        self._tasks = TaskOwner(f"akresil-admin {self.config.client_id}")
-        try:
-            await self._cluster.start(await self._tasks.open())
-        except BaseException:
-            tasks, self._tasks = self._tasks, None
-            await self._cluster.close()
-            await tasks.close()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def start(self) -> None:
+        """Bootstrap; the background tasks live until ``close()``, which any task may call (``async with``)."""
+        await self._runtime.start()
 
     async def close(self) -> None:
         """Close every connection and stop the metadata refresher (``async with`` calls it)."""
-        tasks, self._tasks = self._tasks, None
-        if tasks is None:
-            return
-        await self._cluster.close()
-        await tasks.close()
+        await self._runtime.close()
 
     # ------------------------------------------------------------------ topics
     async def create_topics(self, topics: Iterable[NewTopic], *, timeout_ms: int = 30_000,
