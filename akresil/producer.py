@@ -21,26 +21,24 @@ from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from . import errors
 from .checks import check_topic_name
-from .config import resolve
+from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
 from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
-from .core.events import CLIENT_CLOSED, Hooks
 from .core.partitioner import DefaultPartitioner, check_partition
-from .core.tracing import Tracer, TraceSite
+from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
-from .net.cluster import Cluster
 from .net.scheduler import Sender
-from .net.tasks import TaskOwner
 from .net.transaction import TransactionIO
 from .types import ConsumerGroupMetadata, Header, KeyT_contra, RecordMetadata, TopicPartition, ValueT_contra
 
 if TYPE_CHECKING:
-    from typing import Self, Unpack
+    from typing import Unpack
 
     from .config_keys import ProducerConfig
 
@@ -105,7 +103,7 @@ def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
                     f"pass {what}_serializer= to convert it")
 
 
-class Producer(Generic[KeyT_contra, ValueT_contra]):
+class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
     """Async Kafka producer. Use as ``async with Producer(bootstrap_servers=...) as producer``.
 
     Keyword arguments are Kafka's producer configs in snake_case (see ``akresil.config``), plus
@@ -124,19 +122,17 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
                  value_serializer: (Callable[[ValueT_contra], bytes]
                                     | Callable[[ValueT_contra], bytearray | memoryview] | None) = None,
                  **config: Unpack[ProducerConfig]) -> None:
-        self.config = cfg = resolve("producer", config, extra=("hooks",))
+        self._runtime = rt = ClientRuntime("producer", "producer", "Producer", config, extra=("hooks",),
+                                           allow_auto_topic_creation=True)
+        self.config = cfg = rt.config
         for name, serializer in (("key_serializer", key_serializer), ("value_serializer", value_serializer)):
             if serializer is not None and not callable(serializer):
                 raise errors.ConfigError(f"{name}: must be callable, got {type(serializer).__name__}")
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
-        self.hooks = Hooks(config.get("hooks") or ())
-        if cfg.metrics_registry is not None:
-            from .metrics import ClientMetrics
-            self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="producer"))
-        self._cluster = Cluster(cfg, hooks=self.hooks)
+        self.hooks, self._cluster = rt.hooks, rt.cluster
         #: what a tracer (``hooks.tracer``) is told about this producer
-        self._trace_site = TraceSite("producer", cfg.client_id, None, self._cluster.metadata)
+        self._trace_site = rt.trace_site("producer")
         self._acc = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, delivery_timeout_ms=cfg.delivery_timeout_ms,
             request_timeout_ms=cfg.request_timeout_ms, buffer_memory=cfg.buffer_memory,
@@ -158,10 +154,6 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             self._txn_io = self._sender.txn = TransactionIO(self._cluster, self._acc, self._txn,
                                                             self._txn_progress, self._sender._fail_all)
             self._txn.on_spoilt = self._stop_accepting
-        #: the sender's and the metadata refresher's task group; start() and close() may run in any task
-        self._tasks: TaskOwner | None = None
-        self._started = False
-        self._closed = False
         self._checked_topics: set[str] = set()
         #: started, not closed: the one flag the per-record path checks (with the sender's fatal error)
         self._accepting = False
@@ -177,32 +169,14 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self._started:
-            raise errors.IllegalStateError("producer already started")
-        self._started = True
-        self._tasks = TaskOwner(
-            f"akresil-producer {self.config.client_id}", on_failure=self._sender._fail_all,
-            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
-        tg = await self._tasks.open()
-        try:
-            await self._cluster.start(tg)
-            await tg.start(self._sender.run)
-            self._loop = _running_asyncio_loop()
-            # a transactional producer accepts records only inside a transaction (begin_transaction sets it)
-            self._accepting = self._txn is None
-        except BaseException:
-            tasks, self._tasks = self._tasks, None
-            self._closed = True
-            await self._cluster.close()
-            await tasks.close()
-            raise
+        """Bootstrap and start the sender; ``close()`` may then run in any task (``async with`` calls both)."""
+        await self._runtime.start(self._start_sender, on_failure=self._sender._fail_all)
 
-    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def _start_sender(self, task_group: anyio.abc.TaskGroup) -> None:
+        await task_group.start(self._sender.run)
+        self._loop = _running_asyncio_loop()
+        # a transactional producer accepts records only inside a transaction (begin_transaction sets it)
+        self._accepting = self._txn is None
 
     async def close(self, timeout: float | None = None) -> None:
         """Deliver or fail every pending record, then release connections and tasks.
@@ -210,29 +184,25 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
         Without ``timeout`` it waits until every record is acknowledged or fails (bounded by
         ``delivery_timeout_ms``); after ``timeout`` seconds the rest fail with ``ClientClosedError``.
         """
-        if self._closed:
-            return
-        self._closed = True
         self._accepting = False
-        tasks, self._tasks = self._tasks, None
-        if tasks is None:
-            return
+        await self._runtime.close(partial(self._deliver_pending, timeout), partial(self._stop_sender, timeout))
+
+    async def _deliver_pending(self, timeout: float | None) -> None:
         if self._txn is not None and self._txn.state is not TxnState.READY:
             # records of an unfinished transaction are never committed: the coordinator aborts it after
             # transaction_timeout_ms, or at once when a producer with this transactional_id initializes
             self._acc.abort_undrained(errors.TransactionAbortedError("producer closed inside a transaction"))
         self._acc.close()
         self._sender.wake()
-        try:
-            with anyio.move_on_after(timeout if timeout is not None else float("inf")):
-                await self._wait_all_done()
-        finally:   # also when the caller is cancelled: no record is left waiting, no task left running
-            if self._acc.incomplete_batches:
-                after = f" after {timeout} s" if timeout is not None else ""
-                self._acc.abort(errors.ClientClosedError(f"producer closed with records pending{after}"))
-            self._sender.stop()
-            await self._cluster.close()
-            await tasks.close()
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")):
+            await self._wait_all_done()
+
+    def _stop_sender(self, timeout: float | None) -> None:
+        """After ``_deliver_pending``, also when it was cancelled: no record is left waiting."""
+        if self._acc.incomplete_batches:
+            after = f" after {timeout} s" if timeout is not None else ""
+            self._acc.abort(errors.ClientClosedError(f"producer closed with records pending{after}"))
+        self._sender.stop()
 
     async def _wait_all_done(self) -> None:
         while self._acc.incomplete_batches:
@@ -252,10 +222,7 @@ class Producer(Generic[KeyT_contra, ValueT_contra]):
             self._acc.end_flush()
 
     def _check_open(self) -> None:
-        if not self._started:
-            raise errors.IllegalStateError("producer not started: use 'async with Producer(...)' or await start()")
-        if self._closed:
-            raise errors.ClientClosedError("producer is closed")
+        self._runtime.check_open()
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
 

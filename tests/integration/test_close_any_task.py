@@ -256,8 +256,9 @@ def test_a_background_tasks_failure_surfaces_in_the_next_call_and_in_close(mock:
         consumer: Consumer[bytes, bytes] = Consumer(bootstrap_servers=mock.bootstrap_servers, **FAST)
         for client in (producer, consumer):
             await client.start()
-            assert client._tasks is not None and client._tasks._tg is not None
-            client._tasks._tg.start_soon(crash)
+            tasks = client._runtime._tasks
+            assert tasks is not None and tasks._tg is not None
+            tasks._tg.start_soon(crash)
         consumer.assign([TopicPartition(topic, 0)])
         calls = (lambda: producer.send(topic, b"x", partition=0), lambda: consumer.getmany(timeout_ms=50))
         for call in calls:

@@ -226,7 +226,7 @@ class Offline:
     def __init__(self, partitions: int = 3, **config: Any) -> None:
         self.producer = p = Producer(bootstrap_servers="127.0.0.1:1", **config)
         p._cluster.metadata.update_from_metadata(metadata(partitions), p._cluster.clock())   # noqa: SLF001
-        p._started = p._accepting = True                                                      # noqa: SLF001
+        p._runtime.started = p._accepting = True                                              # noqa: SLF001
         self.acc = p._acc                                                                     # noqa: SLF001
         self.acc.set_producer_identity(1, 0)
         self.offsets: dict[TopicPartition, int] = {}
