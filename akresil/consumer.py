@@ -20,24 +20,23 @@ from __future__ import annotations
 
 import logging
 import re
-from functools import partial
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, cast
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from . import errors
 from .checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
 from .checks import check_timeout, check_topic_name, checked_partitions, offset_requests
-from .config import resolve
+from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.backoff import ExponentialBackoff
-from .core.events import CLIENT_CLOSED, RECORDS_CONSUMED, Hooks
+from .core.events import RECORDS_CONSUMED
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
 from .core.missing_topics import MissingTopicWarnings
 from .core.re2j import to_re2j
-from .core.tracing import ProcessSpan, TraceSite, processing
-from .net.cluster import Cluster
+from .core.tracing import ProcessSpan, processing
 from .net.coordinator import CoordinatorTracker
 from .net.fetcher import Fetcher
 from .net.group_classic import ClassicMember
@@ -45,11 +44,10 @@ from .net.group_heartbeat import ConsumerGroupMember
 from .net.group_offsets import GroupOffsets, check_offsets
 from .net.group_session import GroupSession, MembershipFactory, RebalanceListener
 from .net.router import Router
-from .net.tasks import TaskOwner
 from .types import ConsumerGroupMetadata, ConsumerRecord, KeyT, OffsetAndTimestamp, TopicPartition, ValueT
 
 if TYPE_CHECKING:
-    from typing import Self, Unpack
+    from typing import Unpack
 
     from .config_keys import ConsumerConfig
 
@@ -63,7 +61,7 @@ _EXTRA_KEYS = ("hooks", "max_buffered_bytes")
 CommitValue = int | tuple[int, str | None] | tuple[int, int | None, str | None]
 
 
-class Consumer(Generic[KeyT, ValueT]):
+class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
     """Async Kafka consumer. ``async with Consumer("topic", bootstrap_servers=..., group_id=...) as c``.
 
     ``*topics``: subscribe to these topics; or ``pattern=`` (a regex matched against every topic name in the
@@ -82,7 +80,8 @@ class Consumer(Generic[KeyT, ValueT]):
                  value_deserializer: Callable[[bytes], ValueT] | None = None,
                  **config: Unpack[ConsumerConfig]) -> None:
         # one signature, not overloads per deserializer: a checker's error then names the wrong keyword
-        self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
+        self._runtime = rt = ClientRuntime("consumer", "consumer", "Consumer", config, extra=_EXTRA_KEYS)
+        self.config = cfg = rt.config
         for name, deserializer in (("key_deserializer", key_deserializer),
                                    ("value_deserializer", value_deserializer)):
             if deserializer is not None and not callable(deserializer):
@@ -111,15 +110,11 @@ class Consumer(Generic[KeyT, ValueT]):
         if listener is not None and not (topics or pattern is not None):
             raise errors.ConfigError("listener: only meaningful with a subscription (topics or pattern)")
         self._listener = listener
-        self.hooks = Hooks(config.get("hooks") or ())
-        if cfg.metrics_registry is not None:
-            from .metrics import ClientMetrics
-            self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
-        self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        self.hooks, self._cluster = rt.hooks, rt.cluster
         self._router = Router(self._cluster, default_timeout_ms=cfg.default_api_timeout_ms)
         #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
         #: record handed out last (ended by the consumer's next call)
-        self._trace_site = TraceSite("consumer", cfg.client_id, cfg.group_id, self._cluster.metadata)
+        self._trace_site = rt.trace_site("consumer")
         self._processing: ProcessSpan | None = None
         self._state = FetchState(
             max_partition_fetch_bytes=cfg.max_partition_fetch_bytes, fetch_max_bytes=cfg.fetch_max_bytes,
@@ -137,11 +132,6 @@ class Consumer(Generic[KeyT, ValueT]):
                                 if cfg.group_id is not None else None)
         self._manual = False
         self._matched: frozenset[str] = frozenset()
-        #: the fetcher's, the group's and the metadata refresher's task group; start() and close() may run in
-        #: any task
-        self._tasks: TaskOwner | None = None
-        self._started = False
-        self._closed = False
         # async-for buffer: records taken from the fetch state but not yet yielded
         self._pending: list[ConsumerRecord[KeyT, ValueT]] = []
         self._pending_index = 0
@@ -152,107 +142,78 @@ class Consumer(Generic[KeyT, ValueT]):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self._closed:
-            raise errors.ClientClosedError("consumer is closed: create a new Consumer to consume again")
-        if self._started:
-            raise errors.IllegalStateError("consumer already started")
-        self._started = True
-        self._tasks = TaskOwner(
-            f"akresil-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
-            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
-        tg = await self._tasks.open()
-        try:
-            cluster = self._cluster
-            if self._pattern is not None:
-                cluster.set_topics((), all_topics=True)
-            elif self._topics:
-                cluster.set_topics(self._topics)
-            elif self._state.partitions:
-                cluster.set_topics({tp.topic for tp in self._state.partitions})
-            await cluster.start(tg)
-            group_id = self.config.group_id
-            if group_id is not None:
-                if self._subscribed:
-                    # KIP-848 (group_protocol="consumer") is broker-assigned, heartbeat only
-                    membership: MembershipFactory = (ConsumerGroupMember if self.config.group_protocol == "consumer"
-                                                     else ClassicMember)
-                    self._group = GroupSession(
-                        cluster, self.config, membership, subscription=self._subscription, listener=self._listener,
-                        on_assignment_changed=self._sync_group_assignment,
-                        positions_for_revoke=self._positions_for_revoke, pattern=self._broker_pattern)
-                    self._offsets = self._group.offsets
-                else:
-                    backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms,
-                                                 rng=cluster.rng)
-                    self._offsets = GroupOffsets(cluster, CoordinatorTracker(cluster, group_id, backoff=backoff),
-                                                 request_timeout_ms=self.config.request_timeout_ms, backoff=backoff)
-            await tg.start(self._fetcher.run)
-            cluster.on_metadata_change(self._warn_missing_topics)
-            self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
+        """Bootstrap, then fetch (and join the group); ``close()`` may then run in any task (``async with``)."""
+        await self._runtime.start(self._start_tasks, before_bootstrap=self._want_topics,
+                                  on_failure=self._fetcher._fail, on_abort=self._fetcher.stop)
+
+    def _want_topics(self) -> None:
+        """The topics the bootstrap Metadata asks for."""
+        if self._pattern is not None:
+            self._cluster.set_topics((), all_topics=True)
+        elif self._topics:
+            self._cluster.set_topics(self._topics)
+        elif self._state.partitions:
+            self._cluster.set_topics({tp.topic for tp in self._state.partitions})
+
+    async def _start_tasks(self, tg: anyio.abc.TaskGroup) -> None:
+        cluster = self._cluster
+        group_id = self.config.group_id
+        if group_id is not None:
             if self._subscribed:
-                cluster.on_metadata_change(self._on_metadata)
-                if self._group is not None:
-                    tg.start_soon(self._group.run, name="akresil-group")
-                else:
-                    self._on_metadata()
-            if self.config.group_id is not None and self.config.enable_auto_commit:
-                tg.start_soon(self._auto_commit_loop, name="akresil-auto-commit")
-        except BaseException:
-            tasks, self._tasks = self._tasks, None
-            self._closed = True
-            self._fetcher.stop()
-            await self._cluster.close()
-            await tasks.close()
-            raise
-
-    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+                # KIP-848 (group_protocol="consumer") is broker-assigned, heartbeat only
+                membership: MembershipFactory = (ConsumerGroupMember if self.config.group_protocol == "consumer"
+                                                 else ClassicMember)
+                self._group = GroupSession(
+                    cluster, self.config, membership, subscription=self._subscription, listener=self._listener,
+                    on_assignment_changed=self._sync_group_assignment,
+                    positions_for_revoke=self._positions_for_revoke, pattern=self._broker_pattern)
+                self._offsets = self._group.offsets
+            else:
+                backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms,
+                                             rng=cluster.rng)
+                self._offsets = GroupOffsets(cluster, CoordinatorTracker(cluster, group_id, backoff=backoff),
+                                             request_timeout_ms=self.config.request_timeout_ms, backoff=backoff)
+        await tg.start(self._fetcher.run)
+        cluster.on_metadata_change(self._warn_missing_topics)
+        self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
+        if self._subscribed:
+            cluster.on_metadata_change(self._on_metadata)
+            if self._group is not None:
+                tg.start_soon(self._group.run, name="akresil-group")
+            else:
+                self._on_metadata()
+        if self.config.group_id is not None and self.config.enable_auto_commit:
+            tg.start_soon(self._auto_commit_loop, name="akresil-auto-commit")
 
     async def close(self) -> None:
         """Commit (with auto-commit), leave the group, stop fetching and release every task and connection."""
         if self._processing is not None:
             self._end_processing()
-        if self._closed:
-            return
-        self._closed = True
+        await self._runtime.close(self._commit_and_leave, self._fetcher.stop)
+
+    async def _commit_and_leave(self) -> None:
         # records ``async for`` took but did not yield are not handed out any more (the iteration ends): their
         # partitions go back to the first of them, which is what the commits below store
         self._rewind_pending(None)
-        tasks, self._tasks = self._tasks, None
-        if tasks is None:
-            return
-        try:
-            if self.config.group_id is not None and self.config.enable_auto_commit and self._state.partitions:
-                with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
-                    try:
-                        await self._commit_offsets(self._current_offsets(), only_changed=True)
-                    except (errors.KafkaError, OSError) as exc:
-                        log.warning("auto-commit on close failed: %s", exc)
-            if self._group is not None:
-                with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
-                    try:
-                        await self._group.leave()
-                    except (errors.KafkaError, OSError) as exc:
-                        log.debug("leaving the group failed: %s", exc)
-        finally:
-            self._fetcher.stop()
-            await self._cluster.close()
-            await tasks.close()
+        if self.config.group_id is not None and self.config.enable_auto_commit and self._state.partitions:
+            with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
+                try:
+                    await self._commit_offsets(self._current_offsets(), only_changed=True)
+                except (errors.KafkaError, OSError) as exc:
+                    log.warning("auto-commit on close failed: %s", exc)
+        if self._group is not None:
+            with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
+                try:
+                    await self._group.leave()
+                except (errors.KafkaError, OSError) as exc:
+                    log.debug("leaving the group failed: %s", exc)
 
     def _check_closed(self) -> None:
         """Every call after ``close()`` raises ``ClientClosedError`` (``async for`` ends instead)."""
-        if self._closed:
-            raise errors.ClientClosedError("consumer is closed")
+        self._runtime.check_not_closed()
 
     def _check_open(self) -> None:
-        if not self._started:
-            raise errors.IllegalStateError("consumer not started: use 'async with Consumer(...)' or await start()")
-        if self._closed:
-            raise errors.ClientClosedError("consumer is closed")
+        self._runtime.check_open()
         if self._fetcher.fatal_error is not None:
             raise self._fetcher.fatal_error
         if self._group is not None and self._group.fatal_error is not None:
@@ -272,7 +233,7 @@ class Consumer(Generic[KeyT, ValueT]):
     def _warn_missing_topics(self) -> None:
         """One WARNING per topic this consumer names (subscribed by name or assigned) that the cluster says
         does not exist, then one a minute while it still does not: it gets no records from it, no error."""
-        if self._closed:
+        if self._runtime.closed:
             return
         errors_by_topic = self._cluster.metadata.snapshot.topic_errors
         named = self._topics if self._subscribed else {tp.topic for tp in self._state.partitions}
@@ -292,7 +253,7 @@ class Consumer(Generic[KeyT, ValueT]):
                          if not t.startswith("__") and match(t))
 
     def _on_metadata(self) -> None:
-        if self._closed:
+        if self._runtime.closed:
             return
         if self._pattern is not None:
             matched = self._matched_topics()
@@ -308,7 +269,7 @@ class Consumer(Generic[KeyT, ValueT]):
                 self._apply_assignment(wanted)
 
     def _sync_group_assignment(self) -> None:
-        if self._group is not None and not self._closed:
+        if self._group is not None and not self._runtime.closed:
             self._apply_assignment(set(self._group.assignment))
 
     def _apply_assignment(self, tps: set[TopicPartition]) -> None:
@@ -329,7 +290,7 @@ class Consumer(Generic[KeyT, ValueT]):
         (with a ``group_id``) or ``auto_offset_reset``; partitions kept keep their position."""
         if self._subscribed:
             raise errors.IllegalStateError("assign() is for consumers created without topics or a pattern")
-        if self._closed:
+        if self._runtime.closed:
             raise errors.ClientClosedError("consumer is closed")
         tps = checked_partitions(partitions, "assign")  # before any state changes: a bad call changes nothing
         self._manual = True
@@ -340,7 +301,7 @@ class Consumer(Generic[KeyT, ValueT]):
             self._last_committed.pop(tp, None)
         if added:
             self._state.need_committed(added)
-        if self._started:
+        if self._runtime.started:
             self._cluster.set_topics({tp.topic for tp in self._state.partitions})
             self._fetcher.wake()
 
@@ -590,13 +551,13 @@ class Consumer(Generic[KeyT, ValueT]):
     async def _refill(self) -> ConsumerRecord[KeyT, ValueT]:
         if self._processing is not None:
             self._end_processing()      # opened while a tracer was attached, which is gone now
-        if self._closed:
+        if self._runtime.closed:
             raise StopAsyncIteration
         while True:
             try:
                 got = await self._getmany(timeout_ms=3_600_000, max_records=self._max_poll_records)
             except errors.ClientClosedError:
-                if self._closed:        # the application closed the consumer: the iteration is over
+                if self._runtime.closed:        # the application closed the consumer: the iteration is over
                     raise StopAsyncIteration from None
                 raise                   # a background failure closed it: that is an error
             if got:
@@ -701,9 +662,9 @@ class Consumer(Generic[KeyT, ValueT]):
 
     async def _auto_commit_loop(self) -> None:
         interval = self.config.auto_commit_interval_ms / 1000.0
-        while not self._closed:
+        while not self._runtime.closed:
             await anyio.sleep(interval)
-            if self._closed or not self._state.partitions:
+            if self._runtime.closed or not self._state.partitions:
                 continue
             try:
                 await self._commit_offsets(self._current_offsets(), only_changed=True)
