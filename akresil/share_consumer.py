@@ -30,22 +30,20 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Literal
 
 import anyio
+import anyio.abc
 
 from . import errors
 from .checks import check_topic_name
-from .config import resolve
-from .core.events import CLIENT_CLOSED, Hooks
+from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.share_state import ACK_TYPES, ShareFetchState
-from .core.tracing import ProcessSpan, TraceSite, processing
-from .net.cluster import Cluster
+from .core.tracing import ProcessSpan, processing
 from .net.group_heartbeat import ShareGroupMember
 from .net.group_session import GroupSession
 from .net.share_fetcher import ShareFetcher
-from .net.tasks import TaskOwner
 from .types import ShareRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from typing import Self, Unpack
+    from typing import Unpack
 
     from .config_keys import ShareConsumerConfig
 
@@ -66,7 +64,7 @@ _ACQUIRE_MODES = ("batch_optimized", "record_limit")
 _ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
 
 
-class ShareConsumer:
+class ShareConsumer(ClientLifecycle):
     """Async share-group consumer. ``async with ShareConsumer("jobs", bootstrap_servers=..., group_id="g")``.
 
     ``acknowledgement_mode``: ``"implicit"`` (default) or ``"explicit"``. ``share_acquire_mode`` (the Java client's
@@ -94,7 +92,8 @@ class ShareConsumer:
         if share_acquire_mode not in _ACQUIRE_MODES:
             raise errors.ConfigError(f"share_acquire_mode: {share_acquire_mode!r} is not one of "
                                      f"{', '.join(map(repr, _ACQUIRE_MODES))}")
-        self.config = cfg = resolve("consumer", config, extra=_EXTRA_KEYS)
+        self._runtime = rt = ClientRuntime("consumer", "share consumer", "ShareConsumer", config, extra=_EXTRA_KEYS)
+        self.config = cfg = rt.config
         if cfg.group_id is None:
             raise errors.ConfigError("group_id: a share consumer needs the share group's id")
         for name, deserializer in (("key_deserializer", key_deserializer),
@@ -105,17 +104,13 @@ class ShareConsumer:
             check_topic_name(t)
         self.acknowledgement_mode = acknowledgement_mode
         self.share_acquire_mode = share_acquire_mode
-        self.hooks = Hooks(config.get("hooks") or ())
-        if cfg.metrics_registry is not None:
-            from .metrics import ClientMetrics
-            self.hooks.add(ClientMetrics(cfg.metrics_registry, client_id=cfg.client_id, kind="consumer"))
-        self._cluster = Cluster(cfg, hooks=self.hooks, allow_auto_topic_creation=False)
+        self.hooks, self._cluster = rt.hooks, rt.cluster
         self._topics = frozenset(topics)
         self._group = GroupSession(self._cluster, cfg, ShareGroupMember, subscription=self.subscription,
                                    on_assignment_changed=self._assignment_changed)
         #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
         #: record handed out last (ended by the consumer's next call)
-        self._trace_site = TraceSite("share_consumer", cfg.client_id, cfg.group_id, self._cluster.metadata)
+        self._trace_site = rt.trace_site("share_consumer")
         self._processing: ProcessSpan | None = None
         self._state = ShareFetchState(
             cfg.group_id, backoff=self._group.backoff, max_wait_ms=cfg.fetch_max_wait_ms,
@@ -124,11 +119,6 @@ class ShareConsumer:
             value_deserializer=value_deserializer, whole_batches=share_acquire_mode == "batch_optimized")
         self._state.member_id = self._group.member_id
         self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
-        #: the fetcher's, the group session's and the metadata refresher's task group; start() and close() may
-        #: run in any task
-        self._tasks: TaskOwner | None = None
-        self._started = False
-        self._closed = False
         self._clock = self._cluster.clock
         #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
         self._last_poll: list[ShareRecord] = []
@@ -137,60 +127,31 @@ class ShareConsumer:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self._started:
-            raise errors.IllegalStateError("share consumer already started")
-        self._started = True
-        self._tasks = TaskOwner(
-            f"akresil-share-consumer {self.config.client_id}", on_failure=self._fetcher._fail,
-            on_closed=partial(self.hooks.emit, CLIENT_CLOSED))
-        tg = await self._tasks.open()
-        try:
-            self._cluster.set_topics(self._topics)
-            await self._cluster.start(tg)
-            await tg.start(self._fetcher.run)
-            await tg.start(self._group.run)
-        except BaseException:
-            tasks, self._tasks = self._tasks, None
-            self._closed = True
-            await self._cluster.close()
-            await tasks.close()
-            raise
+        """Bootstrap, then fetch and join the share group; ``close()`` may then run in any task (``async with``)."""
+        await self._runtime.start(self._start_tasks, before_bootstrap=partial(self._cluster.set_topics, self._topics),
+                                  on_failure=self._fetcher._fail)
 
-    async def __aenter__(self) -> Self:     # a subclass (TracedConsumer, ...) stays itself
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def _start_tasks(self, tg: anyio.abc.TaskGroup) -> None:
+        await tg.start(self._fetcher.run)
+        await tg.start(self._group.run)
 
     async def close(self) -> None:
         """Settle (implicit mode: accept the last poll), send the final acknowledgements, close the share
         sessions (the broker releases records still held), leave the group, release every task."""
         if self._processing is not None:
             self._end_processing()
-        if self._closed:
-            return
-        self._closed = True
-        tasks, self._tasks = self._tasks, None
-        if tasks is None:
-            return
+        await self._runtime.close(self._settle_and_leave)
+
+    async def _settle_and_leave(self) -> None:
         timeout = self.config.request_timeout_ms
-        try:
-            if self.acknowledgement_mode == "implicit":
-                self._accept_last_poll()
-            await self._fetcher.stop(timeout + self._state.max_wait_ms)
-            await self._fetcher.close_sessions(timeout)      # the member heartbeats meanwhile
-            await self._group.leave()
-        finally:
-            await self._cluster.close()
-            await tasks.close()
+        if self.acknowledgement_mode == "implicit":
+            self._accept_last_poll()
+        await self._fetcher.stop(timeout + self._state.max_wait_ms)
+        await self._fetcher.close_sessions(timeout)      # the member heartbeats meanwhile
+        await self._group.leave()
 
     def _check_open(self) -> None:
-        if not self._started:
-            raise errors.IllegalStateError(
-                "share consumer not started: use 'async with ShareConsumer(...)' or await start()")
-        if self._closed:
-            raise errors.ClientClosedError("share consumer is closed")
+        self._runtime.check_open()
         if self._fetcher.fatal_error is not None:
             raise self._fetcher.fatal_error
         if self._group.fatal_error is not None:
@@ -336,7 +297,7 @@ class ShareConsumer:
         another member) or ``"reject"`` (unprocessable: never deliver again). Local until the next fetch
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
-        if (self._closed or not self._started or self._fetcher.fatal_error is not None
+        if (not self._runtime.running or self._fetcher.fatal_error is not None
                 or self._group.fatal_error is not None):
             self._check_open()     # raises the reason (the usual case costs these attribute reads only)
         ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
@@ -369,4 +330,4 @@ class ShareConsumer:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._runtime.closed
