@@ -36,6 +36,8 @@ from .net.tasks import TaskOwner
 if TYPE_CHECKING:
     from typing import Self
 
+    from .net.telemetry import TelemetryPusher
+
 __all__ = ["ClientRuntime", "ClientLifecycle"]
 
 #: what a client starts in the task group once the cluster is bootstrapped
@@ -50,7 +52,7 @@ class ClientRuntime:
     ``extra``: keyword arguments the client reads itself (``hooks`` among them when the client takes hooks).
     """
 
-    __slots__ = ("config", "hooks", "cluster", "role", "_class_name", "_tasks", "started", "closed",
+    __slots__ = ("config", "hooks", "cluster", "telemetry", "role", "_class_name", "_tasks", "started", "closed",
                  "running")
 
     def __init__(self, kind: str, role: str, class_name: str, config: Mapping[str, Any], *,
@@ -63,6 +65,11 @@ class ClientRuntime:
             from .metrics import ClientMetrics
             self.hooks.add(ClientMetrics(self.config.metrics_registry, client_id=self.config.client_id, kind=kind))
         self.cluster = Cluster(self.config, hooks=self.hooks, allow_auto_topic_creation=allow_auto_topic_creation)
+        #: KIP-714 client metrics push (``enable_metrics_push``)
+        self.telemetry: TelemetryPusher | None = None
+        if self.config.enable_metrics_push:
+            from .net.telemetry import TelemetryPusher
+            self.telemetry = TelemetryPusher(self.cluster)
         self._tasks: TaskOwner | None = None
         self.started = False
         self.closed = False
@@ -107,7 +114,11 @@ class ClientRuntime:
         try:
             if before_bootstrap is not None:
                 before_bootstrap()
+            if self.telemetry is not None:
+                self.telemetry.prepare()          # the series are kept from the client's first request
             await self.cluster.start(task_group)
+            if self.telemetry is not None:
+                self.telemetry.start(task_group)
             if start_tasks is not None:
                 await start_tasks(task_group)
         except BaseException:
@@ -145,9 +156,14 @@ class ClientRuntime:
 
     async def _release(self, tasks: TaskOwner) -> None:
         try:
-            await self.cluster.close()
+            if self.telemetry is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.telemetry.close()       # the terminating push goes before the connections
         finally:
-            await tasks.close()
+            try:
+                await self.cluster.close()
+            finally:
+                await tasks.close()
 
 
 class ClientLifecycle:

@@ -41,7 +41,6 @@ from .signals import Broadcast
 
 if TYPE_CHECKING:
     from .request_types import ClusterRequest, ClusterRequestAny
-    from .telemetry import TelemetryPusher
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +123,6 @@ class Cluster:
                 token_source = TokenSource(config.sasl_oauth_token_provider)
             self._sasl = SaslConfig(mechanism=config.sasl_mechanism, username=config.sasl_plain_username,
                                     password=config.sasl_plain_password, token_source=token_source)
-        #: KIP-714 client metrics push (``enable_metrics_push``)
-        self.telemetry: TelemetryPusher | None = None
-        if config.enable_metrics_push:
-            from .telemetry import TelemetryPusher
-            self.telemetry = TelemetryPusher(self)
         self._ssl = config.ssl_context if config.security_protocol in ("SSL", "SASL_SSL") else None
         if config.security_protocol in ("SSL", "SASL_SSL") and self._ssl is None:
             import ssl
@@ -138,17 +132,10 @@ class Cluster:
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Bootstrap (first Metadata) and start the background metadata refresher in ``task_group``."""
         self._tg = task_group
-        if self.telemetry is not None:
-            self.telemetry.prepare()
         await self._bootstrap_metadata()
         task_group.start_soon(self._refresher, name="akresil-metadata-refresher")
-        if self.telemetry is not None:
-            self.telemetry.start(task_group)
 
     async def close(self) -> None:
-        if self.telemetry is not None and not self._closed:
-            with anyio.CancelScope(shield=True):
-                await self.telemetry.close()      # the terminating push goes before the connections
         self._closed = True
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:

@@ -38,8 +38,8 @@ TERMINATING_PUSH_TIMEOUT_MS = 2_000
 
 
 class TelemetryPusher:
-    """KIP-714 for one client (``enable_metrics_push``): ``start`` from ``Cluster.start``, ``close`` from
-    ``Cluster.close`` before the connections go."""
+    """KIP-714 for one client (``enable_metrics_push``), owned by its ``ClientRuntime``: ``prepare`` before the
+    bootstrap, ``start`` after it, ``close`` before the connections go."""
 
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
