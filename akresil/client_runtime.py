@@ -15,11 +15,12 @@ lets it run the life-cycle that every client has alike:
   happened there, its stop, the terminating telemetry push, the connections and the tasks; once every task ended
   the hooks hear ``CLIENT_CLOSED`` (they drop the client's gauges); a background task's failure is re-raised.
 
-``ClientLifecycle`` is the mix-in that gives the clients ``async with`` on top of it.
+``ClientLifecycle`` is the mix-in that gives the clients ``async with`` and ``client_instance_id()`` on top of it.
 """
 
 from __future__ import annotations
 
+import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
@@ -79,6 +80,25 @@ class ClientRuntime:
     def trace_site(self, kind: str) -> TraceSite:
         """What a tracer (``hooks.tracer``) is told about this client."""
         return TraceSite(kind, self.config.client_id, getattr(self.config, "group_id", None), self.cluster.metadata)
+
+    async def client_instance_id(self, timeout_ms: float) -> uuid.UUID:
+        """The KIP-714 client instance id the cluster assigned, waiting up to ``timeout_ms`` for it."""
+        if self.telemetry is None:
+            raise errors.IllegalStateError(
+                f"{self.role} has no client instance id: telemetry is disabled (enable_metrics_push=False); "
+                "create the client with enable_metrics_push=True")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0:
+            raise ValueError(f"client_instance_id(): timeout_ms must be a number of ms >= 0, got {timeout_ms!r}")
+        self.check_open()
+        raw = self.telemetry.client_instance_id
+        if raw is None:
+            with anyio.move_on_after(timeout_ms / 1000.0):
+                raw = await self.telemetry.instance_id()
+            if raw is None:
+                raise errors.KafkaTimeoutError(
+                    f"{self.role}: no client instance id within timeout_ms={timeout_ms}: the cluster has not "
+                    "answered GetTelemetrySubscriptions yet")
+        return uuid.UUID(bytes=raw)
 
     # ------------------------------------------------------------------ checks
     def check_open(self) -> None:
@@ -167,7 +187,7 @@ class ClientRuntime:
 
 
 class ClientLifecycle:
-    """``async with`` for a client that has a ``_runtime`` and ``start`` / ``close``."""
+    """``async with`` and ``client_instance_id()`` for a client that has a ``_runtime`` and ``start`` / ``close``."""
 
     _runtime: ClientRuntime
 
@@ -183,3 +203,14 @@ class ClientLifecycle:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def client_instance_id(self, timeout_ms: float) -> uuid.UUID:
+        """The id the cluster assigned this client for KIP-714 metrics push (the Java client's
+        ``clientInstanceId(timeout)``), the one the brokers' telemetry plugin receives its pushes under.
+
+        Waits up to ``timeout_ms`` for the first GetTelemetrySubscriptions answer (0: only the id already known).
+        Raises ``IllegalStateError`` when ``enable_metrics_push`` is off (as Java does) or the client is not
+        started, ``UnsupportedVersionError`` when the cluster offers no client telemetry (Apache Kafka without a
+        client-telemetry plugin), ``KafkaTimeoutError`` when no answer came in time (where Java returns null),
+        ``ClientClosedError`` once closed."""
+        return await self._runtime.client_instance_id(timeout_ms)

@@ -25,6 +25,7 @@ from ..core.telemetry import DEFAULT_PUSH_INTERVAL_MS, Phase, TelemetryMetrics, 
 from ..protocol.api import ApiKey
 from ..protocol.otlp import encode_metrics_data
 from ..protocol.records import CODEC_NAMES, codec_available, compress
+from .signals import Broadcast
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -49,6 +50,11 @@ class TelemetryPusher:
         self._node: int | None = None
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        #: fired after every answer, failure and at the end: what ``instance_id()`` waits for
+        self._changed = Broadcast()
+        #: why no instance id will come (the error class and its message), while the cluster gave none
+        self._refusal: tuple[type[errors.KafkaError], str] | None = None
+        self._closed = False
         config = cluster.config
         resource: list[tuple[str, str]] = []
         for key in ("group_id", "transactional_id", "group_instance_id"):
@@ -61,6 +67,22 @@ class TelemetryPusher:
     def client_instance_id(self) -> bytes | None:
         """The id the broker gave this client (KIP-714), once a subscription was fetched."""
         return self.state.subscription.client_instance_id if self.state.subscription is not None else None
+
+    async def instance_id(self) -> bytes:
+        """The id the broker gave this client, waiting for the first GetTelemetrySubscriptions answer that has
+        one; raises why none will come instead (the broker lacks the telemetry APIs, an answer ruled telemetry
+        out for this client, the client closed)."""
+        while True:
+            changed = self._changed.current()      # taken before the checks: no answer slips in between
+            subscription = self.state.subscription
+            if subscription is not None:
+                return subscription.client_instance_id
+            if self._refusal is not None:
+                error, message = self._refusal
+                raise error(message)
+            if self._closed:
+                raise errors.ClientClosedError("the client closed before the cluster assigned it an instance id")
+            await changed.wait()
 
     # ------------------------------------------------------------------ lifecycle
     def prepare(self) -> None:
@@ -80,6 +102,7 @@ class TelemetryPusher:
     async def close(self) -> None:
         """Stop the loop; when pushes were under way, send the terminating push (waiting at most
         ``TERMINATING_PUSH_TIMEOUT_MS`` for its answer); release the metrics."""
+        self._closed = True
         if self._scope is not None:
             self._scope.cancel()
         if self._done is not None:
@@ -93,6 +116,7 @@ class TelemetryPusher:
                         log.debug("terminating telemetry push failed: %r", exc)
         finally:
             self._detach()
+            self._changed.fire()
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -124,16 +148,28 @@ class TelemetryPusher:
                 _, response = await self._cluster.request(node, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
                                                           {"client_instance_id": instance})
                 state.on_subscription(response, clock())
+                if state.subscription is not None:
+                    self._refusal = None
+                elif not state.enabled:      # an answer that rules telemetry out for this client
+                    error = int(response.get("error_code") or 0)
+                    kind = errors.error_for_code(error) if error else errors.KafkaError
+                    what = kind.__name__ if error else "an all-zero client instance id"
+                    self._refusal = (kind, f"node {node} answered GetTelemetrySubscriptions with {what}: the "
+                                           "cluster gives this client no instance id")
                 if state.phase is Phase.PUSH_NEEDED:
                     self._attach()
                 elif state.phase is Phase.SUBSCRIPTION_NEEDED and not response.get("error_code"):
                     self._detach()           # subscribed to nothing: no series to keep until that changes
             else:
                 await self._push(node)
-        except errors.UnsupportedVersionError:
+        except errors.UnsupportedVersionError as exc:
             # this broker has no telemetry plugin: ask again (perhaps another broker) after Java's default wait
             self._node = None
             state.on_failure(clock(), DEFAULT_PUSH_INTERVAL_MS)
+            if state.subscription is None:
+                self._refusal = (errors.UnsupportedVersionError,
+                                 f"the cluster offers no client telemetry (KIP-714), so it assigns no client instance "
+                                 f"id: {exc} (Apache Kafka offers it with a client-telemetry plugin on the brokers)")
         except (errors.KafkaConnectionError, errors.RequestTimeoutError, OSError) as exc:
             # ask again, another broker if need be, after the push interval: telemetry never hurries a reconnect
             log.debug("telemetry request to node %s failed: %r", node, exc)
@@ -141,11 +177,17 @@ class TelemetryPusher:
             subscription = state.subscription
             state.on_failure(clock(), subscription.push_interval_ms if subscription is not None
                              else DEFAULT_PUSH_INTERVAL_MS)
-        except (errors.ClientClosedError, errors.AuthenticationError):
+        except (errors.ClientClosedError, errors.AuthenticationError) as exc:
             state.enabled = False            # the client is closing, or failed for good: it raises that itself
+            if state.subscription is None:
+                self._refusal = (type(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - telemetry must never take the client down with it
             log.warning("client telemetry stopped after an unexpected error: %r", exc, exc_info=True)
             state.enabled = False
+            if state.subscription is None:
+                self._refusal = (errors.KafkaError, f"client telemetry stopped after an unexpected error: {exc!r}")
+        finally:
+            self._changed.fire()
 
     async def _push(self, node: int) -> None:
         state, clock = self.state, self._cluster.clock

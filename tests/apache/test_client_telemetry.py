@@ -13,7 +13,8 @@ from typing import Any, Iterator
 import anyio
 import pytest
 
-from akresil import Consumer, Producer, __version__
+from akresil import Consumer, Producer, __version__, errors
+from akresil.admin import topic_id_text
 from akresil.admin_types import ConfigResource
 from akresil.core.series import LATENCY_BUCKETS
 from akresil.testing import KafkaCluster
@@ -115,3 +116,34 @@ async def test_a_subscribed_producer_and_consumer_push_their_series_until_they_c
     scopes = {(s["name"], s["version"]) for push in pushes for r in push["resources"] for s in r["scopes"]}
     assert scopes == {("akresil", __version__)}
     assert {r["attributes"].get("group_id") for push in consumer_pushes for r in push["resources"]} == {group}
+
+
+async def test_client_instance_id_is_the_id_the_broker_knows_the_pushes_by(
+        telemetry_cluster: KafkaCluster, sink: TelemetrySink) -> None:
+    """``client_instance_id(timeout_ms)`` (Java's ``clientInstanceId(timeout)``), asked at once after start, waits
+    for the id Apache Kafka assigned: the one its telemetry plugin receives the client's pushes under (printed by
+    Kafka in its base64 form)."""
+    async with telemetry_cluster.admin() as admin:
+        (await admin.incremental_alter_configs({ConfigResource("client_metrics", "akresil-tier-id"): {
+            "metrics": "akresil.request.duration", "interval.ms": "500", "match": "client_id=instance-id"}})
+         ).raise_on_error()
+    async with Producer(bootstrap_servers=telemetry_cluster.bootstrap_servers, client_id="instance-id") as producer:
+        assigned = await producer.client_instance_id(60_000)
+        with anyio.fail_after(60):
+            while not any(push["client_id"] == "instance-id" for push in sink.pushes()):
+                await anyio.sleep(0.1)
+        assert await producer.client_instance_id(0) == assigned
+    ids = {push["client_instance_id"] for push in sink.pushes() if push["client_id"] == "instance-id"}
+    assert ids == {topic_id_text(assigned.bytes)}
+
+
+async def test_client_instance_id_without_a_telemetry_plugin_says_so(kafka_cluster: KafkaCluster) -> None:
+    """The tier's shared cluster has no client-telemetry plugin, so Apache Kafka does not offer the KIP-714 APIs:
+    ``UnsupportedVersionError`` once the client found that out (not a wait for the timeout); with
+    ``enable_metrics_push=False`` an ``IllegalStateError`` as in Java."""
+    async with Consumer(bootstrap_servers=kafka_cluster.bootstrap_servers) as consumer, \
+            Consumer(bootstrap_servers=kafka_cluster.bootstrap_servers, enable_metrics_push=False) as silent:
+        with pytest.raises(errors.UnsupportedVersionError, match="no client telemetry"):
+            await consumer.client_instance_id(60_000)
+        with pytest.raises(errors.IllegalStateError, match="enable_metrics_push=False"):
+            await silent.client_instance_id(60_000)

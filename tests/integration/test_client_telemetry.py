@@ -5,6 +5,7 @@ Kafka with a receiver plugin.)"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anyio
@@ -91,3 +92,68 @@ async def test_enable_metrics_push_false_asks_for_nothing() -> None:
         async with Admin(bootstrap_servers=cluster.bootstrap_servers, enable_metrics_push=False) as admin:
             await admin.describe_cluster()        # a Metadata round trip: the client is up and talking
     assert [r.api_key for r in cluster.requests] == [ApiKey.METADATA] * len(cluster.requests)
+
+
+async def test_client_instance_id_waits_for_the_id_the_broker_assigned() -> None:
+    """``client_instance_id(timeout_ms)`` (Java's ``clientInstanceId(timeout)``) of each client kind: called at
+    once after ``start()`` it waits for the first GetTelemetrySubscriptions answer and returns the id it assigned,
+    also when that answer subscribes the client to nothing; not started it is an ``IllegalStateError``, closed a
+    ``ClientClosedError``."""
+    from akresil import Consumer, Producer, ShareConsumer
+
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, f"unexpected request {ApiKey(key).name}"
+        return {**subscription(1), "requested_metrics": []}       # an id, and no metrics wanted
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        boot = cluster.bootstrap_servers
+        clients = [Admin(bootstrap_servers=boot), Consumer(bootstrap_servers=boot),
+                   Producer(bootstrap_servers=boot, enable_idempotence=False, acks=1),
+                   ShareConsumer(bootstrap_servers=boot, group_id="instance-id")]
+        for client in clients:
+            with pytest.raises(errors.IllegalStateError, match="not started"):
+                await client.client_instance_id(0)
+            async with client:
+                assert await client.client_instance_id(30_000) == uuid.UUID(bytes=INSTANCE)
+                assert await client.client_instance_id(timeout_ms=0) == uuid.UUID(bytes=INSTANCE)   # known now
+            with pytest.raises(errors.ClientClosedError):
+                await client.client_instance_id(0)
+    assert len(cluster.calls(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)) == len(clients)
+
+
+async def test_client_instance_id_without_metrics_push_is_an_illegal_state() -> None:
+    """As Java's ``IllegalStateException``: no telemetry, no id; the message names the option."""
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError(f"unexpected request {ApiKey(key).name}")
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers, enable_metrics_push=False) as admin:
+            with pytest.raises(errors.IllegalStateError, match="enable_metrics_push=False"):
+                await admin.client_instance_id(30_000)
+            with pytest.raises(ValueError, match="timeout_ms"):
+                await Admin(bootstrap_servers=cluster.bootstrap_servers).client_instance_id(-1)
+
+
+async def test_client_instance_id_on_a_cluster_without_telemetry_says_so() -> None:
+    """A broker that does not offer the KIP-714 APIs (Apache Kafka without a client-telemetry plugin) assigns no
+    id: the call raises ``UnsupportedVersionError`` once the client found that out, not a timeout."""
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError(f"unexpected request {ApiKey(key).name}")
+
+    async with ScriptedCluster(handler) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            with pytest.raises(errors.UnsupportedVersionError, match="no client telemetry"):
+                await admin.client_instance_id(60_000)
+
+
+async def test_client_instance_id_times_out_while_the_cluster_has_not_answered() -> None:
+    """No answer yet (here: the broker drops the connection on GetTelemetrySubscriptions, so the client asks
+    again only after the push interval): ``KafkaTimeoutError`` (where Java returns null)."""
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any] | None:
+        assert key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, f"unexpected request {ApiKey(key).name}"
+        return None
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            with pytest.raises(errors.KafkaTimeoutError, match="timeout_ms=50"):
+                await admin.client_instance_id(50)
