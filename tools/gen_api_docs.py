@@ -26,9 +26,10 @@ from akresil.admin import Admin  # noqa: E402
 from akresil.consumer import Consumer  # noqa: E402
 from akresil.core.admin_call import ItemResults  # noqa: E402
 from akresil.net import oauth, sasl  # noqa: E402
+from akresil.testing import sasl_server  # noqa: E402
 
 CONSUMER_METHODS = ("offsets_for_times", "beginning_offsets", "end_offsets", "lag", "group_metadata")
-OAUTH_OBJECTS = (sasl.OAuthToken, oauth.OidcClientCredentials, sasl.OAuthGrant)
+OAUTH_OBJECTS = (sasl.OAuthToken, oauth.OidcClientCredentials, sasl_server.OAuthGrant)
 
 
 class MissingDocstring(Exception):

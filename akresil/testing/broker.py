@@ -43,6 +43,8 @@ import anyio
 import anyio.to_thread
 
 from ..protocol.api import ApiKey, decode_response, encode_request
+from .control import (FEATURES, KAFKA, NOIDA, TANSU, Capability, ControlDefaults, create_topic_through,
+                      leaders_through)
 from .session_cap import DEFAULT_CAP_MS
 
 if TYPE_CHECKING:
@@ -232,7 +234,7 @@ class BlockingLifecycle:
             await anyio.to_thread.run_sync(self.stop)
 
 
-class EmbeddedBroker(BlockingLifecycle):
+class EmbeddedBroker(ControlDefaults, BlockingLifecycle):
     """A broker subprocess on 127.0.0.1.  ``async with EmbeddedBroker() as b: b.bootstrap_servers``.
 
     ``kind``: ``"auto"`` (default: Apache Kafka where Java 17+ is and its jars are cached or can be fetched, else
@@ -246,6 +248,8 @@ class EmbeddedBroker(BlockingLifecycle):
     No TLS option: Tansu 0.6's ``--cert``/``--key`` flags are mutually exclusive and neither makes the listener
     speak TLS, so TLS tests put a TLS-terminating proxy in front of the broker instead (``KafkaCluster(security=
     True)`` has real TLS and SASL listeners).
+
+    It is a ``BrokerControl`` of one node: topics, leaders, and what ``capabilities`` lists (no leader moves).
     """
 
     def __init__(self, *, kind: Kind = "auto", host: str = "127.0.0.1", port: int | None = None,
@@ -293,6 +297,7 @@ class EmbeddedBroker(BlockingLifecycle):
         self._workdir: str | None = None
         self._cluster: KafkaCluster | None = None
         self._log_path: Path | None = None
+        self._node_ids: list[int] | None = None
 
     def __repr__(self) -> str:
         state = f"running pid={self.pid}" if self.running else "stopped"
@@ -493,6 +498,7 @@ class EmbeddedBroker(BlockingLifecycle):
         cluster, self._cluster = self._cluster, None
         if cluster is not None:
             cluster.stop()
+        self._node_ids = None
         self._reap()
         self.port = 0
         if self._workdir is not None and not self.keep_log:
@@ -507,6 +513,34 @@ class EmbeddedBroker(BlockingLifecycle):
             return "(no log)"
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:]) or "(log is empty)"
+
+    # ------------------------------------------------------------------ BrokerControl (one node)
+    @property
+    def node_ids(self) -> list[int]:
+        """The broker's node id as its Metadata names it (Tansu says 111), asked once."""
+        if self._node_ids is None:
+            from .kafka_cluster import _metadata_broker_ids
+            ids = _metadata_broker_ids(self.host, self.port)
+            if not ids:
+                raise RuntimeError(f"{self!r} did not answer Metadata")
+            self._node_ids = sorted(ids)
+        return self._node_ids
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What the broker that runs has (``kind`` once started): Apache Kafka's features on one node, Tansu's or
+        noida-db's; no node controls (a one-node cluster's stop would stop everything)."""
+        if self.kind in ("kafka", "auto"):
+            return KAFKA & FEATURES
+        return TANSU if self.kind == "tansu" else NOIDA
+
+    async def create_topic(self, name: str | None = None, *, partitions: int = 1, replication_factor: int = 1,
+                           configs: Mapping[str, str] | None = None) -> str:
+        return await create_topic_through(self.bootstrap_servers, name, partitions=partitions,
+                                          replication_factor=replication_factor, configs=configs)
+
+    async def leader(self, topic: str, partition: int) -> tuple[int, int]:
+        return (await leaders_through(self.bootstrap_servers, topic))[partition]
 
 
 def embedded_kafka_features(version: str) -> dict[str, int]:

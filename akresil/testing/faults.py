@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..errors import AuthenticationError
-from ..net.sasl import SaslServer, SaslUserTable, failure_message
+from .sasl_server import SaslServer, SaslUserTable, failure_message
 
 TopicPartition = tuple[str, int]
 Body = dict[str, Any]

@@ -37,6 +37,7 @@ import anyio.to_thread
 
 from ..protocol.api import ApiKey, decode_response, encode_request
 from .broker import BlockingLifecycle, BrokerStartError, _kill, free_port
+from .control import KAFKA, Capability, ControlDefaults
 from .kafka_jars import KafkaUnavailable, java_command, kafka_version, resolve_kafka_jars
 
 __all__ = ["KafkaCluster", "KafkaNode", "KafkaUnavailable", "SASL_USERS"]
@@ -133,7 +134,7 @@ class KafkaNode:
         return "\n".join(out) or "(no log)"
 
 
-class KafkaCluster(BlockingLifecycle):
+class KafkaCluster(ControlDefaults, BlockingLifecycle):
     """A local Apache Kafka KRaft cluster.  ``with KafkaCluster(brokers=3) as c: c.bootstrap_servers``.
 
     ``version``: a Kafka release (default ``kafka_jars.DEFAULT_KAFKA_VERSION``, or ``AKRESIL_KAFKA_VERSION``).
@@ -148,7 +149,7 @@ class KafkaCluster(BlockingLifecycle):
     (default: a free one).  ``jvm_options``: extra options for every node's JVM.
 
     ``start()``/``stop()`` block (fixtures, scripts); the controls tests use (``kill_broker``, ``move_leader``,
-    ``set_client_quota`` ...) are coroutines that run under asyncio or trio.
+    ``set_client_quota`` ...) are coroutines that run under asyncio or trio.  It is a ``BrokerControl``.
     """
 
     def __init__(self, brokers: int = 3, *, version: str | None = None, security: bool = False,
@@ -577,6 +578,24 @@ class KafkaCluster(BlockingLifecycle):
 
     def running_brokers(self) -> list[int]:
         return [i for i in self.broker_ids if self.nodes[i].running]
+
+    # ------------------------------------------------------------------ BrokerControl
+    @property
+    def node_ids(self) -> list[int]:
+        return self.broker_ids
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return KAFKA if self.brokers > 1 else KAFKA - {Capability.MOVE_LEADER}
+
+    async def stop_node(self, node: int) -> None:
+        await self.stop_broker(node)
+
+    async def kill_node(self, node: int) -> None:
+        await self.kill_broker(node)
+
+    async def start_node(self, node: int) -> None:
+        await self.start_broker(node)
 
     # ------------------------------------------------------------------ features
     def finalized_features(self, node_id: int | None = None) -> dict[str, int]:

@@ -34,7 +34,8 @@ from collections import deque
 from typing import Any, Callable, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import ProtocolError
-from ..net.sasl import MECHANISMS, OAuthValidator, SaslUserTable
+from ..net.sasl import MECHANISMS
+from .sasl_server import OAuthValidator, SaslUserTable
 from ..protocol import api as codec
 from .faults import (API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE,
                      SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_MAX_RECEIVE_BYTES, AppendedBatches, BatchKey,
@@ -731,6 +732,11 @@ class FaultProxy:
     def bootstrap_servers(self) -> str:
         """Every virtual node, comma-separated (what a client's ``bootstrap_servers`` takes)."""
         return ",".join(self.address(n) for n in self.node_ids)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the proxy runs on (its own thread's after ``start()``); None when stopped."""
+        return self._loop if self._running else None
 
     def leader(self, topic: str, partition: int) -> tuple[int, int]:
         """(leader node id, leader epoch) the proxy currently presents for a partition."""

@@ -27,22 +27,28 @@ import ctypes
 import glob
 import os
 import threading
+import uuid
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, TypeVar
 
 from akresil.protocol.api import ApiKey   # re-exported: fault scripts name APIs with it
+
+from .control import MOCK, Capability, ControlDefaults, leaders_through
 
 __all__ = [
     "ApiKey",
     "GROUP_VERSION_CAP",
     "MockCluster",
     "MockClusterError",
+    "MockControl",
     "MockRequest",
     "TRANSPORT_ERROR",
     "find_librdkafka",
     "librdkafka_version",
 ]
+
+_T = TypeVar("_T")
 
 #: ``RD_KAFKA_RESP_ERR__TRANSPORT``: pushed as a request error it makes the mock broker drop the
 #: client's connection instead of answering.
@@ -575,6 +581,83 @@ class MockCluster:
     def clear_requests(self) -> None:
         """Forget the requests recorded so far (tracking stays on or off as it was)."""
         self._fn("rd_kafka_mock_clear_requests")(self._ptr())
+
+
+class MockControl(ControlDefaults):
+    """A ``BrokerControl`` over a ``MockCluster`` (``mock`` stays reachable for what only the mock does).
+
+    The mock's calls block until its own thread served them, which now and then takes ~1 s, so they run in a
+    worker thread and the event loop (the client under test) goes on meanwhile.  A topic is laid out as
+    FaultProxy lays them out (partition p led by ``node_ids[p % N]``), and its leaders and epochs are tracked
+    here rather than asked of Metadata, which would use up answers queued by ``stale_metadata_for_s``.
+    """
+
+    capabilities: frozenset[Capability] = MOCK
+
+    def __init__(self, mock: MockCluster) -> None:
+        self.mock = mock
+        self._leaders: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"<MockControl {self.mock!r}>"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.mock.bootstrap_servers
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return self.mock.broker_ids
+
+    async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
+        import anyio.to_thread
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    async def create_topic(self, name: str | None = None, *, partitions: int = 1, replication_factor: int = 1,
+                           configs: Mapping[str, str] | None = None) -> str:
+        if configs:
+            raise ValueError(f"configs: librdkafka's mock has no topic configs, got {dict(configs)!r}")
+        topic = name or f"t-{uuid.uuid4().hex[:12]}"
+        await self._call(self.mock.create_topic, topic, partitions, replication_factor)
+        nodes = self.node_ids
+        leaders = await leaders_through(self.bootstrap_servers, topic)
+        for p in range(partitions):
+            leader, epoch = leaders[p]
+            want = nodes[p % len(nodes)]
+            if leader != want:
+                await self._call(self.mock.set_leader, topic, p, want)
+                leader, epoch = want, epoch + 1
+            self._leaders[(topic, p)] = (leader, epoch)
+        return topic
+
+    async def leader(self, topic: str, partition: int) -> tuple[int, int]:
+        known = self._leaders.get((topic, partition))
+        return known if known is not None else (await leaders_through(self.bootstrap_servers, topic))[partition]
+
+    async def move_leader(self, topic: str, partition: int, to_node: int, *,
+                          stale_metadata_for_s: float = 0.0) -> int:
+        """``set_leader`` (the epoch rises by one, as the mock does).  ``stale_metadata_for_s`` > 0: Metadata
+        keeps naming the old leader and epoch; the mock queues answers rather than a duration, so 20 are
+        queued (more refreshes than a test's few seconds ask for)."""
+        if stale_metadata_for_s < 0:
+            raise ValueError(f"stale_metadata_for_s: must be >= 0, got {stale_metadata_for_s!r}")
+        old, epoch = await self.leader(topic, partition)
+        await self._call(self.mock.set_leader, topic, partition, to_node)
+        self._leaders[(topic, partition)] = (to_node, epoch + 1)
+        for _ in range(20 if stale_metadata_for_s > 0 else 0):
+            await self._call(self.mock.push_leader_response, topic, partition, old, epoch)
+        return epoch + 1
+
+    async def stop_node(self, node: int) -> None:
+        """The mock has no controlled shutdown: a stopped broker closes its connections and refuses new ones,
+        and its leaderships stay where they are (as ``kill_node``)."""
+        await self._call(self.mock.broker_set_down, node)
+
+    async def kill_node(self, node: int) -> None:
+        await self._call(self.mock.broker_set_down, node)
+
+    async def start_node(self, node: int) -> None:
+        await self._call(self.mock.broker_set_up, node)
 
 
 def _libc_free(pointer: object) -> None:  # pragma: no cover - old-librdkafka fallback only

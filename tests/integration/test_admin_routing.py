@@ -15,7 +15,7 @@ import pytest
 
 from akresil import Admin, errors
 from akresil.admin_types import (AclBinding, AclBindingFilter, ConfigResource, ScramDeletion, ScramUpsertion)
-from akresil.net.sasl import ScramCredential
+from akresil.testing.sasl_server import ScramCredential
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition
 from tests.harness.scripted_broker import ScriptedCluster

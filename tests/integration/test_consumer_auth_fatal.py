@@ -23,7 +23,7 @@ from akresil.core.metadata import BrokerInfo
 from akresil.core.node_state import Nodes, NodeState
 from akresil.core.fetch_state import FetchState
 from akresil.net.fetcher import Fetcher
-from akresil.net.sasl import SaslUserTable
+from akresil.testing.sasl_server import SaslUserTable
 from akresil.protocol.api import ApiKey
 from akresil.testing import EmbeddedBroker, FaultProxy
 

@@ -22,7 +22,8 @@ import pytest
 
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition, errors
 from akresil.net.oauth import OidcClientCredentials
-from akresil.net.sasl import OAuthGrant, OAuthToken
+from akresil.net.sasl import OAuthToken
+from akresil.testing.sasl_server import OAuthGrant
 from akresil.protocol.api import ApiKey
 from akresil.testing import EmbeddedBroker, FaultProxy
 

@@ -14,8 +14,10 @@ import pytest
 from akresil.admin_types import ClientQuotaEntity, GroupDescription, MemberDescription
 from akresil.core.admin_call import ItemResults
 from akresil.errors import GroupIdNotFoundError
-from akresil.testing.chaos import (DEFAULT_WEIGHTS, Fault, FaultRunner, KafkaClusterControl, ScheduleSpec, SoakConfig,
-                                   Step, generate_schedule, run_soak)
+from akresil.testing.chaos import (DEFAULT_WEIGHTS, Fault, FaultProxyControl, FaultRunner, KafkaClusterControl,
+                                   ScheduleSpec, SoakConfig, Step, generate_schedule, run_soak, unsupported_faults)
+from akresil.testing.proxy import FaultProxy
+from akresil.testing.control import KAFKA
 from akresil.types import TopicPartition
 
 
@@ -43,6 +45,7 @@ class FakeAdmin:
 class FakeCluster:
     broker_ids = [1, 2, 3]
     bootstrap_servers = "127.0.0.1:1"
+    capabilities = KAFKA
 
     def __init__(self) -> None:
         self.quota_calls: list[dict[ClientQuotaEntity, dict[str, float | None]]] = []
@@ -61,10 +64,10 @@ class FakeCluster:
         self.calls.append(("move", to_node))
         return 1
 
-    async def kill_broker(self, node: int) -> None:
+    async def kill_node(self, node: int) -> None:
         self.calls.append(("kill", node))
 
-    async def start_broker(self, node: int) -> None:
+    async def start_node(self, node: int) -> None:
         await self.start_gate.wait()
         if self.start_fails:
             raise RuntimeError("broker 2 exited while starting")
@@ -189,15 +192,18 @@ async def test_a_failed_restart_is_recorded_not_raised() -> None:
 
 
 async def test_faults_a_broker_cannot_take_get_zero_weight_and_raise_if_scripted() -> None:
-    assert KafkaClusterControl.UNSUPPORTED == {Fault.DROP_CONNECTIONS, Fault.LATENCY, Fault.FAIL_REQUESTS}
     control = KafkaClusterControl(FakeCluster())  # type: ignore[arg-type]
+    # derived from what the cluster can do (its capabilities, with the quota throttle the control adds)
+    assert unsupported_faults(control.capabilities) == KafkaClusterControl.UNSUPPORTED == \
+        {Fault.DROP_CONNECTIONS, Fault.LATENCY, Fault.FAIL_REQUESTS}
+    assert unsupported_faults(FaultProxyControl(FaultProxy("127.0.0.1:9")).capabilities) == frozenset()
     runner = FaultRunner(control, [])
     for step in (Step(0, "drop_connections", {"node": 1}), Step(0, "latency", {"node": 1, "ms": 5.0}),
                  Step(0, "fail_requests", {"api_key": 0, "error_code": 6, "count": 1, "node": 1})):
         await runner._apply(step, 0.0)
     assert len(runner.errors) == 3 and all("cannot be made to do this" in e for e in runner.errors)
     # what run_soak builds for this control: none of them in the script
-    weights = {k: (0.0 if k in KafkaClusterControl.UNSUPPORTED else w) for k, w in DEFAULT_WEIGHTS.items()}
+    weights = {k: (0.0 if k in unsupported_faults(control.capabilities) else w) for k, w in DEFAULT_WEIGHTS.items()}
     events = generate_schedule(ScheduleSpec(duration_ms=60_000.0, nodes=[1, 2, 3], failover_ms=None, members=2,
                                             partitions=[TopicPartition("t", p) for p in range(6)],
                                             weights=weights), 1)

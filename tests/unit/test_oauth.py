@@ -10,8 +10,8 @@ import pytest
 
 from akresil import errors
 from akresil.net.oauth import TokenSource, to_token
-from akresil.net.sasl import (OAuthBearerClient, OAuthBearerServer, OAuthGrant, OAuthToken, SaslConfig,
-                              SaslUserTable, check_extensions, client_first_message, parse_client_first_message)
+from akresil.net.sasl import OAuthBearerClient, OAuthToken, SaslConfig, check_extensions, client_first_message
+from akresil.testing.sasl_server import OAuthBearerServer, OAuthGrant, SaslUserTable, parse_client_first_message
 
 
 def _jwt(claims: dict[str, object]) -> str:

@@ -7,8 +7,8 @@ import base64
 import pytest
 
 from akresil.errors import AuthenticationError, ConfigError
-from akresil.net.sasl import (PlainClient, SaslUserTable, ScramClient, ScramCredential, ScramServer,
-                              failure_message)
+from akresil.net.sasl import PlainClient, ScramClient
+from akresil.testing.sasl_server import SaslUserTable, ScramCredential, ScramServer, failure_message
 from akresil.testing.faults import (API_VERSIONS, ILLEGAL_SASL_STATE, METADATA, SASL_AUTHENTICATE,
                                     SASL_AUTHENTICATION_FAILED, SASL_HANDSHAKE, UNSUPPORTED_SASL_MECHANISM,
                                     GateAction, SaslGate)

@@ -14,8 +14,8 @@ import pytest
 from akresil import Admin, Consumer, Producer
 from akresil.config import resolve
 from akresil.errors import ConfigError
-from akresil.net.sasl import (PlainClient, PlainServer, SaslConfig, SaslUserTable, ScramClient, ScramCredential,
-                              ScramServer)
+from akresil.net.sasl import PlainClient, SaslConfig, ScramClient
+from akresil.testing.sasl_server import PlainServer, SaslUserTable, ScramCredential, ScramServer
 from akresil.testing import FaultProxy
 from akresil.testing.faults import SaslGate
 

@@ -35,6 +35,16 @@ from typing import Any
 
 from akresil import Admin, Consumer, ConsumerRecord, Hook, Producer, ShareConsumer, TopicPartition
 from akresil.otel import instrument_consumer, instrument_producer, instrument_share_consumer
+from akresil.testing import BrokerControl, EmbeddedBroker, FaultProxy, FaultProxyControl, KafkaCluster
+from akresil.testing.rdkafka_mock import MockCluster, MockControl
+
+
+def controls(cluster: KafkaCluster, broker: EmbeddedBroker, proxy: FaultProxy, mock: MockCluster) -> list[BrokerControl]:
+    return [cluster, broker, FaultProxyControl(proxy), MockControl(mock)]  # each test broker's control is one
+
+
+def not_a_control(proxy: FaultProxy) -> BrokerControl:
+    return proxy  # error: return-value
 
 
 class Counting(Hook):
