@@ -1,4 +1,5 @@
-"""Session-wide fixtures: a real broker (started on first use, stopped at the end) and free ports."""
+"""Session-wide fixtures: a real broker (started on first use, stopped at the end), the Apache Kafka tier's cluster
+(started on first use, stopped after the last test that uses it) and free ports."""
 
 from __future__ import annotations
 
@@ -6,13 +7,78 @@ from typing import Callable, Iterator
 
 import pytest
 
-from akresil.testing import EmbeddedBroker, free_port as _free_port
+from akresil.pytest_plugin import configured_cluster
+from akresil.testing import EmbeddedBroker, KafkaCluster, free_port as _free_port
+
+#: KIP-392: each broker of the tier's cluster in a rack of its own, and leaders that point a consumer naming a rack
+#: (``client_rack``) to the replica in it; consumers without a rack keep reading from leaders
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+_TIER_CLUSTER = pytest.StashKey[KafkaCluster]()
+
+
+def rack(node_id: int) -> str:
+    return f"rack-{node_id}"
+
+_LAST_TIER_TEST = pytest.StashKey[str]()
+
+
+def uses_tier_cluster(item: pytest.Item) -> bool:
+    """Tests of the Apache Kafka tier: marked ``apache`` (tests/apache, and the ``apache`` parameter of a capability
+    test in tests/capabilities), or asking for ``kafka_cluster`` themselves."""
+    return item.get_closest_marker("apache") is not None or "kafka_cluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tier's tests run together, from where the first of them stands (tests/apache, then the capability
+    tests' ``apache`` parameters), so its cluster starts once and stops as soon as they are done: the rest of the
+    suite does not share the machine with four idle JVMs."""
+    tier = [item for item in items if uses_tier_cluster(item)]
+    if not tier:
+        return
+    first = items.index(tier[0])
+    rest = [item for item in items[first:] if not uses_tier_cluster(item)]
+    items[first:] = tier + rest
+    config.stash[_LAST_TIER_TEST] = tier[-1].nodeid
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
+    """The plugin's cluster (3 brokers, a controller, SASL/SSL listeners and ACLs), shared by every test of the
+    tier and stopped after the last of them (``pytest_runtest_teardown`` below).  Its brokers sit in racks
+    ``rack(id)``."""
+    cluster = configured_cluster(pytestconfig)
+    cluster.broker_config["replica.selector.class"] = RACK_AWARE_SELECTOR
+    cluster.node_config.update({node: {"broker.rack": rack(node)} for node in cluster.broker_ids})
+    with cluster:
+        pytestconfig.stash[_TIER_CLUSTER] = cluster
+        yield cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    result = yield
+    config = item.config
+    if item.nodeid == config.stash.get(_LAST_TIER_TEST, None):
+        cluster = config.stash.get(_TIER_CLUSTER, None)
+        if cluster is not None:
+            cluster.stop()    # the session fixture's own stop at the end finds nothing left to do
+    return result
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     """One Tansu broker for the whole session, the broker these tests were written for (in-memory storage: use unique topic names per test)."""
     with EmbeddedBroker(kind="tansu") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def noida() -> Iterator[EmbeddedBroker]:
+    """One noida-db broker for the whole session (the imitation with Kafka's transaction semantics and error paths;
+    use unique topic names)."""
+    with EmbeddedBroker(kind="noida") as running:
         yield running
 
 

@@ -1,5 +1,6 @@
-"""The Apache Kafka tier: every test here runs against a real KRaft cluster (``kafka_cluster``, the pytest
-plugin's session fixture: 3 brokers, a controller, SASL/SSL listeners and ACLs), shared by the whole tier.
+"""The Apache Kafka tier: every test here runs against a real KRaft cluster (``kafka_cluster``, tests/conftest.py:
+3 brokers, a controller, SASL/SSL listeners and ACLs), shared by the whole tier with the ``apache`` parameters of
+the capability tests (tests/capabilities), and stopped after the last of them.
 
 Tests use their own topics and groups (unique names), and a test that stops or kills a broker starts it again
 before it ends (``broker_down``), so the next test finds three brokers.
@@ -13,8 +14,11 @@ from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
-from akresil.pytest_plugin import configured_cluster
 from akresil.testing import KafkaCluster
+
+from ..conftest import RACK_AWARE_SELECTOR, rack
+
+__all__ = ["RACK_AWARE_SELECTOR", "TopicMaker", "broker_down", "rack"]
 
 pytestmark = pytest.mark.apache
 
@@ -25,26 +29,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/apache/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.apache)
-
-
-#: KIP-392: each broker in a rack of its own, and leaders that point a consumer naming a rack (``client_rack``)
-#: to the replica in it; consumers without a rack keep reading from leaders
-RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-
-
-def rack(node_id: int) -> str:
-    return f"rack-{node_id}"
-
-
-@pytest.fixture(scope="package")
-def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
-    """The plugin's cluster, scoped to this folder: it is stopped once the tier is done, so the rest of the
-    suite does not share the machine with four idle JVMs. Its brokers sit in racks ``rack(id)``."""
-    cluster = configured_cluster(pytestconfig)
-    cluster.broker_config["replica.selector.class"] = RACK_AWARE_SELECTOR
-    cluster.node_config.update({node: {"broker.rack": rack(node)} for node in cluster.broker_ids})
-    with cluster:
-        yield cluster
 
 
 @pytest.fixture

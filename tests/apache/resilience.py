@@ -1,4 +1,5 @@
-"""Helpers of the tier's resilience tests (KIP-951, KIP-219, KIP-91, idempotence, the consumer across failures).
+"""Helpers of the tier's resilience tests (KIP-951, KIP-219, KIP-91, idempotence, the consumer across failures);
+``loop_lag`` is the end-to-end harness's (tests/harness/e2e.py), re-exported here.
 
 They read what akresil did from its own hooks (``akresil.core.events``), stamped with akresil's clock
 (``net.clock.monotonic_ms``, the clock its mute windows and deadlines are computed on), and run under asyncio
@@ -7,10 +8,8 @@ and trio alike (anyio only).
 
 from __future__ import annotations
 
-import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 
@@ -18,6 +17,10 @@ from akresil.admin import Admin
 from akresil.net.clock import monotonic_ms
 from akresil.testing import KafkaCluster
 from akresil.types import NewTopic
+
+from ..harness.e2e import LoopLag, loop_lag
+
+__all__ = ["LoopLag", "TimedHook", "loop_lag", "pinned_topic", "wait_leader"]
 
 
 @dataclass
@@ -41,36 +44,6 @@ class TimedHook:
     def since(self, mark: int, name: str, **match: Any) -> list[tuple[float, dict[str, Any]]]:
         return [(t, f) for t, n, f in self.events[mark:]
                 if n == name and all(f.get(k) == v for k, v in match.items())]
-
-
-class LoopLag:
-    """The worst lateness of the event loop's timers while a test runs (a task sleeps 5 ms at a time).
-
-    A client's timer (a backoff end, a mute end, a deadline) is late by about as much on a loaded machine, so
-    upper bounds on timing add ``max_ms``: only a machine that was actually disturbed widens them."""
-
-    def __init__(self) -> None:
-        self.max_ms = 0.0
-
-    async def _run(self, period_s: float) -> None:
-        while True:
-            t0 = time.monotonic()
-            await anyio.sleep(period_s)
-            self.max_ms = max(self.max_ms, (time.monotonic() - t0 - period_s) * 1000.0)
-
-    def slack_ms(self, base_ms: float) -> float:
-        return base_ms + self.max_ms
-
-
-@asynccontextmanager
-async def loop_lag(period_s: float = 0.005) -> AsyncIterator[LoopLag]:
-    lag = LoopLag()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lag._run, period_s)
-        try:
-            yield lag
-        finally:
-            tg.cancel_scope.cancel()
 
 
 async def pinned_topic(cluster: KafkaCluster, name: str, replicas: dict[int, list[int]]) -> str:

@@ -19,6 +19,7 @@ from akresil import Consumer, Producer, ShareConsumer, TopicPartition, errors
 from akresil.metrics import serve
 from akresil.testing import KafkaCluster
 
+from ..harness.groups import wait_until
 from .conftest import TopicMaker
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -57,14 +58,6 @@ async def produce(bootstrap: str, topic: str) -> None:
     async with Producer(bootstrap_servers=bootstrap, linger_ms=2) as producer:
         for p in range(4):
             await producer.send_many(topic, [(None, b"%d" % i) for i in range(20)], partition=p)
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    with anyio.move_on_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.05)
-        return
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 async def poll(consumers: list[Consumer[Any, Any]], stop: Callable[[], bool], seen: dict[str, int]) -> None:

@@ -1,6 +1,7 @@
 """Consumer groups on Apache Kafka, classic and KIP-848 (``group_protocol="consumer"``): rebalances when members
-join and leave, a killed member's partitions moving to the survivor with its commits kept, and mixed groups where
-the other member is confluent-kafka or the Java client (kafka-clients, ``akresil.testing.java_peer.JavaPeer``).
+join and leave, a killed member's partitions moving to the survivor with its commits kept, mixed groups where the
+other member is the Java client (kafka-clients, ``akresil.testing.java_peer.JavaPeer``), cooperative-sticky.  A mixed
+group with confluent-kafka and static members run on every broker with groups: tests/capabilities/test_groups.py.
 
 "Consumed once" in a mixed group holds because every member commits what it handed out before giving a
 partition up (after each batch and on revoke); the checks are on (partition, offset) pairs.
@@ -12,95 +13,22 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import anyio
 import pytest
 
-from akresil import Consumer, Producer, TopicPartition, errors
+from akresil import Consumer, TopicPartition
 from akresil.testing import KafkaCluster
 from akresil.testing.java_peer import JavaPeer
 from akresil.types import ConsumerRecord
 
+from ..harness.groups import Tracker, consume, keys, member_config, produce, settle, tracked, wait_until
 from .conftest import TopicMaker
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ["classic", "consumer"]
-#: classic members heartbeat often and time out at the broker's minimum (6 s); KIP-848 sessions are the
-#: broker's (10 s in the harness)
-FAST = dict(fetch_max_wait_ms=100, retry_backoff_ms=50, auto_offset_reset="earliest", enable_auto_commit=False,
-            request_timeout_ms=15_000)
-
-
-def member_config(protocol: str) -> dict[str, Any]:
-    if protocol == "classic":
-        return {**FAST, "group_protocol": "classic", "session_timeout_ms": 6_000, "heartbeat_interval_ms": 500}
-    return {**FAST, "group_protocol": "consumer"}
-
-
-async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, tag: str = "v"
-                  ) -> set[tuple[int, int]]:
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=2) as producer:
-        mds = []
-        for p in range(partitions):
-            mds += await producer.send_many(topic, [(None, b"%s-%d-%d" % (tag.encode(), p, i))
-                                                    for i in range(per_partition)], partition=p)
-    return {(md.partition, md.offset) for md in mds}
-
-
-class Tracker:
-    """Commits on revoke (manual commits) and records what the member was given, gave up and lost."""
-
-    def __init__(self) -> None:
-        self.consumer: Consumer | None = None
-        self.assigned: list[set[TopicPartition]] = []
-        self.revoked: list[set[TopicPartition]] = []
-        self.lost: list[set[TopicPartition]] = []
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.revoked.append(revoked)
-        assert self.consumer is not None
-        try:
-            await self.consumer.commit()
-        except errors.ClientClosedError:     # on close, the revoke comes after the consumer stopped serving calls
-            pass
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.assigned.append(assigned)
-
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.lost.append(lost)
-
-
-def tracked(topic: str, bootstrap: str, group: str, protocol: str, tracker: Tracker) -> Consumer:
-    consumer = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, listener=tracker,
-                        **member_config(protocol))
-    tracker.consumer = consumer
-    return consumer
-
-
-async def consume(consumer: Consumer, sink: list[ConsumerRecord], stop: Callable[[], bool]) -> None:
-    """A few records a turn, committing after each batch."""
-    while not stop():
-        batch = await consumer.getmany(timeout_ms=100, max_records=20)
-        for records in batch.values():
-            sink.extend(records)
-        if batch:
-            await consumer.commit()
-
-
-def keys(records: list[ConsumerRecord]) -> list[tuple[int, int]]:
-    return [(r.partition, r.offset) for r in records]
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    with anyio.move_on_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.05)
-        return
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -209,58 +137,6 @@ async def test_a_killed_member_s_partitions_move_and_its_commits_survive(
     assert not (set(keys(got)) & first)
 
 
-def ck_member(bootstrap: str, group: str, topic: str, protocol: str, got: list[tuple[int, int]],
-              stop: threading.Event) -> None:
-    import confluent_kafka
-
-    config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
-              "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3}
-    if protocol == "classic":
-        config.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-    consumer = confluent_kafka.Consumer(config)
-    consumer.subscribe([topic])
-    try:
-        while not stop.is_set():
-            m = consumer.poll(0.1)
-            if m is not None and m.error() is None:
-                got.append((m.partition(), m.offset()))
-                consumer.commit(message=m, asynchronous=False)
-    finally:
-        consumer.close()
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_mixed_group_with_a_confluent_kafka_member(kafka_cluster: KafkaCluster, make_topic: TopicMaker,
-                                                         unique: Callable[[str], str], protocol: str) -> None:
-    """confluent-kafka's member starts alone on a first half; akresil's joins and takes part of the partitions,
-    the second half is produced: every record is consumed once, by one of the two."""
-    bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = await make_topic(partitions=4), unique("g")
-    produced = await produce(bootstrap, topic, 50, 4)
-    ck_got: list[tuple[int, int]] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=ck_member, args=(bootstrap, group, topic, protocol, ck_got, stop))
-    thread.start()
-    ours: list[ConsumerRecord] = []
-    tracker = Tracker()
-    try:
-        await wait_until(lambda: bool(ck_got), 60, "confluent-kafka consumed")
-        async with tracked(topic, bootstrap, group, protocol, tracker) as a:
-            with anyio.fail_after(90):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(consume, a, ours, lambda: len(ours) + len(ck_got) >= 600)
-                    await wait_until(lambda: bool(a.assignment()), 60, "akresil assigned")
-                    assert len(a.assignment()) < 4, "the partitions are shared with the confluent-kafka member"
-                    produced |= await produce(bootstrap, topic, 100, 4, tag="w")
-    finally:
-        stop.set()
-        await anyio.to_thread.run_sync(thread.join)
-    got = keys(ours) + ck_got
-    assert len(got) == len(set(got)), "a record was consumed twice"
-    assert set(got) == produced
-    assert ours and ck_got
-
-
 @pytest.mark.parametrize(("ours", "java"), [("classic", "classic"), ("consumer", "consumer"),
                                             ("consumer", "classic")])
 async def test_mixed_group_with_a_java_member(kafka_cluster: KafkaCluster, make_topic: TopicMaker,
@@ -290,34 +166,6 @@ async def test_mixed_group_with_a_java_member(kafka_cluster: KafkaCluster, make_
     assert len(got) == len(set(got)), "a record was consumed twice"
     assert set(got) == produced
     assert ourselves and java_got
-
-
-async def settle(consumers: list[Consumer], until: Callable[[], bool], timeout_s: float = 60) -> None:
-    with anyio.fail_after(timeout_s):
-        while not until():
-            for c in consumers:
-                await c.getmany(timeout_ms=20)
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_a_static_member_that_comes_back_gets_its_partitions_without_a_rebalance(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
-    """Static membership (``group_instance_id``, KIP-345; KIP-848's epoch -2 leave): both members close without
-    giving their partitions up; the instance that comes back within the session timeout gets the same
-    partitions, and (classic) the group's generation does not move."""
-    topic, group = await make_topic(partitions=4), unique("g")
-    cfg = dict(bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group, **member_config(protocol))
-    async with Consumer(topic, group_instance_id="i-a", **cfg) as a, \
-            Consumer(topic, group_instance_id="i-b", **cfg) as b:
-        await settle([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
-        before_a, generation = a.assignment(), a.group_metadata().generation_id
-    async with Consumer(topic, group_instance_id="i-a", **cfg) as again:
-        await settle([again], lambda: bool(again.assignment()))
-        deadline = anyio.current_time() + 1.5
-        await settle([again], lambda: anyio.current_time() > deadline)
-        assert again.assignment() == before_a
-        if protocol == "classic":
-            assert again.group_metadata().generation_id == generation
 
 
 async def test_cooperative_sticky_members_give_up_only_what_moves(

@@ -1,11 +1,8 @@
-"""KIP-951 on real leader moves (reassignment + preferred leader election, replication factor 3).
-
-Apache Kafka (3.7+) answers a Produce for a partition the broker no longer leads with NOT_LEADER_OR_FOLLOWER and
-the new leader in ``CurrentLeader`` (plus its address in ``NodeEndpoints``); a Fetch carrying the old leader
-epoch gets FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER, both with the hint.  The clients here run with
-``retry_backoff_ms`` = 2000 (max 2000), so a retry or refetch that waited for a backoff or for Metadata (asked
-after a retry backoff too) would cost seconds: the producer's retry must go to the new leader without a backoff
-and before any Metadata answer, and what a consumer reads across the moves must stay far behind that.
+"""KIP-951 on real leader moves (reassignment + preferred leader election, replication factor 3), the consumer's
+side: a Fetch carrying the old leader epoch gets FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER, both with the hint.
+The consumer runs with ``retry_backoff_ms`` = 2000 (max 2000), so a refetch that waited for a backoff or for
+Metadata would cost seconds: what it reads across the moves must stay far behind that.  (The producer's hinted
+retry runs on Kafka, the mock and the proxy: tests/capabilities/test_leader_moves.py.)
 
 Each test runs under asyncio and trio (``anyio.run``, no help from pytest-asyncio).
 """
@@ -23,6 +20,7 @@ from akresil.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
 from akresil.net.clock import monotonic_ms
 from akresil.protocol.api import ApiKey
 from akresil.testing import KafkaCluster
+from akresil.testing.control import next_node
 
 from .resilience import TimedHook, loop_lag
 
@@ -37,66 +35,6 @@ SLOW_PATH: dict[str, Any] = dict(retry_backoff_ms=BACKOFF_MS, retry_backoff_max_
 
 def run(backend: str, scenario: Callable[[], Awaitable[None]]) -> None:
     anyio.run(scenario, backend=backend)
-
-
-def next_broker(cluster: KafkaCluster, node: int) -> int:
-    ids = cluster.broker_ids
-    return ids[(ids.index(node) + 1) % len(ids)]
-
-
-def produce_answers(hook: TimedHook, mark: int, topic: str) -> list[tuple[float, int, dict[str, Any], Any]]:
-    """(time, node, partition answer, node_endpoints) of each Produce answer for ``topic`` after ``mark``."""
-    out = []
-    for t, f in hook.since(mark, events.RESPONSE_RECEIVED, api_key=ApiKey.PRODUCE):
-        for tr in f["response"]["responses"]:
-            if tr["name"] == topic:
-                out += [(t, f["node_id"], p, f["response"].get("node_endpoints")) for p in tr["partition_responses"]]
-    return out
-
-
-def test_produce_retry_goes_to_the_hinted_leader_at_once(kafka_cluster: KafkaCluster, unique: Callable[[str], str],
-                                                         backend: str) -> None:
-    async def scenario() -> None:
-        topic = await kafka_cluster.create_topic(unique("kip951-p"), partitions=1, replication_factor=3)
-        hook = TimedHook()
-        async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, linger_ms=0,
-                            client_id=unique("kip951-p"), hooks=[hook], **SLOW_PATH) as producer:
-            await producer.send(topic, b"warm-up", partition=0)
-            leader, _ = await kafka_cluster.leader(topic, 0)
-            for move in range(2):
-                target = next_broker(kafka_cluster, leader)
-                epoch = await kafka_cluster.move_leader(topic, 0, target)
-                mark = hook.mark()
-                md = await producer.send(topic, b"moved-%d" % move, partition=0)
-                assert md.offset == move + 1
-                check_hinted_retry(hook, mark, topic, old=leader, new=target, epoch=epoch)
-                leader = target
-                # the refusal also asked for Metadata (after a retry backoff): let it land before the next
-                # move, or it could tell the producer about that move before any Produce does
-                with anyio.fail_after(BACKOFF_MS * 1.2 / 1000 + 10):
-                    while not hook.since(mark, events.METADATA_REFRESH):
-                        await anyio.sleep(0.05)
-
-    run(backend, scenario)
-
-
-def check_hinted_retry(hook: TimedHook, mark: int, topic: str, *, old: int, new: int, epoch: int) -> None:
-    sent = hook.since(mark, events.BATCH_SENT, topic=topic)
-    assert [(f["node_id"], f["attempt"]) for _, f in sent] == [(old, 0), (new, 1)], sent   # attempts before
-    answers = produce_answers(hook, mark, topic)
-    assert [(node, p["error_code"]) for _, node, p, _ in answers] == [(old, NOT_LEADER), (new, 0)], answers
-    refused_at, _, refusal, endpoints = answers[0]
-    # what Apache Kafka sends: the new leader and its epoch, and the new leader's address
-    assert refusal["current_leader"] == {"leader_id": new, "leader_epoch": epoch}, refusal
-    assert new in {e["node_id"] for e in endpoints or ()}, endpoints
-    # the hint advanced the client's metadata (no Metadata answer had told it yet) and the retry skipped the
-    # backoff: it went to the new leader straight from the refusal
-    hints = hook.since(mark, events.LEADER_HINT, topic=topic)
-    assert [(f["accepted"], f["reason"], f["leader_id"], f["leader_epoch"]) for _, f in hints] == \
-        [(True, "advanced", new, epoch)], hints
-    retries = hook.since(mark, events.BATCH_RETRY, topic=topic)
-    assert len(retries) == 1 and retries[0][1]["skip_backoff"] and retries[0][1]["backoff_ms"] <= 0, retries
-    assert refused_at <= hints[0][0] <= retries[0][0] <= sent[1][0]
 
 
 def test_consumer_lag_behind_acks_stays_low_across_leader_moves(kafka_cluster: KafkaCluster,
@@ -151,7 +89,7 @@ def test_consumer_lag_behind_acks_stays_low_across_leader_moves(kafka_cluster: K
                         await anyio.sleep(0.05)
                 leader, _ = await kafka_cluster.leader(topic, 0)
                 for _ in range(2):
-                    leader = next_broker(kafka_cluster, leader)
+                    leader = next_node(kafka_cluster.node_ids, leader)
                     await kafka_cluster.move_leader(topic, 0, leader)
                     await anyio.sleep(1.0)
                 stop.set()

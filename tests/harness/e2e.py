@@ -6,22 +6,26 @@ test topic to node ``p % 3 + 1`` and report what reached the wire as ``WireReque
 ``time.monotonic()`` clock in milliseconds, the clock akresil itself schedules on, so a test can compare
 gaps on the wire with the backoff, mute and deadline values it configured.
 
-A harness only offers what its broker can express: ``supports(feature)`` says which faults it has (the mock
-cannot throttle and cannot tell partitions apart in its request log), and tests skip what is missing.
+Each harness is its broker's ``BrokerControl`` (``FaultProxyControl``, ``MockControl``: ``move_leader``,
+``stop_node``, ...) with the wire log and request faults added.  A harness only offers what its broker can express:
+``supports(feature)`` says which faults it has (the mock cannot throttle and cannot tell partitions apart in its
+request log), and tests skip what is missing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from akresil import Admin, NewTopic, Producer
-from akresil.testing import EmbeddedBroker, FaultProxy
-from akresil.testing.rdkafka_mock import ApiKey, MockCluster
+import anyio
+
+from akresil import Producer
+from akresil.testing import EmbeddedBroker, FaultProxy, FaultProxyControl
+from akresil.testing.control import TANSU
+from akresil.testing.rdkafka_mock import ApiKey, MockCluster, MockControl
 
 NODES = (1, 2, 3)
 PRODUCE = int(ApiKey.PRODUCE)
@@ -66,29 +70,17 @@ class LoopLag:
     """How late this event loop runs its timers while a test runs: a task sleeps ``period`` at a time and keeps
     the worst oversleep. A client's timer (a backoff end, a mute end) is late by about as much when the machine
     is loaded, so upper bounds on wire timing add ``max_ms`` to their slack: a shared CI machine then widens
-    only the bounds it actually disturbed, and an idle one keeps them tight. Lower bounds never use it."""
+    only the bounds it actually disturbed, and an idle one keeps them tight. Lower bounds never use it.
+    Runs under asyncio and trio."""
 
-    def __init__(self, period_s: float = 0.005) -> None:
-        self.period_s = period_s
+    def __init__(self) -> None:
         self.max_ms = 0.0
-        self._task: asyncio.Task[None] | None = None
 
-    async def _run(self) -> None:
+    async def _run(self, period_s: float) -> None:
         while True:
             t0 = time.monotonic()
-            await asyncio.sleep(self.period_s)
-            self.max_ms = max(self.max_ms, (time.monotonic() - t0 - self.period_s) * 1000.0)
-
-    def start(self) -> "LoopLag":
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="e2e-loop-lag")
-        return self
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            await anyio.sleep(period_s)
+            self.max_ms = max(self.max_ms, (time.monotonic() - t0 - period_s) * 1000.0)
 
     def slack_ms(self, base_ms: float = SLACK_MS) -> float:
         """``base_ms`` plus the worst timer lateness seen so far."""
@@ -96,12 +88,14 @@ class LoopLag:
 
 
 @contextlib.asynccontextmanager
-async def loop_lag() -> AsyncIterator[LoopLag]:
-    lag = LoopLag().start()
-    try:
-        yield lag
-    finally:
-        await lag.stop()
+async def loop_lag(period_s: float = 0.005) -> AsyncIterator[LoopLag]:
+    lag = LoopLag()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lag._run, period_s, name="e2e-loop-lag")
+        try:
+            yield lag
+        finally:
+            tg.cancel_scope.cancel()
 
 
 def check_backoff_gaps(observed: Sequence[float], expected: Sequence[float], *, jitter: float = 0.2,
@@ -123,8 +117,9 @@ def check_backoff_gaps(observed: Sequence[float], expected: Sequence[float], *, 
 
 
 # ---------------------------------------------------------------------------------------------- proxy
-class ProxyHarness:
-    """FaultProxy (3 virtual nodes) in front of an embedded Tansu broker, on the test's event loop."""
+class ProxyHarness(FaultProxyControl):
+    """FaultProxy (3 virtual nodes) in front of an embedded Tansu broker, on the test's event loop: its
+    ``BrokerControl`` (leader moves, node stops), the wire log and request faults on top."""
 
     name = "proxy"
     features = PROXY_FEATURES
@@ -132,20 +127,18 @@ class ProxyHarness:
     lag: LoopLag
 
     def __init__(self, proxy: FaultProxy) -> None:
-        self.proxy = proxy
-        self.bootstrap_servers = proxy.bootstrap_servers
+        super().__init__(proxy, upstream=TANSU)
 
     def supports(self, feature: str) -> bool:
         return feature in self.features
 
-    async def create_topic(self, topic: str, partitions: int = 1) -> None:
-        async with Admin(bootstrap_servers=self.bootstrap_servers) as admin:
-            await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    async def create_topic(self, name: str | None = None, partitions: int = 1, *, replication_factor: int = 1,
+                           configs: Mapping[str, str] | None = None) -> str:
+        topic = await super().create_topic(name, partitions=partitions, replication_factor=replication_factor,
+                                           configs=configs)
         for p in range(partitions):
             assert self.proxy.leader(topic, p)[0] == default_leader(p), "proxy leader layout changed"
-
-    def leader(self, topic: str, partition: int) -> int:
-        return self.proxy.leader(topic, partition)[0]
+        return topic
 
     def produce_requests(self, topic: str, partition: int, *, since_ms: float | None = None,
                          client_id: str | None = None) -> list[WireRequest]:
@@ -158,14 +151,6 @@ class ProxyHarness:
     async def fail_produce(self, error_code: int, count: int, node: int | None = None) -> None:
         """The next ``count`` Produce requests (to ``node``, or any) fail with ``error_code``."""
         self.proxy.fail_requests(PRODUCE, error_code, count=count, node=node)
-
-    async def move_leader(self, topic: str, partition: int, to_node: int, *, stale_for_s: float = 0.0,
-                          stale_epoch: int | None = None) -> None:
-        """Move leadership; with ``stale_for_s`` Metadata keeps naming the old leader for that long."""
-        self.proxy.move_leader(topic, partition, to_node, stale_metadata_for_s=stale_for_s)
-
-    async def stop_node(self, node: int) -> None:
-        await self.proxy.astop_node(node)
 
     async def delay_produce(self, node: int, ms: int) -> None:
         self.proxy.add_latency(node, ms, api_key=PRODUCE)
@@ -183,8 +168,9 @@ async def proxy_harness(broker: EmbeddedBroker) -> AsyncIterator[ProxyHarness]:
 
 
 # ---------------------------------------------------------------------------------------------- mock
-class MockHarness:
-    """librdkafka's mock cluster (3 brokers) with request tracking on from the start."""
+class MockHarness(MockControl):
+    """librdkafka's mock cluster (3 brokers) with request tracking on from the start: its ``BrokerControl``
+    (leader moves, stale Metadata, node stops), the wire log and request faults on top."""
 
     name = "mock"
     features = COMMON_FEATURES
@@ -192,27 +178,16 @@ class MockHarness:
     lag: LoopLag
 
     def __init__(self, mock: MockCluster) -> None:
-        self.mock = mock
-        self.bootstrap_servers = mock.bootstrap_servers
-        self._leaders: dict[tuple[str, int], int] = {}
+        super().__init__(mock)
         mock.start_request_tracking()
 
     def supports(self, feature: str) -> bool:
         return feature in self.features
 
-    async def _call(self, fn: Callable[..., object], *args: object) -> None:
-        """A mock-cluster call in a worker thread: it waits for the mock's own thread to serve it, which now
-        and then takes ~1 s, and the event loop (the client under test) must not freeze meanwhile."""
-        await asyncio.to_thread(fn, *args)
-
-    async def create_topic(self, topic: str, partitions: int = 1) -> None:
-        await self._call(self.mock.create_topic, topic, partitions, 1)
-        for p in range(partitions):
-            await self._call(self.mock.set_leader, topic, p, default_leader(p))
-            self._leaders[(topic, p)] = default_leader(p)
-
-    def leader(self, topic: str, partition: int) -> int:
-        return self._leaders[(topic, partition)]
+    async def create_topic(self, name: str | None = None, partitions: int = 1, *, replication_factor: int = 1,
+                           configs: Mapping[str, str] | None = None) -> str:
+        return await super().create_topic(name, partitions=partitions, replication_factor=replication_factor,
+                                          configs=configs)
 
     def produce_requests(self, topic: str, partition: int, *, since_ms: float | None = None,
                          client_id: str | None = None) -> list[WireRequest]:
@@ -230,22 +205,6 @@ class MockHarness:
             await self._call(self.mock.push_request_errors, PRODUCE, [error_code] * count)
         else:
             await self._call(self.mock.push_request_errors_with_rtt, node, PRODUCE, [(error_code, 0)] * count)
-
-    async def move_leader(self, topic: str, partition: int, to_node: int, *, stale_for_s: float = 0.0,
-                          stale_epoch: int | None = None) -> None:
-        """Move leadership (epoch + 1); with ``stale_for_s`` the next Metadata answers name the old leader
-        with ``stale_epoch`` (the mock queues answers, not a duration: a generous number is pushed)."""
-        old = self._leaders[(topic, partition)]
-        await self._call(self.mock.set_leader, topic, partition, to_node)
-        self._leaders[(topic, partition)] = to_node
-        if stale_for_s > 0:
-            if stale_epoch is None:
-                raise ValueError("stale_epoch: the mock needs the old leader epoch to report it")
-            for _ in range(20):
-                await self._call(self.mock.push_leader_response, topic, partition, old, stale_epoch)
-
-    async def stop_node(self, node: int) -> None:
-        await self._call(self.mock.broker_set_down, node)
 
     async def delay_produce(self, node: int, ms: int) -> None:
         """Delay the next Produce answer from ``node`` by ``ms`` (the proxy delays every one)."""

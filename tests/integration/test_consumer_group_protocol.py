@@ -1,5 +1,6 @@
-"""KIP-848 (``group_protocol="consumer"``) end to end on librdkafka's mock cluster, with confluent-kafka's
-``group.protocol=consumer`` consumer as a peer in the same group.
+"""KIP-848 (``group_protocol="consumer"``) on librdkafka's mock cluster only: its assignor's incremental moves,
+session expiry, a broker without the protocol.  A mixed group with confluent-kafka and static members run on the mock
+and on Apache Kafka in tests/capabilities/test_groups.py.
 
 The mock computes assignments itself (an even split over the members' subscriptions) and answers
 ConsumerGroupHeartbeat v1; its heartbeat interval is set short so assignment changes reach members fast.
@@ -7,18 +8,17 @@ ConsumerGroupHeartbeat v1; its heartbeat interval is set short so assignment cha
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any, Callable
 
 import anyio
 import pytest
 
-from akresil import Consumer, Producer, TopicPartition, errors
+from akresil import Consumer, TopicPartition, errors
 from akresil.testing.rdkafka_mock import MockCluster
 from akresil.types import ConsumerRecord
 
 from ..harness.e2e import unique_topic
+from ..harness.groups import Tracker, produce
 
 pytestmark = pytest.mark.broker
 FAST = dict(fetch_max_wait_ms=100, request_timeout_ms=10_000, retry_backoff_ms=50, auto_offset_reset="earliest",
@@ -30,39 +30,6 @@ def mock() -> Any:
     with MockCluster(3) as cluster:
         cluster.consumer_group_set_heartbeat_interval(200)
         yield cluster
-
-
-async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> set[tuple[int, int]]:
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=0) as producer:
-        mds = []
-        for p in range(partitions):
-            mds += await producer.send_many(topic, [(None, b"%d-%d" % (p, i)) for i in range(per_partition)],
-                                            partition=p)
-    return {(md.partition, md.offset) for md in mds}
-
-
-class Tracker:
-    """A listener that commits on revoke (manual commits) and records what the member was given and lost."""
-
-    def __init__(self) -> None:
-        self.consumer: Consumer | None = None
-        self.assigned: list[set[TopicPartition]] = []
-        self.revoked: list[set[TopicPartition]] = []
-        self.lost: list[set[TopicPartition]] = []
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.revoked.append(revoked)
-        assert self.consumer is not None
-        try:
-            await self.consumer.commit()
-        except errors.ClientClosedError:    # on close the consumer revokes everything after it stopped serving calls
-            pass
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.assigned.append(assigned)
-
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.lost.append(lost)
 
 
 async def consume(consumer: Consumer, sink: list[ConsumerRecord], stop: Callable[[], bool]) -> None:
@@ -130,62 +97,6 @@ def test_a_third_member_takes_partitions_incrementally_and_nothing_is_consumed_t
     anyio.run(scenario, backend=backend)
 
 
-def ck_member(bootstrap: str, group: str, topic: str, got: list[tuple[int, int]], stop: threading.Event) -> None:
-    import confluent_kafka
-
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                         "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                                         "enable.auto.commit": False, "log_level": 3})
-    consumer.subscribe([topic])
-    try:
-        while not stop.is_set():
-            m = consumer.poll(0.1)
-            if m is not None and m.error() is None:
-                got.append((m.partition(), m.offset()))
-                consumer.commit(message=m, asynchronous=False)
-    finally:
-        consumer.close()
-
-
-def test_mixed_group_with_a_confluent_kafka_member(mock: MockCluster) -> None:
-    """confluent-kafka's member starts alone on a first half; akresil's joins, takes part of the partitions
-    (revoked from the other member first), and the second half is produced: every record is consumed once."""
-    topic, group = unique_topic("kip848-mixed"), unique_topic("g")
-    mock.create_topic(topic, 4)
-    ck_got: list[tuple[int, int]] = []
-    stop = threading.Event()
-
-    async def scenario() -> None:
-        produced = await produce(mock.bootstrap_servers, topic, 100, 4)
-        thread = threading.Thread(target=ck_member, args=(mock.bootstrap_servers, group, topic, ck_got, stop))
-        thread.start()
-        ours: list[ConsumerRecord] = []
-        tracker = Tracker()
-        try:
-            with anyio.fail_after(30):
-                while not ck_got:
-                    await anyio.sleep(0.01)
-            async with Consumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id=group,
-                                enable_auto_commit=False, listener=tracker, **FAST) as a:
-                tracker.consumer = a
-                with anyio.fail_after(30):
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(consume, a, ours, lambda: len(ours) + len(ck_got) >= 4 * (100 + 300))
-                        while not a.assignment():
-                            await anyio.sleep(0.01)
-                        assert len(a.assignment()) < 4, "the partitions are shared with the confluent-kafka member"
-                        produced |= await produce(mock.bootstrap_servers, topic, 300, 4)
-        finally:
-            stop.set()
-            await anyio.to_thread.run_sync(thread.join)
-        keys = [(r.partition, r.offset) for r in ours] + ck_got
-        assert len(keys) == len(set(keys)), "a record was consumed twice"
-        assert set(keys) == produced
-        assert ours and ck_got
-
-    anyio.run(scenario)
-
-
 def test_an_expired_member_loses_its_partitions_and_rejoins(mock: MockCluster) -> None:
     """The coordinator expires a member whose heartbeats stop arriving (here: its answers are delayed past
     the session timeout); the member hears UNKNOWN_MEMBER_ID, loses its partitions without committing and
@@ -216,34 +127,6 @@ def test_an_expired_member_loses_its_partitions_and_rejoins(mock: MockCluster) -
                 await consume(c, got, lambda: {(r.partition, r.offset) for r in got} >= produced)
             assert len(c.assignment()) == 2
             assert tracker.assigned[-1] == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
-
-    anyio.run(scenario)
-
-
-def test_static_members_leave_with_their_partitions_kept(mock: MockCluster) -> None:
-    """Static membership (``group_instance_id``): closing leaves with epoch -2, so the coordinator keeps the
-    member's partitions for its session; the instance that comes back gets the same partitions, and the one
-    that did not come back keeps its own reserved."""
-    topic, group = unique_topic("kip848-static"), unique_topic("g")
-    mock.create_topic(topic, 4)
-    cfg: dict[str, Any] = dict(bootstrap_servers=mock.bootstrap_servers, group_id=group, **FAST)
-
-    async def settle(consumers: list[Consumer], until: Callable[[], bool]) -> None:
-        with anyio.fail_after(20):
-            while not until():
-                for c in consumers:
-                    await c.getmany(timeout_ms=10)
-
-    async def scenario() -> None:
-        async with Consumer(topic, group_instance_id="i-a", **cfg) as a, \
-                Consumer(topic, group_instance_id="i-b", **cfg) as b:
-            await settle([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
-            before_a = a.assignment()
-        async with Consumer(topic, group_instance_id="i-a", **cfg) as again:
-            await settle([again], lambda: bool(again.assignment()))
-            deadline = time.monotonic() + 1.0
-            await settle([again], lambda: time.monotonic() > deadline)
-            assert again.assignment() == before_a
 
     anyio.run(scenario)
 

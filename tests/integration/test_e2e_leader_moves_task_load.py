@@ -22,6 +22,7 @@ import pytest
 from akresil import Producer
 from akresil.core import events
 from akresil.core.events import RecordingHook
+from akresil.testing.control import next_node
 
 from ..harness.e2e import harness, unique_topic
 
@@ -46,13 +47,13 @@ async def test_leader_moves_under_a_task_per_record_load_follow_the_hints() -> N
             for p in range(PARTITIONS):                      # every broker connected and every leader known
                 await producer.send(topic, b"warm-up", partition=p)
             hook.events.clear()
-            leaders = {p: h.leader(topic, p) for p in range(PARTITIONS)}
+            leaders = {p: (await h.leader(topic, p))[0] for p in range(PARTITIONS)}
 
             async def move_all() -> int:
                 for _ in range(MOVES):
                     await asyncio.sleep(MOVE_EVERY_S)
                     for p in range(PARTITIONS):
-                        leaders[p] = leaders[p] % 3 + 1
+                        leaders[p] = next_node(h.node_ids, leaders[p])
                         await h.move_leader(topic, p, leaders[p])
                 return MOVES
 

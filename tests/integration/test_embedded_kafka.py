@@ -26,7 +26,7 @@ from akresil.admin_types import ConfigResource
 from akresil.protocol.api import ApiKey, decode_response, encode_request
 
 from .conftest import ROOT, CliBroker
-from .test_runner_exactly_once import killed_runner_restarts_exactly_once
+from ..harness.eos import killed_runner_restarts_exactly_once
 
 pytestmark = pytest.mark.broker
 
@@ -62,7 +62,7 @@ def test_the_cli_broker_is_apache_kafka_with_share_groups_and_transactions_v2(ka
 
 
 async def test_read_committed_after_kill_9_of_an_exactly_once_service(kafka_cli_broker: CliBroker) -> None:
-    """The scenario of test_runner_exactly_once.py (SIGKILL mid-transaction, restart with the same transactional
+    """The scenario of tests/capabilities/test_transactions.py (SIGKILL mid-transaction, restart with the same transactional
     id): the read_committed output holds each input once, in order (Tansu showed the aborted records too)."""
     await killed_runner_restarts_exactly_once(kafka_cli_broker.bootstrap_servers)
 

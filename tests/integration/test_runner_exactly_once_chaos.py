@@ -18,7 +18,7 @@ from akresil.admin import LATEST
 from akresil.testing import EmbeddedBroker
 from akresil.testing.proxy import FaultProxy
 
-from .test_runner_exactly_once import _name, _offsets, _read_committed, _start_worker
+from ..harness.eos import committed_by_partition, read_committed, start_copy_worker, unique_name
 
 pytestmark = pytest.mark.broker
 
@@ -42,7 +42,8 @@ def _aborts_logged(worker: subprocess.Popen[bytes]) -> int:
 
 
 async def _chaos(direct: str, proxy: FaultProxy) -> None:
-    src, dst, group, txn_id = _name("chaos-in"), _name("chaos-out"), _name("chaos-g"), _name("chaos-tx")
+    src, dst = unique_name("chaos-in"), unique_name("chaos-out")
+    group, txn_id = unique_name("chaos-g"), unique_name("chaos-tx")
     async with Admin(bootstrap_servers=direct) as admin:
         await admin.create_topics([NewTopic(src, 2, 1), NewTopic(dst, 2, 1)])
     async with Producer(bootstrap_servers=direct) as producer:
@@ -63,14 +64,14 @@ async def _chaos(direct: str, proxy: FaultProxy) -> None:
         applied[kind] += 1
 
     started = time.monotonic()
-    worker = await _start_worker(proxy.bootstrap_servers, src, dst, group, txn_id)
+    worker = await start_copy_worker(proxy.bootstrap_servers, src, dst, group, txn_id)
     killed_at: dict[int, int] = {}
     restarts = 0
     aborts = 0
     try:
         with anyio.fail_after(150):
             while True:
-                done = await _offsets(direct, group)
+                done = await committed_by_partition(direct, group)
                 if done == {0: N, 1: N}:
                     break
                 if not restarts and sum(done.values()) >= 2 * N * 2 // 5:
@@ -78,7 +79,7 @@ async def _chaos(direct: str, proxy: FaultProxy) -> None:
                     worker.wait()
                     aborts += _aborts_logged(worker)
                     killed_at = done
-                    worker = await _start_worker(proxy.bootstrap_servers, src, dst, group, txn_id)
+                    worker = await start_copy_worker(proxy.bootstrap_servers, src, dst, group, txn_id)
                     restarts += 1
                 inject()
                 await anyio.sleep(0.25)
@@ -87,7 +88,7 @@ async def _chaos(direct: str, proxy: FaultProxy) -> None:
         worker.wait()
         aborts += _aborts_logged(worker)
     elapsed = time.monotonic() - started
-    out = await _read_committed(direct, dst, 2 * N)
+    out = await read_committed(direct, dst, 2, 2 * N)
     async with Admin(bootstrap_servers=direct) as admin:
         ends = await admin.list_offsets({TopicPartition(dst, p): LATEST for p in (0, 1)})
     duplicates = sum(len(v) - len(set(v)) for v in out.values())

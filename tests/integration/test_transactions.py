@@ -1,13 +1,12 @@
-"""Transactions on noida-db (the test broker that implements their semantics: docs/brokers.md), checked from
-both sides: akresil's transactional producer read by confluent-kafka's read_committed consumer, and
-confluent-kafka's transactional producer read by akresil's read_committed consumer. The client's state
-machine under injected coordinator errors runs on librdkafka's mock cluster.
+"""Transactions: the client's state machine under injected coordinator errors on librdkafka's mock cluster, and on
+noida-db calls out of order and both backends.  What every broker with transactions must do (commits, aborts,
+fencing, offsets in a transaction, exactly-once copies) runs on Apache Kafka and noida-db in
+tests/capabilities/test_transactions.py.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
 
 import anyio
 import pytest
@@ -22,80 +21,9 @@ ck = pytest.importorskip("confluent_kafka")
 FAST = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500, "retry_backoff_ms": 20}
 
 
-@pytest.fixture(scope="module")
-def noida() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(kind="noida") as broker:
-        yield broker
-
-
 async def _create(bs: str, topic: str, partitions: int = 2) -> None:
     async with Admin(bootstrap_servers=bs) as admin:
         await admin.create_topics([NewTopic(topic, partitions, 1)])
-
-
-def _ck_read_committed(bs: str, topic: str, expect: int, *, settle_s: float = 1.5, limit_s: float = 20) -> list[bytes]:
-    """Values confluent-kafka's read_committed consumer sees: until ``expect`` arrived, then ``settle_s`` more
-    (so records that must not appear have time to)."""
-    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": f"rc-{topic}-{time.monotonic_ns()}",
-                            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                            "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out: list[bytes] = []
-    deadline = time.monotonic() + limit_s
-    settle_until: float | None = None
-    try:
-        while time.monotonic() < deadline:
-            if len(out) >= expect and settle_until is None:
-                settle_until = time.monotonic() + settle_s
-            if settle_until is not None and time.monotonic() >= settle_until:
-                break
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                out.append(msg.value())
-    finally:
-        consumer.close()
-    return out
-
-
-async def test_commit_is_seen_abort_is_not_by_read_committed(noida: EmbeddedBroker) -> None:
-    bs, topic = noida.bootstrap_servers, "txn-commit-abort"
-    await _create(bs, topic)
-    async with Producer(bootstrap_servers=bs, transactional_id="tx-ca") as producer:
-        await producer.init_transactions()
-        async with producer.transaction():
-            for i in range(20):
-                await producer.enqueue(topic, b"commit-%d" % i)
-        producer.begin_transaction()
-        sent = [await producer.enqueue(topic, b"abort-%d" % i) for i in range(10)]
-        await producer.flush()                   # written to the log, then aborted: markers must hide them
-        await producer.abort_transaction()
-        assert all(f.done() for f in sent)
-        producer.begin_transaction()
-        pending = [await producer.enqueue(topic, b"never-%d" % i) for i in range(5)]
-        await producer.abort_transaction()       # never sent: they fail as aborted
-        for fut in pending:
-            with pytest.raises(errors.TransactionAbortedError):
-                await fut
-        async with producer.transaction():
-            await producer.send(topic, b"commit-last")
-        assert producer.transaction_state == "ready"
-    seen = await anyio.to_thread.run_sync(_ck_read_committed, bs, topic, 21)
-    assert sorted(seen) == sorted([b"commit-%d" % i for i in range(20)] + [b"commit-last"])
-
-
-async def test_exception_in_transaction_block_aborts(noida: EmbeddedBroker) -> None:
-    bs, topic = noida.bootstrap_servers, "txn-block-abort"
-    await _create(bs, topic, 1)
-    async with Producer(bootstrap_servers=bs, transactional_id="tx-block") as producer:
-        await producer.init_transactions()
-        with pytest.raises(RuntimeError, match="boom"):
-            async with producer.transaction():
-                await producer.send(topic, b"lost")
-                raise RuntimeError("boom")
-        assert producer.transaction_state == "ready"
-        async with producer.transaction():
-            await producer.send(topic, b"kept")
-    assert await anyio.to_thread.run_sync(_ck_read_committed, bs, topic, 1) == [b"kept"]
 
 
 async def test_bad_calls_raise_illegal_state(noida: EmbeddedBroker) -> None:
@@ -118,125 +46,6 @@ async def test_bad_calls_raise_illegal_state(noida: EmbeddedBroker) -> None:
     async with Producer(bootstrap_servers=bs) as plain:
         with pytest.raises(errors.IllegalStateError, match="no transactional_id"):
             plain.begin_transaction()
-
-
-async def test_second_producer_with_same_id_fences_the_first(noida: EmbeddedBroker) -> None:
-    bs, topic = noida.bootstrap_servers, "txn-fence"
-    await _create(bs, topic, 1)
-    async with Producer(bootstrap_servers=bs, transactional_id="tx-fence") as old:
-        await old.init_transactions()
-        old.begin_transaction()
-        await old.send(topic, b"zombie-open")           # its transaction is open when the new one starts
-        async with Producer(bootstrap_servers=bs, transactional_id="tx-fence") as new:
-            await new.init_transactions()                # aborts the old producer's open transaction
-            with pytest.raises(errors.ProducerFencedError):
-                await old.commit_transaction()
-            assert old.transaction_state == "fatal error"
-            for call in (old.begin_transaction, old.abort_transaction):
-                with pytest.raises(errors.ProducerFencedError):
-                    result = call()
-                    if result is not None:
-                        await result
-            async with new.transaction():
-                await new.send(topic, b"new")
-    assert await anyio.to_thread.run_sync(_ck_read_committed, bs, topic, 1) == [b"new"]
-
-
-async def _committed(bs: str, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-    async with Admin(bootstrap_servers=bs) as admin:
-        offsets = await admin.list_consumer_group_offsets(group)
-    return {tp: (offsets[tp].committed if tp in offsets else None) for tp in tps}
-
-
-async def test_send_offsets_commits_only_with_the_transaction(noida: EmbeddedBroker) -> None:
-    bs, src, dst, group = noida.bootstrap_servers, "txn-src", "txn-dst", "txn-copy"
-    await _create(bs, src, 1)
-    await _create(bs, dst, 1)
-    tp = TopicPartition(src, 0)
-    async with Producer(bootstrap_servers=bs) as plain:
-        await plain.send_many(src, [(None, b"in-%d" % i) for i in range(10)])
-    async with Consumer(src, bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
-                        enable_auto_commit=False, isolation_level="read_committed", **FAST) as consumer, \
-            Producer(bootstrap_servers=bs, transactional_id="tx-copy") as producer:
-        await producer.init_transactions()
-        got: list[Any] = []
-        with anyio.fail_after(30):
-            while len(got) < 10:
-                for recs in (await consumer.getmany(timeout_ms=500)).values():
-                    got.extend(recs)
-        meta = consumer.group_metadata()
-        assert meta.generation_id >= 0 and meta.member_id
-        # aborted: neither the outputs nor the offsets
-        producer.begin_transaction()
-        for rec in got[:5]:
-            await producer.enqueue(dst, rec.value)
-        await producer.send_offsets_to_transaction({tp: got[4].offset + 1}, meta)
-        await producer.abort_transaction()
-        assert (await _committed(bs, group, [tp]))[tp] is None
-        # committed: both
-        async with producer.transaction():
-            for rec in got:
-                await producer.enqueue(dst, rec.value)
-            await producer.send_offsets_to_transaction({tp: got[-1].offset + 1}, meta)
-        assert (await _committed(bs, group, [tp]))[tp] == 10
-        # noida-db does not check TxnOffsetCommit's generation (KIP-447 fencing: docs/brokers.md; the client's
-        # side of it is tested on the mock below): the stale offsets go in, and the abort drops them
-        producer.begin_transaction()
-        stale = meta._replace(generation_id=meta.generation_id + 5)
-        await producer.send_offsets_to_transaction({tp: 3}, stale)
-        await producer.abort_transaction()
-        assert (await _committed(bs, group, [tp]))[tp] == 10
-    seen = await anyio.to_thread.run_sync(_ck_read_committed, bs, dst, 10)
-    assert sorted(seen) == sorted(b"in-%d" % i for i in range(10))
-
-
-def _ck_transactions(bs: str, topic: str) -> None:
-    """confluent-kafka's transactional producer: committed, aborted, committed (partition 0)."""
-    producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": f"ck-{topic}"})
-    producer.init_transactions(10)
-    for label, commit in (("c1", True), ("a1", False), ("c2", True)):
-        producer.begin_transaction()
-        for i in range(5):
-            producer.produce(topic, b"%s-%d" % (label.encode(), i), partition=0)
-        producer.flush(10)
-        if commit:
-            producer.commit_transaction(10)
-        else:
-            producer.abort_transaction(10)
-    # an open transaction at the end: its records are below the high watermark but above the LSO
-    producer.begin_transaction()
-    producer.produce(topic, b"open-0", partition=0)
-    producer.flush(10)
-
-
-async def test_akresil_read_committed_skips_aborted_and_stops_at_lso(noida: EmbeddedBroker) -> None:
-    bs, topic = noida.bootstrap_servers, "txn-reverse"
-    await _create(bs, topic, 1)
-    await anyio.to_thread.run_sync(_ck_transactions, bs, topic)
-    tp = TopicPartition(topic, 0)
-    expected = [b"c1-%d" % i for i in range(5)] + [b"c2-%d" % i for i in range(5)]
-    async with Consumer(bootstrap_servers=bs, isolation_level="read_committed", fetch_max_wait_ms=100) as rc:
-        rc.assign([tp])
-        rc.seek(tp, 0)
-        seen: list[bytes] = []
-        with anyio.move_on_after(4):
-            while True:
-                for recs in (await rc.getmany(timeout_ms=300)).values():
-                    seen.extend(r.value for r in recs)
-        assert seen == expected                   # aborted skipped, control batches skipped, open one not read
-        position = await rc.position(tp)
-    async with Consumer(bootstrap_servers=bs, isolation_level="read_uncommitted", fetch_max_wait_ms=100) as ru:
-        ru.assign([tp])
-        ru.seek(tp, 0)
-        raw: list[bytes] = []
-        with anyio.move_on_after(3):
-            while len(raw) < 16:
-                for recs in (await ru.getmany(timeout_ms=300)).values():
-                    raw.extend(r.value for r in recs)
-        assert len(raw) == 16 and b"a1-0" in raw and b"open-0" in raw
-    # the position stops at the LSO, the first offset of the open transaction (3 transactions of 5 records
-    # and a marker each: 18), below the end of the log
-    assert position == 18
 
 
 async def test_end_txn_concurrent_transactions_is_retried_on_mock() -> None:

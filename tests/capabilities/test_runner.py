@@ -1,7 +1,8 @@
-"""The runner (at least once) with the real clients on Apache Kafka, both group protocols: one partition's handler
-times out for a while; the other is handled and committed meanwhile, the stuck one catches up after with backoff,
-outputs keep per-partition order, and a restarted runner in the same group starts from the commits.
-(Exactly once: test_transactions.py.)"""
+"""The runner (at least once) with the real clients, on every broker and group protocol it runs on here (Apache
+Kafka: classic and KIP-848; Tansu: classic): one partition's handler times out for a while; the other is handled
+and committed meanwhile, the stuck one catches up after with backoff, outputs keep per-partition order, and a
+restarted runner in the same group starts from the commits.  (Exactly once: test_transactions.py; a task timeout
+with real clients: tests/integration/test_runner_broker.py.)"""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ import time
 from typing import Callable
 
 import anyio
-import pytest
 
 from akresil import Consumer, Producer, TopicPartition
 from akresil.errors import KafkaTimeoutError
 from akresil.runner import HandlerContext, Runner, RunnerRebalanceListener
-from akresil.testing import KafkaCluster
+from akresil.testing import BrokerControl
 from akresil.types import ConsumerRecord
 
-from .conftest import TopicMaker
+from .conftest import on_group_brokers
 
 N = 40
 
@@ -25,8 +25,9 @@ N = 40
 def consumer_for(bootstrap: str, topic: str, group: str, protocol: str, **kw: object) -> Consumer:
     extra: dict[str, object] = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500} \
         if protocol == "classic" else {}
-    return Consumer(topic, bootstrap_servers=bootstrap, group_id=group, group_protocol=protocol,
-                    enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50, **extra, **kw)
+    return Consumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                    auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                    group_protocol=protocol, **extra, **kw)  # type: ignore[arg-type]
 
 
 async def read_all(bootstrap: str, topic: str, partition: int, count: int) -> list[bytes | None]:
@@ -41,11 +42,13 @@ async def read_all(bootstrap: str, topic: str, partition: int, count: int) -> li
         return got
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@on_group_brokers("classic", "consumer", only=("apache", "mock", "tansu"))
 async def test_a_stuck_partition_catches_up_while_the_other_commits(
-        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str], protocol: str) -> None:
-    bootstrap = kafka_cluster.bootstrap_servers
-    src, out, group = await make_topic(partitions=2), await make_topic(partitions=2), unique("runner-g")
+        control: BrokerControl, unique: Callable[[str], str], protocol: str) -> None:
+    bootstrap = control.bootstrap_servers
+    src = await control.create_topic(unique("runner-in"), partitions=2)
+    out = await control.create_topic(unique("runner-out"), partitions=2)
+    group = unique("runner-g")
     async with Producer(bootstrap_servers=bootstrap, linger_ms=2) as producer:
         for p in (0, 1):
             await producer.send_many(src, [(b"%d" % i, b"p%d-%03d" % (p, i)) for i in range(N)], partition=p)
