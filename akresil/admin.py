@@ -297,8 +297,8 @@ class Admin(ClientLifecycle):
                             classic[gid] = g.get("error_message") or errors.error_for_code(code).__name__
                             continue
                         if code == 0 and g["group_epoch"] < 0:
-                            # no KIP-848 group has a negative epoch: Tansu 0.6 answers every group so, with
-                            # no members; DescribeGroups knows the group
+                            # no KIP-848 group has a negative epoch: Tansu 0.6 (a supported embedded broker)
+                            # answers every group so, with no members; DescribeGroups knows the group
                             classic[gid] = f"described with group epoch {g['group_epoch']}"
                             continue
                         call.answer(gid, code, f"group {gid!r}",

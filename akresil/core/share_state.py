@@ -492,7 +492,9 @@ class ShareFetchState:
                     if old is not None:
                         if old.delivery_count == dc and not old.lost:
                             again.add(off)
-                            continue    # already ours under this delivery (librdkafka's mock announces it again)
+                            # already ours under this delivery: librdkafka's mock (a supported test broker for
+                            # share groups) announces it again; a record is handed out once per delivery
+                            continue
                         old.superseded = True   # the older acquisition must not be handed out or acknowledged
                 held[off] = lock
                 out.append(new(ShareRecord, rec + (dc,)))

@@ -550,7 +550,9 @@ class Connection:
                 try:
                     theirs = broker_versions(decode_response(key, 0, frame)).get(int(key))
                 except errors.ProtocolError:
-                    theirs = None  # unparsable body (librdkafka's mock): step down one version
+                    # unparsable body (librdkafka's mock, a supported test broker): step down one version, as
+                    # KIP-511 asks of a client whatever the broker
+                    theirs = None
                 if theirs is not None and theirs[1] < version:
                     fallback = theirs[1]
                 if fallback < 0:

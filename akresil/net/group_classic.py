@@ -416,7 +416,8 @@ class ClassicMember:
         soon as the rebalance began (noida-db) answers ILLEGAL_GENERATION for it; our JoinGroup has not gone
         out, so that generation cannot be complete and no one else owns these partitions yet: the commit is
         retried once for the next generation id. Kafka rejects that retry (ILLEGAL_GENERATION or
-        UNKNOWN_MEMBER_ID), and the original failure applies as before."""
+        UNKNOWN_MEMBER_ID), and the original failure applies as before: on Apache Kafka the step costs one request
+        and changes nothing; it stays while noida-db is a supported test broker for classic groups."""
         generation = self._commit_generation()
         try:
             await self._commit_at(pending, generation)

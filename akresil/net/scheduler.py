@@ -45,11 +45,10 @@ _UNKNOWN_PRODUCER_ID = errors.UnknownProducerIdError.errno
 #: a batch larger than the topic's max.message.bytes: split and re-sent (RECORD_LIST_TOO_LARGE, a batch larger than
 #: the log segment, is not split: Java's Sender splits only on this one)
 _MESSAGE_TOO_LARGE = errors.MessageSizeTooLargeError.errno
-#: how a broker may refuse a client-side epoch bump (Apache accepts it; Tansu 0.6 answers PRODUCER_FENCED)
+#: how a broker may refuse a client-side epoch bump (Apache accepts it; Tansu 0.6 answers PRODUCER_FENCED, and the
+#: producer takes a new producer id instead).  Kept: Tansu stays a supported embedded broker
 _BUMP_REFUSED = (errors.InvalidProducerEpochError.errno, errors.ProducerFencedError.errno, _OUT_OF_ORDER_SEQUENCE,
                  _UNKNOWN_PRODUCER_ID)
-#: InitProducerId: versions below 3 cannot bump an epoch; Tansu answers v0-v2 with errors (DESIGN.md)
-_INIT_PID_MIN_VERSION = 0
 
 
 #: the producer epoch is a signed 16-bit field; at its maximum a new producer id is needed instead of a bump
@@ -319,7 +318,7 @@ class Sender:
         try:
             _, _, response = await cluster.request_any(ApiKey.INIT_PRODUCER_ID, {
                 "transactional_id": None, "transaction_timeout_ms": 2**31 - 1,
-                "producer_id": -1, "producer_epoch": -1}, min_version=_INIT_PID_MIN_VERSION)
+                "producer_id": -1, "producer_epoch": -1})
             code = response.get("error_code", 0)
             if code:
                 raise errors.error_for_code(code)(f"InitProducerId failed: error {code}")
