@@ -15,12 +15,11 @@ from akresil.testing import EmbeddedBroker, KafkaCluster, free_port as _free_por
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 _TIER_CLUSTER = pytest.StashKey[KafkaCluster]()
+_LAST_TIER_TEST = pytest.StashKey[str]()
 
 
 def rack(node_id: int) -> str:
     return f"rack-{node_id}"
-
-_LAST_TIER_TEST = pytest.StashKey[str]()
 
 
 def uses_tier_cluster(item: pytest.Item) -> bool:

@@ -12,8 +12,8 @@ import pytest
 from akresil.bench.java_groups import JavaBenchError, JavaGroups
 from akresil.testing import KafkaCluster
 
+from ..harness.share import nothing_left, produce, share_group
 from .conftest import TopicMaker
-from .test_share_groups import nothing_left, produce, share_group
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ async def test_java_share_consumers_accept_every_record(java: JavaGroups, kafka_
     assert 0 < first_s <= seconds and close_s >= 0
     assert java.java_version
     # every record was accepted and the acceptance committed: nothing comes back to a later member
-    assert await nothing_left(kafka_cluster, topic, group) == []
+    assert await nothing_left(kafka_cluster.bootstrap_servers, topic, group) == []
 
 
 async def test_java_members_settle_and_a_java_side_failure_is_an_error(

@@ -107,8 +107,8 @@ def test_produce_retry_goes_to_the_hinted_leader_at_once(control: BrokerControl,
                          hooks=[hook], **SLOW_PATH) as producer:
             await producer.send(topic, b"warm-up", partition=0)
             leader, _ = await control.leader(topic, 0)
-            if wire:
-                await control.delay_metadata(METADATA_DELAY_MS)  # type: ignore[union-attr]
+            if isinstance(control, WIRE):
+                await control.delay_metadata(METADATA_DELAY_MS)
             for move in range(2):
                 target = next_node(control.node_ids, leader)
                 epoch = await control.move_leader(topic, 0, target)

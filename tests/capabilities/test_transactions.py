@@ -34,6 +34,7 @@ from .conftest import BROKERS, GROUP_PROTOCOLS, kind_of
 
 ck = pytest.importorskip("confluent_kafka")
 
+
 def on_transaction_brokers(*, protocols: tuple[str, ...] = (), levels: tuple[int, ...] = (2, 1)
                            ) -> pytest.MarkDecorator:
     """Parametrize ``(control, transaction_version[, protocol])`` over every broker with transactions: Apache Kafka

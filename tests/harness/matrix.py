@@ -18,6 +18,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+
 import anyio
 
 from akresil import Admin, Consumer, Producer, TopicPartition

@@ -1,7 +1,7 @@
 """``KafkaClusterControl``, the chaos soak's control for a real Apache Kafka cluster, on a fake cluster: which
 quota a throttle sets and when it is lifted, restarts in the background that moves and kills wait for, the
 faults a real broker cannot take, and how a member kill is checked.  The real thing runs in
-tests/apache/test_chaos_soak.py."""
+tests/capabilities/test_chaos_soak.py (its Apache Kafka case)."""
 
 from __future__ import annotations
 
