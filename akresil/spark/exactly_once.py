@@ -40,6 +40,8 @@ from .writer import TaskDelivery, TaskRows, _Tally, send_rows
 
 __all__ = ["deliver_exactly_once", "transaction_name", "marker_partition"]
 
+#: client statistics of a task that sent nothing
+_NO_STATS = {"retries": 0, "throttle_ms": 0.0, "throttled": 0, "leader_hints": 0, "skip_backoff_retries": 0}
 #: errors that say a cached producer was fenced by a newer one of its id (replace it and initialise again)
 _FENCED = (errors.ProducerFencedError, errors.InvalidProducerEpochError)
 
@@ -61,6 +63,11 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
     started = time.monotonic()
     rows = TaskRows(iterator, columns, options.topic)
     first = rows.peek()
+    if first is None and rows.bad_input is not None:      # the first batch has a row it cannot write
+        tally = _Tally(task, attempt)
+        tally.add_bad_input(rows)
+        tally.not_sent += rows.drain()
+        return tally.delivery(_NO_STATS, time.monotonic() - started, "nothing was sent", landed=False)
     if first is None:           # nothing to write: no transaction, no marker needed (a replay writes nothing)
         return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started)
     name = transaction_name(options.transactional_id_prefix, query_id, task)
@@ -82,7 +89,7 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
         portal.call(producer.begin_transaction)
         try:
             send_rows(portal, producer, rows, tally)
-            if tally.failed_count:
+            if tally.refused:
                 tally.not_sent += rows.drain()
                 portal.call(producer.abort_transaction)
                 return tally.delivery(entry.stats.since(entry.mark), time.monotonic() - started,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter,
@@ -15,7 +19,7 @@ from pyspark.sql.types import StructType
 from .. import errors
 from .options import parse_read_options, parse_write_options
 from .schema import kafka_schema
-from .writer import WriteSummary, read_summary
+from .writer import WriteSummary, read_summary, store_summary
 
 __all__ = ["AkresilDataSource", "register", "last_write_summary", "stream_write_summaries", "summary_dir"]
 
@@ -50,10 +54,11 @@ class AkresilDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import AkresilWriter, check_input_schema
-        if overwrite:
-            raise errors.ConfigError("save mode: Kafka topics are append-only; use mode('append')")
-        options = parse_write_options(self.options)
-        columns = check_input_schema(schema, options.topic)
+        with self._rejected_summary():
+            if overwrite:
+                raise errors.ConfigError("save mode: Kafka topics are append-only; use mode('append')")
+            options = parse_write_options(self.options)
+            columns = check_input_schema(schema, options.topic)
         return AkresilWriter(options, columns, self.summary_dir)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -61,9 +66,23 @@ class AkresilDataSource(DataSource):
         micro-batch, as Spark's Kafka sink does: a topic cannot be truncated."""
         from .stream_writer import AkresilStreamWriter
         from .writer import check_input_schema
-        options = parse_write_options(self.options, streaming=True)
-        columns = check_input_schema(schema, options.topic)
+        with self._rejected_summary():
+            options = parse_write_options(self.options, streaming=True)
+            columns = check_input_schema(schema, options.topic)
         return AkresilStreamWriter(options, columns, self.summary_dir)
+
+    @contextmanager
+    def _rejected_summary(self) -> Iterator[None]:
+        """A write refused when Spark plans it stores a ``rejected`` summary (nothing landed, ``error`` says
+        why) before the error goes on, so ``last_write_summary()`` does not answer with an earlier write's."""
+        try:
+            yield
+        except errors.ConfigError as exc:
+            summary = WriteSummary(write_id=f"{time.time_ns()}-rejected-{uuid.uuid4().hex[:12]}", status="rejected",
+                                   tasks_delivered=0, tasks_failed=0, records=0, bytes=0, retries=0,
+                                   throttle_ms=0.0, partitions={}, finished_at=time.time(), error=str(exc))
+            store_summary(self.summary_dir, summary.write_id, summary)
+            raise
 
     def _check_schema(self, schema: StructType) -> None:
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"

@@ -114,7 +114,8 @@ class WriteSummary:
     committed or aborted it."""
 
     write_id: str
-    #: "committed" (every record landed) or "aborted" (some task failed; `records` still counts what landed)
+    #: "committed" (every record landed), "aborted" (some task failed; `records` still counts what landed) or
+    #: "rejected" (refused when Spark planned it: nothing sent, `error` says why)
     status: str
     tasks_delivered: int
     tasks_failed: int
@@ -333,7 +334,9 @@ class TaskRows:
 
     ``peek()`` groups the first non-empty batch without consuming it from iteration (the exactly-once path
     needs its first topic before it sends anything); ``drain()`` counts the rows not taken, so a task that
-    stops sending still consumes Spark's input and can say how many rows it did not send.
+    stops sending still consumes Spark's input and can say how many rows it did not send. A batch with a row
+    the sink cannot write (a null topic, a negative partition) ends the iteration: ``bad_input`` names the row
+    and ``bad_rows`` counts the batch's rows, none of which is sent.
     """
 
     def __init__(self, iterator: Iterable[pa.RecordBatch], columns: Sequence[str], default_topic: str | None) -> None:
@@ -341,11 +344,20 @@ class TaskRows:
         self.columns, self.default_topic = columns, default_topic
         self.rows = 0
         self._peeked: list[RowGroup] | None = None
+        self.bad_input: errors.ConfigError | None = None
+        self.bad_rows = 0
 
     def _next(self) -> list[RowGroup] | None:
+        if self.bad_input is not None:
+            return None
         for batch in self._batches:
             if batch.num_rows:
-                groups = group_batch(batch, self.columns, default_topic=self.default_topic, row_base=self.rows)
+                try:
+                    groups = group_batch(batch, self.columns, default_topic=self.default_topic, row_base=self.rows)
+                except errors.ConfigError as exc:
+                    self.bad_input, self.bad_rows = exc, batch.num_rows
+                    self.rows += batch.num_rows
+                    return None
                 self.rows += batch.num_rows
                 return groups
         return None
@@ -374,7 +386,8 @@ class TaskRows:
 
 def send_rows(portal: Any, producer: Any, rows: TaskRows, tally: "_Tally") -> None:
     """Send every group of ``rows`` with ``producer`` on the loop thread behind ``portal``; stops after the
-    first Arrow batch with refused records (``tally`` has them).
+    first Arrow batch with refused records, or before the first batch with a row it cannot write (``tally``
+    has them: ``tally.refused``).
 
     Batch *k* is sent by the loop thread while this thread reads batch *k + 1* from Spark and groups it;
     batch *k + 1* is appended only once *k* is acknowledged, so a task's rows keep their order within a
@@ -393,6 +406,7 @@ def send_rows(portal: Any, producer: Any, rows: TaskRows, tally: "_Tally") -> No
         if in_flight is not None:
             tally.add(in_flight[0].result(), in_flight[1])
             in_flight = None
+        tally.add_bad_input(rows)
     finally:
         if in_flight is not None and not in_flight[0].done():
             in_flight[0].cancel()
@@ -401,8 +415,9 @@ def send_rows(portal: Any, producer: Any, rows: TaskRows, tally: "_Tally") -> No
 def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], task: int,
                     attempt: int) -> TaskDelivery:
     """Executor side of an at-least-once write: send every batch with this worker's cached idempotent
-    producer (see ``kafka_io``). Refused records end the sending: the rest of the input is counted, not sent,
-    the producer is closed rather than reused, and the returned delivery carries the report."""
+    producer (see ``kafka_io``). Refused records, or a row it cannot write, end the sending: the rest of the
+    input is counted, not sent, the producer is closed rather than reused after a refusal, and the returned
+    delivery carries the report."""
     from .kafka_io import worker_clients
 
     started = time.monotonic()
@@ -415,7 +430,7 @@ def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, c
     try:
         send_rows(worker.portal, entry.client, rows, tally)
         healthy = not tally.failed_count
-        if not healthy:
+        if tally.refused:
             tally.not_sent += rows.drain()
     finally:
         worker.release(entry, healthy=healthy)
@@ -522,8 +537,21 @@ class _Tally:
         self.failed_count: dict[str, int] = {}
         self.first_error: dict[str, str] = {}
         self.fatal: BaseException | None = None
-        #: rows not sent because an earlier batch of the task was refused
+        #: rows not sent because an earlier batch of the task was refused, or a row could not be written
         self.not_sent = 0
+        #: a row the sink cannot write (``TaskRows.bad_input``): the error naming it
+        self.bad_input: str | None = None
+
+    @property
+    def refused(self) -> bool:
+        """True when the task must stop sending and report: records refused, or a row it cannot write."""
+        return bool(self.failed_count) or self.bad_input is not None
+
+    def add_bad_input(self, rows: TaskRows) -> None:
+        """Take ``rows``' bad row, if any: its batch counts as not sent."""
+        if rows.bad_input is not None and self.bad_input is None:
+            self.bad_input = str(rows.bad_input)
+            self.not_sent += rows.bad_rows
 
     def add(self, outcome_of_batch: tuple[list[list[Any]], BaseException | None], groups: list[RowGroup]) -> None:
         """Count one batch's outcome (``_deliver``'s result: per group, each record's metadata or error)."""
@@ -559,12 +587,15 @@ class _Tally:
         return sum(self.failed_count.values()) + self.not_sent
 
     def report(self, stats: Mapping[str, float], consequence: str) -> str | None:
-        """What failed, per partition (count, first rows, first error); None when nothing did."""
-        if not self.failed_count:
+        """What failed, per partition (count, first rows, first error), or the row it could not write; None
+        when nothing did."""
+        if not self.refused:
             return None
-        lines = [f"akresil write task {self.task} (attempt {self.attempt}): "
-                 f"{sum(self.failed_count.values())} records not acknowledged, {self.records} acknowledged"
-                 + (f", {self.not_sent} not sent after the refusal" if self.not_sent else "")
+        what = (f"bad input: {self.bad_input}; " if self.bad_input is not None
+                else f"{sum(self.failed_count.values())} records not acknowledged, ")
+        after = "after the bad row" if self.bad_input is not None else "after the refusal"
+        lines = [f"akresil write task {self.task} (attempt {self.attempt}): {what}{self.records} acknowledged"
+                 + (f", {self.not_sent} not sent {after}" if self.not_sent else "")
                  + f" (retries {int(stats['retries'])}); {consequence}."]
         for key in sorted(self.failed_count):
             rows = self.failed.get(key, [])

@@ -106,10 +106,10 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
     async def main() -> None:
         async with Admin(bootstrap_servers=bootstrap) as admin:
-            await admin.create_topics([NewTopic(name, partitions)])
+            await admin.create_topics([NewTopic(name, partitions, configs=configs)])
     anyio.run(main)
 
 

@@ -124,6 +124,57 @@ def test_failed_write_names_partition_and_rows_and_aborts(spark: Any, spark_brok
     assert summary is not None and summary.status == "aborted" and summary.tasks_delivered == 0
 
 
+def last_summary_fields() -> tuple[str, int, str | None]:
+    import akresil.spark
+
+    summary = akresil.spark.last_write_summary()
+    assert summary is not None
+    return summary.status, summary.records, summary.error
+
+
+def test_record_too_large_for_the_topic_fails_the_write_and_the_summary_counts_what_landed(
+        spark: Any, spark_broker: Any) -> None:
+    """The broker refuses one record (above the topic's max.message.bytes): the write fails naming the partition,
+    the row and the error; the records it acknowledged stay, and the summary counts them."""
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-too-large")
+    create_topic(bs, topic, 1, configs={"max.message.bytes": "2000"})
+    df = spark.createDataFrame([("a",), ("b" * 5000,), ("c",)], "value string").coalesce(1)
+    with pytest.raises(Exception) as info:
+        df.write.format("akresil").option("kafka.bootstrap.servers", bs).option("topic", topic).mode("append").save()
+    text = str(info.value)
+    assert f"{topic}-?: 1 failed, first rows [1], error MessageSizeTooLargeError: {topic}-0 on node" in text, text
+    assert last_summary_fields()[:2] == ("aborted", 2)
+    assert sorted(r.value for r in _reader(spark, bs, subscribe=topic).collect()) == [b"a", b"c"]
+
+
+def test_a_row_without_topic_mid_task_fails_the_write_naming_it_and_the_summary_counts_what_landed(
+        spark: Any, spark_broker: Any) -> None:
+    """Row 12 of a task has a null topic (and no topic option): the task sends the Arrow batches before it and
+    stops there (a retry of the task would only resend them); the write fails naming the row and the summary
+    counts the 10 rows that landed."""
+    import akresil.spark
+
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-null-topic")
+    create_topic(bs, topic, 1)
+    df = spark.range(0, 20, numPartitions=1).selectExpr(
+        f"case when id = 12 then null else '{topic}' end as topic", "cast(id as string) as value")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "5")
+    try:
+        with pytest.raises(Exception) as info:
+            df.write.format("akresil").option("kafka.bootstrap.servers", bs).mode("append").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    text = str(info.value)
+    assert "bad input: row 12: topic is null" in text and "10 acknowledged, 10 not sent after the bad row" in text, \
+        text
+    summary = akresil.spark.last_write_summary()
+    assert summary is not None
+    assert (summary.status, summary.records, summary.failed, summary.tasks_failed) == ("aborted", 10, 10, 1)
+    assert sorted(int(r.value) for r in _reader(spark, bs, subscribe=topic).collect()) == list(range(10))
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"subscribe": "t", "startingoffset": "earliest"}, "startingoffset: unknown option"),
     ({"subscribe": "t", "assign": '{"t":[0]}'}, "exactly one of subscribe, subscribePattern, assign"),
@@ -142,20 +193,36 @@ def test_bad_read_options_fail_with_the_option_named(spark: Any, spark_broker: A
 
 
 def test_bad_write_input_fails_with_the_problem_named(spark: Any, spark_broker: Any) -> None:
+    """Checked when Spark plans the write, before a row is sent: the summary of the rejected write says nothing
+    landed and why (not the previous write's)."""
     bs = spark_broker.bootstrap_servers
     df = spark.createDataFrame([("k", "v")], "key string, value string")
-    w = df.write.format("akresil").option("kafka.bootstrap.servers", bs)
+
+    def w() -> Any:      # a DataFrameWriter keeps the options set on it: a fresh one per attempt
+        return df.write.format("akresil").option("kafka.bootstrap.servers", bs)
+    good = unique_topic("spark-before-bad")
+    create_topic(bs, good, 1)
+    w().option("topic", good).mode("append").save()
+    assert last_summary_fields() == ("committed", 1, None)
     with pytest.raises(Exception, match="no topic: give the 'topic' option"):
-        w.mode("append").save()
+        w().mode("append").save()
+    status, records, error = last_summary_fields()
+    assert (status, records) == ("rejected", 0) and "no topic: give the 'topic' option" in (error or "")
+    with pytest.raises(Exception, match="topik: unknown option of the akresil data source"):
+        w().option("topik", good).mode("append").save()
+    with pytest.raises(Exception, match="column 'value' must be binary or string, got bigint"):
+        (spark.range(3).selectExpr("id as value").write.format("akresil").option("kafka.bootstrap.servers", bs)
+         .option("topic", good).mode("append").save())
+    assert last_summary_fields()[:2] == ("rejected", 0)
     with pytest.raises(Exception, match="Kafka topics are append-only"):
-        w.option("topic", "t").mode("overwrite").save()
+        w().option("topic", "t").mode("overwrite").save()
     with pytest.raises(Exception, match="input has no 'value' column"):
         (spark.createDataFrame([("k",)], "key string").write.format("akresil").option("kafka.bootstrap.servers", bs)
          .option("topic", "t").mode("append").save())
     with pytest.raises(Exception, match="kafka.bootstrap.servers: required"):
         df.write.format("akresil").option("topic", "t").mode("append").save()
     with pytest.raises(Exception, match="startingOffsets: not an option of a write"):
-        w.option("topic", "t").option("startingOffsets", "earliest").mode("append").save()
+        w().option("topic", "t").option("startingOffsets", "earliest").mode("append").save()
 
 
 def test_stream_three_micro_batches_then_resume_from_checkpoint(spark: Any, spark_broker: Any,

@@ -95,29 +95,63 @@ def test_stream_sink_follows_the_kafka_sink_contract(spark: Any, spark_broker: A
 def test_bad_stream_sink_input_fails_the_query_naming_it(spark: Any, spark_broker: Any, source: str,  # noqa: F811
                                                          tmp_path: Path, columns: tuple[str, ...],
                                                          options: dict[str, str], message: str) -> None:
-    """Checked when Spark creates the writer, before a row is sent: no micro-batch summary, nothing landed."""
+    """Checked when Spark creates the writer, before a row is sent: no micro-batch summary; the program's last
+    summary is the rejected writer's (nothing landed, the error), not an earlier write's."""
     import akresil.spark
     bs = spark_broker.bootstrap_servers
     query = _run(_source(spark, bs, source, *columns), bs, tmp_path / "ckpt", **options)
     assert query.exception() is not None and message in str(query.exception()), query.exception()
     assert akresil.spark.stream_write_summaries(query.id) == []
+    last = akresil.spark.last_write_summary()
+    assert last is not None and (last.status, last.records) == ("rejected", 0) and message in (last.error or "")
 
 
+@pytest.mark.parametrize("refusal", ["no such partition", "too large for the topic"])
 def test_stream_sink_refused_records_fail_the_query_and_the_summary_counts_what_landed(
-        spark: Any, spark_broker: Any, source: str, tmp_path: Path) -> None:  # noqa: F811
-    """At least once: one record goes to a partition the topic lacks. The micro-batch fails naming the partition and
-    the row; the 19 records acknowledged stay in Kafka, and the summary says so."""
+        spark: Any, spark_broker: Any, source: str, tmp_path: Path, refusal: str) -> None:  # noqa: F811
+    """At least once: record 7 goes to a partition the topic lacks, or is larger than the topic's
+    max.message.bytes (the broker refuses it). The micro-batch fails naming the partition, the row and the error;
+    the 19 records acknowledged stay in Kafka, and the summary says so."""
     import akresil.spark
     bs = spark_broker.bootstrap_servers
     sink = unique_topic("sink-refused")
-    create_topic(bs, sink, 1)
-    stream = _source(spark, bs, source, "key", "value", "case when offset = 7 then 5 else 0 end as partition")
+    if refusal == "no such partition":
+        create_topic(bs, sink, 1)
+        stream = _source(spark, bs, source, "key", "value", "case when offset = 7 then 5 else 0 end as partition")
+        failed, error = f"{sink}-5", "ValueError: partition 5 given for topic"   # refused by the client
+    else:
+        create_topic(bs, sink, 1, configs={"max.message.bytes": "2000"})
+        stream = _source(spark, bs, source, "key",
+                         "case when offset = 7 then repeat('x', 5000) else cast(value as string) end as value")
+        failed, error = f"{sink}-?", "MessageSizeTooLargeError"          # refused by the broker
     query = _run(stream, bs, tmp_path / "ckpt", topic=sink, **{"kafka.max.block.ms": "2000",
                                                               "kafka.delivery.timeout.ms": "3000",
                                                               "kafka.request.timeout.ms": "1000"})
     text = str(query.exception())
-    assert f"{sink}-5: 1 failed, first rows [7]" in text and "19 acknowledged" in text, text
+    assert f"{failed}: 1 failed, first rows [7], error {error}" in text and "19 acknowledged" in text, text
     [summary] = akresil.spark.stream_write_summaries(query.id)
     assert (summary.status, summary.records, summary.failed, summary.tasks_failed) == ("aborted", 19, 1, 1)
-    assert summary.partitions == {f"{sink}-0": 19} and f"{sink}-5: 1 failed" in (summary.error or "")
+    assert summary.partitions == {f"{sink}-0": 19} and f"{failed}: 1 failed" in (summary.error or "")
     assert sorted(r.value for r in _read(bs, sink, 1)) == sorted(b"v%d" % i for i in range(20) if i != 7)
+
+
+def test_stream_sink_row_without_topic_fails_the_micro_batch_and_the_summary_counts_what_landed(
+        spark: Any, spark_broker: Any, source: str, tmp_path: Path) -> None:  # noqa: F811
+    """Row 12 of the micro-batch's one task has a null topic (no topic option): the Arrow batches before it land,
+    the micro-batch fails naming the row, and its summary counts the 10 rows that landed."""
+    import akresil.spark
+    bs = spark_broker.bootstrap_servers
+    sink = unique_topic("sink-null-topic")
+    create_topic(bs, sink, 1)
+    stream = _source(spark, bs, source, f"case when offset = 12 then null else '{sink}' end as topic", "key", "value")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "5")
+    try:
+        query = _run(stream, bs, tmp_path / "ckpt")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    text = str(query.exception())
+    assert "bad input: row 12: topic is null" in text and "10 acknowledged, 10 not sent after the bad row" in text, \
+        text
+    [summary] = akresil.spark.stream_write_summaries(query.id)
+    assert (summary.status, summary.records, summary.failed, summary.tasks_failed) == ("aborted", 10, 10, 1)
+    assert sorted(r.value for r in _read(bs, sink, 1)) == sorted(b"v%d" % i for i in range(10))

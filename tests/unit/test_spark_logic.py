@@ -371,3 +371,31 @@ def test_stream_write_options_delivery_guarantee_and_transactional_prefix() -> N
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_write_options({**BS, "topic": "t", **options}, streaming=True)
+
+
+def test_task_rows_stop_at_a_row_the_sink_cannot_write_and_the_report_names_it() -> None:
+    """A null topic in the second Arrow batch: the first batch is handed out, the second is not (none of its rows
+    is sent), and the task's report names the row and counts what landed and what was not sent."""
+    import pyarrow as pa
+
+    from akresil.spark.writer import TaskRows, _Tally
+    from akresil.types import RecordMetadata
+
+    topics = [["t"] * 3, ["t", None], ["t"] * 4]
+    batches = [pa.record_batch([pa.array(t), pa.array([b"v"] * len(t))], names=["topic", "value"]) for t in topics]
+    rows = TaskRows(iter(batches), ("value", "topic"), None)
+    [first] = list(rows)
+    assert [list(g.rows) for g in first] == [[0, 1, 2]]
+    assert rows.bad_input is not None and "row 4: topic is null" in str(rows.bad_input) and rows.bad_rows == 2
+    tally = _Tally(task=1, attempt=0)
+    tally.add(([[RecordMetadata("t", 0, i, 0) for i in range(3)]], None), first)
+    assert not tally.refused
+    tally.add_bad_input(rows)
+    tally.not_sent += rows.drain()
+    assert tally.refused and (tally.records, tally.failed_total) == (3, 6)
+    stats = {"retries": 0, "throttle_ms": 0.0, "throttled": 0, "leader_hints": 0, "skip_backoff_retries": 0}
+    delivery = tally.delivery(stats, 0.1, "records acknowledged before it stay")
+    assert (delivery.records, delivery.failed) == (3, 6)
+    assert delivery.report == ("akresil write task 1 (attempt 0): bad input: row 4: topic is null; set the 'topic' "
+                               "option for a default; 3 acknowledged, 6 not sent after the bad row (retries 0); "
+                               "records acknowledged before it stay.")
