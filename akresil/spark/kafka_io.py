@@ -22,22 +22,23 @@ import os
 import re
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import anyio
 import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .. import errors
-from ..admin import Admin
 from ..checks import EARLIEST as LIST_EARLIEST, LATEST as LIST_LATEST
 from ..config import OPTIONS_BY_NAME
-from ..consumer import Consumer
-from ..producer import Producer
 from ..types import TopicPartition
 from .offsets import DataLossError, OffsetRange
 from .options import Subscription
 from .schema import records_to_batch
+
+if TYPE_CHECKING:
+    from ..admin import Admin
+    from ..consumer import Consumer
 
 __all__ = ["PartitionSnapshot", "snapshot", "offsets_for_times", "read_range", "admin_config", "ClientStats",
            "WorkerClients", "worker_clients", "close_worker_clients", "RangeReader"]
@@ -132,10 +133,17 @@ class WorkerClients:
                     return entry
         stats = ClientStats()
         client: Any
+        # each client's modules load on first use: a Python worker Spark starts for a write imports the producer
+        # alone, a reader the consumer (0.1-0.2 s of imports each, paid in every worker process Spark starts)
         if kind == "admin":
+            from ..admin import Admin
             client = Admin(**config)
+        elif kind == "producer":
+            from ..producer import Producer
+            client = Producer(**config, hooks=[stats])
         else:
-            client = (Producer if kind == "producer" else Consumer)(**config, hooks=[stats])
+            from ..consumer import Consumer
+            client = Consumer(**config, hooks=[stats])
         context = portal.wrap_async_context_manager(client)
         context.__enter__()
         entry = _Cached(client, stats, context)
@@ -256,6 +264,7 @@ def snapshot(config: Mapping[str, Any], subscription: Subscription, *, allow_mis
 
 
 async def _snapshot(config: dict[str, Any], subscription: Subscription, allow_missing: bool) -> PartitionSnapshot:
+    from ..admin import Admin
     async with Admin(**admin_config(config)) as admin:
         return await _snapshot_with(admin, subscription, allow_missing,
                                     config.get("isolation_level", "read_uncommitted"))
@@ -282,6 +291,7 @@ def offsets_for_times(config: Mapping[str, Any], timestamps: Mapping[TopicPartit
 
 async def _offsets_for_times(config: dict[str, Any], timestamps: dict[TopicPartition, int]
                              ) -> dict[TopicPartition, int | None]:
+    from ..admin import Admin
     async with Admin(**admin_config(config)) as admin:
         found = await admin.list_offsets(timestamps, isolation_level=config.get("isolation_level",
                                                                                "read_uncommitted"))
