@@ -189,7 +189,11 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         """Commit (with auto-commit), leave the group, stop fetching and release every task and connection."""
         if self._processing is not None:
             self._end_processing()
-        await self._runtime.close(self._commit_and_leave, self._fetcher.stop)
+        await self._runtime.close(self._close_gracefully, self._fetcher.stop)
+
+    async def _close_gracefully(self) -> None:
+        await self._commit_and_leave()
+        await self._fetcher.close_sessions()     # KIP-227: the brokers free our fetch sessions now, as with Java
 
     async def _commit_and_leave(self) -> None:
         # records ``async for`` took but did not yield are not handed out any more (the iteration ends): their

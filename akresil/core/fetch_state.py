@@ -46,8 +46,9 @@ Rules worth knowing:
   metadata), when a Fetch to it fails, or when the metadata shows it gone, offline or out of the ISR; errors
   that name a stale view also refresh the metadata. OFFSET_OUT_OF_RANGE from the replica is not a reset: the
   leader is asked (a replica's log may start later or end earlier than the leader's).
-* Fetch sessions (KIP-227) are not used: every request is a full fetch (session id 0, epoch -1). It keeps the
-  broker stateless towards us at the cost of re-sending the partition list, which is small for a consumer.
+* Fetch sessions (KIP-227, ``core.fetch_session``): after a node's first (full) Fetch, its Fetches list only
+  partitions whose fetch offset or leader epoch changed or that joined, and name those that left; the broker
+  answers only partitions with news. A partition the answer leaves out simply has nothing new.
 * Planning visits a ready set, not the assignment: a partition joins it when something may have made it
   fetchable (its node's answer or failure, a drain of its buffer, a seek, a resume, room in the prefetch
   buffer, a metadata change for those waiting on a busy node) and leaves it when a plan finds it blocked. At
@@ -71,10 +72,12 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
 from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
-from ..protocol.messages import FetchRequest as FetchBody, FetchRequestFetchPartition, FetchRequestFetchTopic
+from ..protocol.messages import (FetchRequest as FetchBody, FetchRequestFetchPartition, FetchRequestFetchTopic,
+                                 FetchRequestForgottenTopic)
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
+from .fetch_session import FetchSession
 from .metadata import ZERO_UUID, BrokerInfo, MetadataCache, MetadataSnapshot, pending_topic_backoff
 
 EARLIEST, LATEST = "earliest", "latest"
@@ -86,6 +89,9 @@ TOPIC_ID_VERSION = 13
 _LEADER_ERRORS = frozenset({errors.NotLeaderOrFollowerError.errno, errors.FencedLeaderEpochError.errno})
 _OFFSET_OUT_OF_RANGE = errors.OffsetOutOfRangeError.errno
 _UNKNOWN_LEADER_EPOCH = errors.UnknownLeaderEpochError.errno
+_SESSION_TOPIC_ID_ERROR = errors.FetchSessionTopicIdError.errno
+_SESSION_ERRORS = frozenset({errors.FetchSessionIdNotFoundError.errno, errors.InvalidFetchSessionEpochError.errno,
+                             _SESSION_TOPIC_ID_ERROR})
 _ABORT_MARKER = 0
 _CONTROL_KEY = struct.Struct(">hh")
 
@@ -378,6 +384,8 @@ class FetchState:
         self.buffered_bytes = 0
         #: nodes with a Fetch outstanding (one per node)
         self.busy_nodes: set[int] = set()
+        #: KIP-227: one fetch session per node (``core.fetch_session``)
+        self.sessions: dict[int, FetchSession] = {}
         self._rotation = 0
         #: the application's last ``drain`` found nothing to hand out and no records arrived since (it waits
         #: for partitions that have none buffered)
@@ -753,27 +761,60 @@ class FetchState:
 
     def build_request_body(self, request: FetchRequest, version: int, *, max_wait_ms: int, min_bytes: int
                            ) -> FetchBody:
-        """The Fetch body for ``request`` at ``version`` (v13+ names topics by id)."""
+        """The Fetch body for ``request`` at ``version`` (v13+ names topics by id). Within a KIP-227 session
+        (``core.fetch_session``) it lists only the partitions the node's session does not hold as they are now,
+        and names those to drop; the session then holds ``request``'s partitions."""
         if version >= TOPIC_ID_VERSION and len(request.topic_ids) < len({p.tp.topic for p in request.partitions}):
             raise errors.UnsupportedVersionError(
                 f"Fetch v{version} needs topic ids and some topic in the request has none")
+        session = self.sessions.get(request.node)
+        if session is None:
+            session = self.sessions[request.node] = FetchSession(request.node)
+        sreq = session.build(request.partitions, request.topic_ids, version)
+        wanted = request.partitions
+        listed = wanted if sreq.full else [wanted[i] for i in sreq.send]
         topics: dict[str, list[FetchRequestFetchPartition]] = {}
         pmax = self.max_partition_fetch_bytes
-        for p in request.partitions:
-            topics.setdefault(p.tp.topic, []).append({
-                "partition": p.tp.partition, "current_leader_epoch": p.current_leader_epoch,
-                "fetch_offset": p.fetch_offset, "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": pmax})
+        for p in listed:
+            tp = p[0]
+            parts = topics.get(tp[0])
+            if parts is None:
+                parts = topics[tp[0]] = []
+            parts.append({"partition": tp[1], "current_leader_epoch": p[2], "fetch_offset": p[1],
+                          "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": pmax})
+        forgotten: dict[Any, list[int]] = {}
+        for topic, partition, topic_id in sreq.forgotten:
+            forgotten.setdefault(topic_id if version >= TOPIC_ID_VERSION else topic, []).append(partition)
         if version >= TOPIC_ID_VERSION:
             ids = request.topic_ids
             topic_list: list[FetchRequestFetchTopic] = [{"topic_id": ids[t], "partitions": ps}
                                                         for t, ps in topics.items()]
+            forgotten_list: list[FetchRequestForgottenTopic] = [{"topic_id": t, "partitions": ps}
+                                                                for t, ps in forgotten.items()]
         else:
             topic_list = [{"topic": t, "partitions": ps} for t, ps in topics.items()]
+            forgotten_list = [{"topic": t, "partitions": ps} for t, ps in forgotten.items()]
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
                 "max_bytes": self.fetch_max_bytes, "isolation_level": 1 if self.read_committed else 0,
-                "session_id": 0, "session_epoch": -1, "topics": topic_list, "forgotten_topics_data": [],
-                "rack_id": self.client_rack}
+                "session_id": sreq.session_id, "session_epoch": sreq.epoch, "topics": topic_list,
+                "forgotten_topics_data": forgotten_list, "rack_id": self.client_rack}
+
+    def session_counts(self) -> dict[str, int]:
+        """Fetches sent so far: ``full`` (every partition listed) and ``incremental`` (KIP-227: changes only)."""
+        return {"full": sum(s.full_fetches for s in self.sessions.values()),
+                "incremental": sum(s.incremental_fetches for s in self.sessions.values())}
+
+    def close_sessions(self) -> dict[int, int]:
+        """``{node: session id}`` of every open fetch session, each forgotten here: the shell sends every node a
+        final Fetch that closes it on the broker (``build_close_body``), as the Java consumer does on close."""
+        closing = {node: session.close() for node, session in self.sessions.items()}
+        return {node: sid for node, sid in closing.items() if sid}
+
+    def build_close_body(self, session_id: int, *, min_bytes: int) -> FetchBody:
+        """A Fetch that closes session ``session_id`` and starts none (epoch -1, no partitions: answered at once)."""
+        return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": min_bytes, "max_bytes": self.fetch_max_bytes,
+                "isolation_level": 1 if self.read_committed else 0, "session_id": session_id,
+                "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": self.client_rack}
 
     # ------------------------------------------------------------------ responses
     def on_fetch_failed(self, request: FetchRequest, now: float, *, node_backing_off: bool = False) -> None:
@@ -782,6 +823,9 @@ class FetchState:
         retry, so the partitions wait for the node, not each for a backoff of its own (with its own jitter) that
         would keep some of them idle after the node is back."""
         self._end_fetch(request)
+        session = self.sessions.get(request.node)
+        if session is not None:
+            session.on_failure()
         for p in request.partitions:
             st = self.partitions.get(p.tp)
             if st is None or st.generation != p.generation:
@@ -799,6 +843,13 @@ class FetchState:
         refresh: str | None = None
         data = replan = False
         top_code = response.get("error_code", 0) or 0
+        session = self.sessions.get(request.node)
+        if session is not None and not session.on_response(top_code, response.get("session_id", 0) or 0) \
+                and top_code in _SESSION_ERRORS:
+            # the session is gone or out of step: the next Fetch, a full one, goes out at once (no backoff);
+            # FETCH_SESSION_TOPIC_ID_ERROR says a topic id we sent is stale
+            return ResponseOutcome("fetch-session-topic-id" if top_code == _SESSION_TOPIC_ID_ERROR else None,
+                                   False, True)
         if top_code:
             err = errors.error_for_code(top_code)
             for p in request.partitions:

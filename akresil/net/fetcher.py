@@ -88,6 +88,29 @@ class Fetcher:
         self.wake()
         self.signal_data()
 
+    async def close_sessions(self) -> None:
+        """Close every KIP-227 fetch session on its broker (a Fetch at epoch -1 with no partitions), as the Java
+        consumer does on close, so the broker frees it now instead of when it is evicted. Nothing is planned
+        after it; best effort, each node bounded by ``request_timeout_ms``."""
+        self._stopping = True
+        sessions = self.state.close_sessions()
+        if not sessions or self.fatal_error is not None:
+            return
+        cluster = self.cluster
+
+        async def close(node: int, session_id: int) -> None:
+            try:
+                await cluster.request(node, ApiKey.FETCH,
+                                      lambda v: self.state.build_close_body(session_id, min_bytes=self._min_bytes),
+                                      min_version=7, timeout_ms=self.config.request_timeout_ms)
+            except (errors.KafkaError, OSError) as exc:
+                log.debug("closing fetch session %s on node %s failed: %s", session_id, node, exc)
+
+        with anyio.move_on_after(self.config.request_timeout_ms / 1000.0):
+            async with anyio.create_task_group() as tg:
+                for node, session_id in sessions.items():
+                    tg.start_soon(close, node, session_id)
+
     # ------------------------------------------------------------------ the loop
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -101,7 +124,7 @@ class Fetcher:
     def _turn(self) -> float | None:
         """One scheduling pass; returns ms to sleep (None: until woken)."""
         cluster, state = self.cluster, self.state
-        if self.fatal_error is not None:
+        if self.fatal_error is not None or self._stopping:
             return None
         if cluster.fatal_error is not None:      # e.g. the metadata refresher was refused
             self._fail(cluster.fatal_error)

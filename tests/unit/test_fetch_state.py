@@ -127,7 +127,7 @@ def test_body_names_topics_by_id_from_v13_and_caps_version_without_ids() -> None
         "partition": 0, "current_leader_epoch": 2, "fetch_offset": 3, "last_fetched_epoch": -1,
         "log_start_offset": -1, "partition_max_bytes": 4096}]}]
     assert (body["replica_id"], body["isolation_level"], body["session_id"], body["session_epoch"],
-            body["max_bytes"], body["max_wait_ms"]) == (-1, 1, 0, -1, 8192, 250)
+            body["max_bytes"], body["max_wait_ms"]) == (-1, 1, 0, 0, 8192, 250)     # epoch 0: make a session
     assert st.build_request_body(req, 12, max_wait_ms=250, min_bytes=1)["topics"][0]["topic"] == T
 
     st2 = fetch_state()
