@@ -108,6 +108,8 @@ class ShareConsumer(ClientLifecycle):
         self._topics = frozenset(topics)
         self._group = GroupSession(self._cluster, cfg, ShareGroupMember, subscription=self.subscription,
                                    on_assignment_changed=self._assignment_changed)
+        #: the session's membership, read directly by ``acknowledge`` (once per record) for its fatal error
+        self._member = self._group.member
         #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
         #: record handed out last (ended by the consumer's next call)
         self._trace_site = rt.trace_site("share_consumer")
@@ -298,7 +300,7 @@ class ShareConsumer(ClientLifecycle):
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
         if (not self._runtime.running or self._fetcher.fatal_error is not None
-                or self._group.fatal_error is not None):
+                or self._member.fatal_error is not None):
             self._check_open()     # raises the reason (the usual case costs these attribute reads only)
         ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
         if ack is None:

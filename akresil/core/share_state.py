@@ -182,6 +182,9 @@ class ShareFetchState:
         self._sessions: dict[int, _Session] = {}
         #: offsets this consumer holds (buffered or handed out, not settled), by partition, to their lock
         self._held: dict[TopicPartition, dict[int, _Lock]] = {}
+        #: (topic, partition, held dict) of the last ``acknowledge_record`` (a partition's held dict, once made,
+        #: is never replaced)
+        self._last_held: tuple[str, int, dict[int, _Lock]] | None = None
         #: records fetched and not handed out yet, a chunk per lock, in fetch order
         self._buffer: deque[_Chunk] = deque()
         self._commit_nodes: set[int] = set()
@@ -734,15 +737,31 @@ class ShareFetchState:
         """``acknowledge`` for a record as this consumer handed it out, ``ack`` an ``AckType`` value: the one
         call per record of explicit mode, so the usual case (held under that delivery, lock still valid) is
         settled here in a few dict operations; anything else goes through ``acknowledge`` (errors, reports)."""
-        held = self._held.get((record[0], record[1]))     # type: ignore[call-overload]
+        topic, partition, offset = record[0], record[1], record[2]
+        last = self._last_held
+        # a poll hands a partition's records out together, so they are usually acknowledged together: the
+        # partition's held dict of the previous call is reused without building and hashing its key again
+        if last is not None and last[1] == partition and last[0] == topic:
+            held = last[2]
+        else:
+            held = self._held.get((topic, partition))     # type: ignore[call-overload]
+            self._last_held = None if held is None else (topic, partition, held)
         if held is not None:
-            offset = record[2]
             lock = held.get(offset)
             if (lock is not None and lock.delivery_count == record[9] and offset <= lock.through
                     and not lock.lost and now < lock.deadline):
-                self._settle_held(held, offset, lock, ack)
+                # ``_settle_held`` inlined: this is the per-record call of explicit mode
+                del held[offset]
+                lock.unsettled -= 1
+                s = lock.session
+                if not lock.unsettled:
+                    s.awaiting.discard(lock)
+                pending = s.pending.get(lock.tp)
+                if pending is None:
+                    pending = s.pending[lock.tp] = {}
+                pending[offset] = ack
                 return
-        self.acknowledge((record[0], record[1]), record[2], AckType(ack), now, delivery_count=record[9])
+        self.acknowledge((topic, partition), offset, AckType(ack), now, delivery_count=record[9])
 
     def accept_delivered(self, records: Iterable[ShareRecord], now: float) -> None:
         """Implicit acknowledgement: accept each of ``records`` this consumer still holds under that delivery;
