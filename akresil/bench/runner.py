@@ -29,7 +29,9 @@ from ..testing.proxy_process import FaultProxyProcess
 from ..types import NewTopic
 from . import clients as bench_clients
 from .clients import ProducerAdapter, Settings, make_producer, now_s
-from .scenarios import (PRODUCE, AppliedStep, PhaseData, Scenario, SteadyConfig, summarize)
+from .gc_log import GcLog
+from .scenarios import (PRODUCE, AppliedStep, PhaseData, PhaseRecord, Scenario, SteadyConfig, fault_windows,
+                        summarize)
 from .script import FaultStep
 from .stats import DeliveryLog
 
@@ -63,6 +65,8 @@ class PhaseBase(ABC, Generic[H]):
         self.applied: list[AppliedStep] = []
         #: ``tasks`` load: the task of every record not yet completed
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Python's collections while the load was offered (``gc.callbacks``)
+        self.gc = GcLog()
 
     async def _drive(self, harness: H, bootstrap: str, producers: list[ProducerAdapter]) -> float:
         """Start and warm up the producers (appended to ``producers``, which the caller closes on failure), offer
@@ -83,9 +87,11 @@ class PhaseBase(ABC, Generic[H]):
             gc.freeze()
         start = now_s()
         script_task = asyncio.create_task(self._script(harness, start))
+        self.gc.start()
         try:
             await self._offer(producers, value, start)
         finally:
+            self.gc.stop()
             if sc.gc_freeze:
                 gc.unfreeze()
             script_task.cancel()
@@ -101,6 +107,10 @@ class PhaseBase(ABC, Generic[H]):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         return start
+
+    def gc_summary(self, data: PhaseRecord) -> dict[str, Any]:
+        """Python's collections during the load, and those that started inside a fault window."""
+        return self.gc.summary(fault_windows(data, data.start_s + self.scenario.duration_s))
 
     async def _warm_up(self, producers: list[ProducerAdapter], value: bytes) -> None:
         """Every partition through every producer, so every client knows every node before the load starts."""
@@ -309,8 +319,11 @@ async def _produce_then_consume(bootstrap: str, partitions: int, client: str, la
 
 async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,
                       progress: ProgressFn = no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
-    data = await Phase(broker, scenario, client, seed, progress).run()
-    return summarize(data)
+    phase = Phase(broker, scenario, client, seed, progress)
+    data = await phase.run()
+    summary, series = summarize(data)
+    summary["gc"] = phase.gc_summary(data)
+    return summary, series
 
 
 class Broker:
