@@ -165,7 +165,7 @@ class PhaseBase(ABC, Generic[H]):
 
     async def _send(self, producer: ProducerAdapter, value: bytes, idx: int, partition: int) -> None:
         try:
-            acked = await producer.send(self.topic, value, partition)
+            acked = producer.acked_partition(await producer.send_awaitable(self.topic, value, partition))
         except Exception as exc:   # noqa: BLE001 - every failure is a data point
             self.log.failed(idx, now_s(), producer.error_kind(exc))
         else:
