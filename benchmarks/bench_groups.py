@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -391,6 +392,53 @@ def profile_share(records: int) -> int:
     return 0
 
 
+def ack_cost(records: int, rounds: int) -> dict[str, Any]:
+    """CPU ns per record of the share state's per-record acknowledgement calls alone, no broker and no event loop:
+    ``acknowledge_record`` (explicit mode's call per record) and ``accept_delivered`` (implicit mode's pass over a
+    poll), over ``records`` records acquired in one range; the best of ``rounds`` (the floor, the least disturbed
+    by other load on the machine)."""
+    import random
+    import struct
+
+    from akresil.core.backoff import ExponentialBackoff
+    from akresil.core.share_state import AckType, ShareFetchState
+    from akresil.protocol.records import build_batch
+
+    tid, tp = bytes(range(1, 17)), TopicPartition("t", 0)
+    raw = build_batch([(1000 + i, None, VALUE, []) for i in range(records)])
+    records_bytes = struct.pack(">q", 0) + raw[8:]
+    answer = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "acquisition_lock_timeout_ms": 10**9,
+              "node_endpoints": [], "responses": [{"topic_id": tid, "partitions": [{
+                  "partition_index": 0, "error_code": 0, "error_message": None, "acknowledge_error_code": 0,
+                  "acknowledge_error_message": None, "current_leader": {"leader_id": -1, "leader_epoch": -1},
+                  "records": records_bytes,
+                  "acquired_records": [{"first_offset": 0, "last_offset": records - 1, "delivery_count": 1}]}]}]}
+
+    def delivered() -> tuple[ShareFetchState, list[Any]]:
+        st = ShareFetchState("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
+                             max_records=records)
+        st.member_id = "m"
+        st.set_assignment([tp])
+        (fetch,) = st.plan(0, leader_of=lambda _: 1, topic_id_of=lambda _: tid)
+        st.on_fetch_response(fetch, answer, 10)
+        return st, st.poll(records, 20)
+
+    accept = int(AckType.ACCEPT)
+    best = {"acknowledge_record": math.inf, "accept_delivered": math.inf}
+    for _ in range(rounds):
+        st, recs = delivered()
+        ack = st.acknowledge_record
+        t = time.process_time()
+        for r in recs:
+            ack(r, accept, 30.0)
+        best["acknowledge_record"] = min(best["acknowledge_record"], time.process_time() - t)
+        st, recs = delivered()
+        t = time.process_time()
+        st.accept_delivered(recs, 30.0)
+        best["accept_delivered"] = min(best["accept_delivered"], time.process_time() - t)
+    return {f"{k}_ns_per_record": round(v / records * 1e9) for k, v in best.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
@@ -408,7 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="instead: one akresil share consumer, explicit mode, under cProfile timed by its thread's "
                              "CPU (time.thread_time); prints the top functions by cumulative CPU to stderr")
+    parser.add_argument("--ack-cost", action="store_true",
+                        help="instead: the share state's per-record acknowledgement calls alone (no broker, no "
+                             "event loop), CPU ns per record, best of --rounds; prints JSON")
     args = parser.parse_args(argv)
+    if args.ack_cost:
+        print(json.dumps(ack_cost(args.records, max(args.rounds, 3)), indent=2))
+        return 0
     if args.profile:
         return profile_share(args.records)
     if args.rounds < 3:
