@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import anyio
 import pyarrow as pa
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from ..admin import Admin
     from ..consumer import Consumer
 
-__all__ = ["PartitionSnapshot", "snapshot", "offsets_for_times", "read_range", "admin_config", "ClientStats",
+__all__ = ["PartitionSnapshot", "snapshot", "offsets_for_times", "read_range", "read_ranges", "admin_config",
+           "ClientStats",
            "WorkerClients", "worker_clients", "close_worker_clients", "RangeReader"]
 
 #: rows per Arrow batch handed to Spark (Spark's own default for Arrow batches is 10 000)
@@ -381,10 +382,22 @@ class RangeReader:
 
 def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool,
                poll_timeout_ms: int, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """Blocking generator: the records of ``[rng.start, rng.end)`` as Arrow batches of Spark's Kafka schema,
-    read with this worker's cached consumer for ``config``; the next batch is built while the caller
-    handles the current one. Leaving early (Spark's ``limit``, ``close()``) cancels that work and keeps
-    the consumer; an error closes it."""
+    """Blocking generator: the records of ``[rng.start, rng.end)`` as Arrow batches (``read_ranges`` of one)."""
+    return read_ranges(config, (rng,), include_headers=include_headers, fail_on_data_loss=fail_on_data_loss,
+                       poll_timeout_ms=poll_timeout_ms, batch_rows=batch_rows)
+
+
+def read_ranges(config: Mapping[str, Any], ranges: Sequence[OffsetRange], *, include_headers: bool,
+                fail_on_data_loss: bool, poll_timeout_ms: int, batch_rows: int = BATCH_ROWS
+                ) -> Iterator[pa.RecordBatch]:
+    """Blocking generator: the records of each range in turn as Arrow batches of Spark's Kafka schema, read with
+    this worker's cached consumer for ``config``; the next batch is built while the caller handles the current
+    one. Every range's partition is assigned up front, so the consumer fetches them together (one range after
+    another would wait, per range, for the fetch still parked at the broker for the previous one); a finished
+    range's partition is paused. Leaving early (Spark's ``limit``, ``close()``) cancels that work and keeps the
+    consumer; an error closes it."""
+    if len({rng.tp for rng in ranges}) != len(ranges):
+        raise ValueError(f"read_ranges: one range per partition, got {list(ranges)}")
     cfg = dict(config)
     cfg["auto_offset_reset"] = "none" if fail_on_data_loss else "earliest"
     worker = worker_clients()
@@ -394,9 +407,10 @@ def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: 
     healthy = False
     pending: Any = None
     try:
-        portal.call(_assign, consumer, rng.tp, rng.start)
-        reader = RangeReader(consumer, rng, include_headers=include_headers, poll_timeout_ms=poll_timeout_ms,
-                             batch_rows=batch_rows)
+        portal.call(_assign, consumer, ranges)
+        reader = _RangesReader(consumer, [RangeReader(consumer, rng, include_headers=include_headers,
+                                                      poll_timeout_ms=poll_timeout_ms, batch_rows=batch_rows)
+                                          for rng in ranges])
         pending = portal.start_task_soon(reader.next_batch)
         while True:
             batch = pending.result()
@@ -418,12 +432,38 @@ def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: 
                 pass
         if healthy:
             try:
-                portal.call(consumer.assign, [])
+                portal.call(_unassign, consumer)
             except BaseException:  # noqa: BLE001 - unassigning a broken consumer: drop it instead
                 healthy = False
         worker.release(entry, healthy=healthy)
 
 
-def _assign(consumer: Consumer, tp: TopicPartition, offset: int) -> None:
-    consumer.assign([tp])
-    consumer.seek(tp, offset)
+class _RangesReader:
+    """Loop-thread side of a read task over several ranges: their ``RangeReader``s one after the other, pausing
+    each finished range's partition so the consumer stops fetching past its end."""
+
+    def __init__(self, consumer: Consumer, readers: list[RangeReader]) -> None:
+        self.consumer, self.readers = consumer, readers
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        while self.readers:
+            batch = await self.readers[0].next_batch()
+            if batch is not None:
+                return batch
+            done = self.readers.pop(0)
+            if self.readers:
+                self.consumer.pause(done.rng.tp)
+        return None
+
+
+def _assign(consumer: Consumer, ranges: Sequence[OffsetRange]) -> None:
+    consumer.assign([rng.tp for rng in ranges])
+    for rng in ranges:
+        consumer.seek(rng.tp, rng.start)
+
+
+def _unassign(consumer: Consumer) -> None:
+    paused = consumer.paused()
+    if paused:
+        consumer.resume(*paused)
+    consumer.assign([])

@@ -19,7 +19,7 @@ from .options import EARLIEST, LATEST, OffsetSpec
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "OffsetRange", "DataLossError", "resolve_spec", "plan_ranges", "split_ranges", "rate_limit",
+    "OffsetRange", "DataLossError", "resolve_spec", "plan_ranges", "split_ranges", "pack_ranges", "rate_limit",
     "check_starts", "to_json", "from_json", "timestamp_queries", "resolve_times", "delay_trigger",
 ]
 
@@ -192,6 +192,28 @@ def split_ranges(ranges: list[OffsetRange], *, min_partitions: int | None = None
             capped.extend(_cut(r, pieces) if pieces > 1 else [r])
         out = capped
     return out
+
+
+def pack_ranges(ranges: list[OffsetRange], min_records_per_task: int) -> list[list[OffsetRange]]:
+    """Group ranges into ``ceil(total / min_records_per_task)`` tasks (at most one per range), balanced by
+    size: each task of a Python data source costs a Python worker hand-over, Arrow set-up and a producer flush,
+    so a small micro-batch over many partitions runs faster as one or two tasks than as one task per partition.
+
+    A pure function of the ranges (largest first, ties in topic/partition order, each into the lightest task so
+    far, lowest index on a tie), so a replayed micro-batch gets the same tasks with the same rows, which the
+    exactly-once sink's replay detection needs. Each task lists its ranges in topic/partition order.
+    """
+    total = sum(r.size for r in ranges)
+    tasks = min(len(ranges), max(1, -(-total // min_records_per_task)))
+    if tasks >= len(ranges):
+        return [[r] for r in ranges]
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        i = loads.index(min(loads))
+        groups[i].append(r)
+        loads[i] += r.size
+    return [sorted(g, key=lambda r: (r.topic, r.partition, r.start)) for g in groups]
 
 
 def _cut(r: OffsetRange, pieces: int) -> list[OffsetRange]:

@@ -60,7 +60,8 @@ _NOT_SUPPORTED = {"fetchoffset.numretries", "fetchoffset.retryintervalms", "kafk
 _CANONICAL = {name.lower(): name for name in (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "failOnDataLoss",
     "kafkaConsumer.pollTimeoutMs", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
-    "includeHeaders", "topic", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
+    "minRecordsPerPartition", "includeHeaders", "topic", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+    "startingTimestamp",
     "endingTimestamp", "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay",
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.cacheCapacity",
     "deliveryGuarantee", "transactionalIdPrefix")}
@@ -69,12 +70,17 @@ _COMMON = {"kafka.bootstrap.servers"}
 _READ_KEYS = {
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "failondataloss",
     "kafkaconsumer.polltimeoutms", "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
-    "includeheaders", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp",
+    "minrecordsperpartition", "includeheaders", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingtimestamp",
     "endingtimestamp", "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay",
     "groupidprefix",
 }
 #: Spark's default maxTriggerDelay (15 minutes)
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+#: streaming reads: offsets per task below which a micro-batch's ranges share tasks. A Python data source task
+#: costs ~0.1 s of fixed work (worker hand-over, Arrow set-up, producer flush), about what 100 000 rows take to
+#: read and write, so smaller tasks mostly pay that cost (docs/spark.md, "Where the time goes")
+DEFAULT_MIN_RECORDS_PER_PARTITION = 100_000
 _WRITE_KEYS = {"topic", "deliveryguarantee", "transactionalidprefix"}
 #: deliveryGuarantee values (streaming writes)
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
@@ -143,6 +149,9 @@ class ReadOptions:
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     #: groupIdPrefix (Spark's default prefixes when not given); the source's client ids start with it
     group_id_prefix: str | None = None
+    #: streaming: a micro-batch's ranges are packed into tasks of at least this many offsets (``pack_ranges``);
+    #: not with minPartitions / maxRecordsPerPartition, which ask for a layout of their own
+    min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                           f"{opts['startingoffsetsbytimestampstrategy']!r}")
     min_offsets = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
     delay = _duration_ms(opts, "maxtriggerdelay", "maxTriggerDelay")
-    for key, given in (("minoffsetspertrigger", min_offsets), ("maxtriggerdelay", delay)):
+    min_records = _positive_int(opts, "minrecordsperpartition", "minRecordsPerPartition")
+    for key, given in (("minoffsetspertrigger", min_offsets), ("maxtriggerdelay", delay),
+                       ("minrecordsperpartition", min_records)):
         if given is not None and not streaming:
             raise ConfigError(f"{_CANONICAL[key]}: only for streaming reads (spark.readStream)")
     if delay is not None and min_offsets is None:
@@ -212,6 +223,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=delay if delay is not None else DEFAULT_MAX_TRIGGER_DELAY_MS,
         group_id_prefix=prefix.strip() if prefix is not None else None,
+        min_records_per_partition=min_records if min_records is not None else DEFAULT_MIN_RECORDS_PER_PARTITION,
     )
 
 

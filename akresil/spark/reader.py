@@ -16,15 +16,20 @@ __all__ = ["RangePartition", "AkresilBatchReader", "read_partition", "resolve_of
 
 
 class RangePartition(InputPartition):
-    """One Spark input partition: one offset range of one Kafka partition (picklable)."""
+    """One Spark input partition: offset ranges of Kafka partitions, read one after the other (picklable).
 
-    def __init__(self, rng: OffsetRange) -> None:
-        super().__init__(rng)
-        self.range = rng
+    A batch read has one range per partition; a micro-batch may pack several small ranges into one
+    (``pack_ranges``)."""
+
+    def __init__(self, *ranges: OffsetRange) -> None:
+        if not ranges:
+            raise ValueError("RangePartition: at least one offset range")
+        super().__init__(ranges)
+        self.ranges = ranges
 
     def __repr__(self) -> str:
-        r = self.range
-        return f"RangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+        inner = ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in self.ranges)
+        return f"RangePartition({inner})"
 
 
 class AkresilBatchReader(DataSourceReader):
@@ -88,6 +93,5 @@ def read_partition(options: ReadOptions, partition: Any) -> Iterator[pa.RecordBa
         return iter(())        # Spark's stand-in when planning found nothing to read (an empty range list)
     if not isinstance(partition, RangePartition):
         raise TypeError(f"akresil reader got an input partition it did not plan: {partition!r}")
-    return kafka_io.read_range(options.consumer, partition.range, include_headers=options.include_headers,
-                               fail_on_data_loss=options.fail_on_data_loss,
-                               poll_timeout_ms=options.poll_timeout_ms)
+    return kafka_io.read_ranges(options.consumer, partition.ranges, include_headers=options.include_headers,
+                                fail_on_data_loss=options.fail_on_data_loss, poll_timeout_ms=options.poll_timeout_ms)

@@ -29,7 +29,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from ..types import TopicPartition
 from . import kafka_io
-from .offsets import DataLossError, check_starts, delay_trigger, from_json, plan_ranges, rate_limit, to_json
+from .offsets import (
+    DataLossError, check_starts, delay_trigger, from_json, pack_ranges, plan_ranges, rate_limit, to_json,
+)
 from .options import ReadOptions
 from .reader import RangePartition, driver_config, read_partition, resolve_offsets, with_group_id
 
@@ -113,7 +115,9 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = plan_ranges({tp: starts[tp] for tp in ends}, ends, min_partitions=o.min_partitions,
                              max_records_per_partition=o.max_records_per_partition,
                              fail_on_data_loss=o.fail_on_data_loss)
-        return [RangePartition(r) for r in ranges]
+        if o.min_partitions is not None or o.max_records_per_partition is not None:
+            return [RangePartition(r) for r in ranges]
+        return [RangePartition(*group) for group in pack_ranges(ranges, o.min_records_per_partition)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)

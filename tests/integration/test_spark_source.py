@@ -328,7 +328,7 @@ def test_task_side_clients_are_reused_by_the_next_task_and_closed_cleanly(spark_
     thread behind."""
     import pyarrow as pa
 
-    from akresil.spark.kafka_io import close_worker_clients, read_range, worker_clients
+    from akresil.spark.kafka_io import close_worker_clients, read_range, read_ranges, worker_clients
     from akresil.spark.offsets import OffsetRange
     from akresil.spark.options import parse_write_options
     from akresil.spark.writer import AkresilWriter
@@ -363,6 +363,20 @@ def test_task_side_clients_are_reused_by_the_next_task_and_closed_cleanly(spark_
     again = list(read_range({"bootstrap_servers": bs}, OffsetRange(topic, 0, 0, 10), include_headers=False,
                             fail_on_data_loss=True, poll_timeout_ms=30_000))
     assert [o for b in again for o in b.column("offset").to_pylist()] == list(range(10))
+
+    # a micro-batch task packing several partitions' ranges: read in turn through the same consumer
+    multi = unique_topic("spark-ranges")
+    create_topic(bs, multi, 3)
+    for p in range(3):
+        produce(bs, multi, [(None, f"p{p}-{i}".encode()) for i in range(30)], partition=p)
+    ranges = [OffsetRange(multi, 0, 0, 10), OffsetRange(multi, 1, 20, 21), OffsetRange(multi, 2, 5, 30)]
+    got = [(p, o, v.decode()) for b in read_ranges({"bootstrap_servers": bs}, ranges, include_headers=False,
+                                                    fail_on_data_loss=True, poll_timeout_ms=30_000, batch_rows=7)
+           for p, o, v in zip(*(b.column(c).to_pylist() for c in ("partition", "offset", "value")))]
+    assert got == [(r.partition, o, f"p{r.partition}-{o}") for r in ranges for o in range(r.start, r.end)]
+    consumer = worker_clients().lease("consumer", {"bootstrap_servers": bs, "auto_offset_reset": "none"})
+    assert (consumer.client.assignment(), consumer.client.paused()) == (frozenset(), frozenset())
+    worker_clients().release(consumer, healthy=True)
     assert worker_clients().client_count() == 2           # one producer, one consumer, reused throughout
 
     close_worker_clients()

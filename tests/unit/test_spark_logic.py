@@ -10,7 +10,8 @@ import pytest
 
 from akresil.errors import ConfigError
 from akresil.spark.offsets import (
-    DataLossError, OffsetRange, check_starts, from_json, plan_ranges, rate_limit, resolve_spec, split_ranges, to_json,
+    DataLossError, OffsetRange, check_starts, from_json, pack_ranges, plan_ranges, rate_limit, resolve_spec,
+    split_ranges, to_json,
 )
 from akresil.spark.options import EARLIEST, LATEST, OffsetSpec, parse_read_options, parse_write_options
 from akresil.types import TopicPartition as TP
@@ -136,6 +137,8 @@ def test_assign_and_explicit_offsets_parse_into_topic_partitions() -> None:
     ({**BS, "subscribe": "t", "startingOffsetsByTimestampStrategy": "earliest"}, False,
      "startingOffsetsByTimestampStrategy: expected 'error' or 'latest'"),
     ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "5"}, False, "minOffsetsPerTrigger: only for streaming"),
+    ({**BS, "subscribe": "t", "minRecordsPerPartition": "5"}, False, "minRecordsPerPartition: only for streaming"),
+    ({**BS, "subscribe": "t", "minRecordsPerPartition": "0"}, True, "minRecordsPerPartition"),
     ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "5"}, True,
      "minOffsetsPerTrigger: 50 is more than maxOffsetsPerTrigger 5"),
     ({**BS, "subscribe": "t", "maxTriggerDelay": "5m"}, True, "maxTriggerDelay: only meaningful with minOffsets"),
@@ -214,6 +217,23 @@ def test_split_ranges_covers_each_range_exactly_in_proportion() -> None:
     assert split_ranges(ranges, min_partitions=2) == ranges          # already enough ranges
     assert split_ranges([OffsetRange("a", 0, 0, 2)], min_partitions=5) == [
         OffsetRange("a", 0, 0, 1), OffsetRange("a", 0, 1, 2)]       # never an empty piece
+
+
+def test_pack_ranges_groups_small_ranges_into_balanced_deterministic_tasks() -> None:
+    ranges = [OffsetRange("a", p, 0, size) for p, size in enumerate((250, 240, 260, 250))]
+    assert pack_ranges(ranges, 100_000) == [ranges]                     # 1000 offsets: one task reads all four
+    two = pack_ranges(ranges, 500)
+    assert sorted(sum(r.size for r in g) for g in two) == [500, 500]     # balanced by size
+    every = sorted((r.partition, r.start, r.end) for g in two for r in g)
+    assert every == [(r.partition, r.start, r.end) for r in ranges]     # every range once, none cut
+    assert all([r.partition for r in g] == sorted(r.partition for r in g) for g in two)     # in partition order
+    assert pack_ranges(list(reversed(ranges)), 500) == two               # a replay gets the same tasks
+    assert pack_ranges(ranges, 1) == [[r] for r in ranges]               # at most one task per range
+    assert pack_ranges([], 10) == []
+    s = parse_read_options({**BS, "subscribe": "t"}, streaming=True)
+    assert s.min_records_per_partition == 100_000
+    assert parse_read_options({**BS, "subscribe": "t", "minRecordsPerPartition": "1"},
+                              streaming=True).min_records_per_partition == 1
 
 
 def test_rate_limit_shares_the_budget_by_backlog_and_takes_exactly_the_limit() -> None:
