@@ -32,6 +32,7 @@ fixed cost from 100-row queries; medians and the worst round, ratios akresil / `
 faster). The command that makes the figures in docs/spark.md:
 
     python benchmarks/bench_spark.py --apache --out spark-apache.json     # 1 M rows, 100 B and 1 KiB, 3 rounds
+    python benchmarks/bench_spark.py --apache --only streaming            # the streaming pipeline alone
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def apache_main(args: argparse.Namespace) -> dict[str, Any]:
         "records": n, "value_bytes": sizes, "partitions": args.partitions,
         "stream_records": args.stream_records, "stream_batch": args.stream_batch,
         "latency_batch": args.latency_batch, "replication_factor": args.replication_factor, "rounds": args.rounds,
+        "only": args.only,
         "broker": f"Apache Kafka {version} (KafkaCluster: 3 brokers + a controller, loopback)",
         "pyspark": pyspark.__version__,
         "spark_kafka_connector": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{args.connector_version}"
@@ -192,6 +194,7 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
                    fmts: tuple[str, ...], scratch: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     sinks = (*fmts, "akresil_exactly_once")
+    batch, streaming = args.only in ("all", "batch"), args.only in ("all", "streaming")
 
     def pipeline(sink: str, source: str, records: int, per_batch: int) -> PipelineRun:
         return spark_pipeline(spark, bs, source, topic(), records, per_batch, sink, scratch / uuid.uuid4().hex)
@@ -206,23 +209,25 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
         pipeline(sink, warm_stream, 1000, 500)
 
     # each path's cost per query, independent of its rows: the same paths with 100 rows
-    fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
-    fixed.update({f"{s}_stream": [] for s in sinks})
+    kinds = (("write", "read") if batch else ()) + (("stream",) if streaming else ())
+    fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in kinds if d != "stream"}
+    fixed.update({f"{s}_stream": [] for s in sinks if streaming})
     tiny_stream = topic()
     anyio.run(fill, bs, tiny_stream, 100, sizes[0])
     for _ in range(args.rounds):
-        for fmt in fmts:
+        for fmt in fmts if batch else ():
             tiny = topic()
             fixed[f"{fmt}_write"].append(spark_write(spark, bs, tiny, 100, sizes[0], fmt))
             fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
-        for sink in sinks:
+        for sink in sinks if streaming else ():
             fixed[f"{sink}_stream"].append(pipeline(sink, tiny_stream, 100, 100).seconds)
     results["per_query_s_100_rows"] = {k: _stats(v) for k, v in fixed.items()}
     results["per_query_akresil_vs_kafka_medians"] = {
         d: round(statistics.median(fixed[f"kafka_{d}"]) / statistics.median(fixed[f"akresil_{d}"]), 2)
-        for d in ("write", "read", "stream")}
-
-    for size in sizes:
+        for d in kinds}
+    if streaming:
+        results["stream"] = _stream_rounds(args, bs, topic, sizes, sinks, pipeline)
+    for size in sizes if batch else ():
         times: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in ("write", "read")}
         for r in range(args.rounds):
             order = fmts if r % 2 == 0 else fmts[::-1]
@@ -244,8 +249,12 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
                 "write": round(median["akresil_write"] / median["kafka_write"], 2),
                 "read": round(median["akresil_read"] / median["kafka_read"], 2)},
         }
+    return results
 
-    # the streaming pipeline: throughput in big micro-batches, latency of small ones (shared input topics)
+
+def _stream_rounds(args: argparse.Namespace, bs: str, topic: Any, sizes: list[int], sinks: tuple[str, ...],
+                   pipeline: Any) -> dict[str, Any]:
+    """The streaming pipeline: throughput in big micro-batches, latency of small ones (shared input topics)."""
     source = topic()
     anyio.run(fill, bs, source, args.stream_records, sizes[0])
     small = topic()
@@ -262,7 +271,7 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
         print(f"# stream round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in run_s.items()),
               file=sys.stderr, flush=True)
     median = {k: round(args.stream_records / statistics.median(v)) for k, v in run_s.items()}
-    results["stream"] = {
+    return {
         "records_per_s_median": median,
         "records_per_s_worst": {k: round(args.stream_records / max(v)) for k, v in run_s.items()},
         "seconds": {k: [round(x, 2) for x in v] for k, v in run_s.items()},
@@ -276,7 +285,6 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
             "exactly_once_micro_batch_latency": round(
                 statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil_exactly_once"]), 2)},
     }
-    return results
 
 
 async def fill(bs: str, topic: str, n: int, size: int) -> None:
@@ -351,6 +359,8 @@ def main() -> None:
     ap.add_argument("--latency-batch", type=int, default=1000,
                     help="--apache: records per micro-batch of the latency run")
     ap.add_argument("--latency-batches", type=int, default=10, help="--apache: micro-batches per latency run")
+    ap.add_argument("--only", choices=("all", "batch", "streaming"), default="all",
+                    help="--apache: run only the batch paths or only the streaming pipeline (with its fixed cost)")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds: need at least 1")
