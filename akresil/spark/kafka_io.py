@@ -276,9 +276,19 @@ async def _snapshot_with(admin: Admin, subscription: Subscription, allow_missing
     tps = await _partitions(admin, subscription, allow_missing)
     if not tps:
         return PartitionSnapshot([], {}, {})
-    early = await admin.list_offsets({tp: LIST_EARLIEST for tp in tps}, isolation_level=level)
-    late = await admin.list_offsets({tp: LIST_LATEST for tp in tps}, isolation_level=level)
-    return PartitionSnapshot(tps, {tp: early[tp][0] for tp in tps}, {tp: late[tp][0] for tp in tps})
+    # both bounds at once (one round trip per leader instead of two: the stream reader asks at every trigger)
+    found: dict[int, Mapping[TopicPartition, Any]] = {}
+
+    async def bound(spec: int) -> None:
+        found[spec] = await admin.list_offsets({tp: spec for tp in tps}, isolation_level=level)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bound, LIST_EARLIEST)
+        tg.start_soon(bound, LIST_LATEST)
+    late = {tp: found[LIST_LATEST][tp][0] for tp in tps}
+    # asked together, the earliest may be taken after the latest: never above it (records deleted meanwhile are
+    # found as lost when read)
+    return PartitionSnapshot(tps, {tp: min(found[LIST_EARLIEST][tp][0], late[tp]) for tp in tps}, late)
 
 
 def offsets_for_times(config: Mapping[str, Any], timestamps: Mapping[TopicPartition, int]
