@@ -19,7 +19,7 @@ import pytest
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition, errors
 from akresil.config import resolve
 from akresil.core.backoff import ExponentialBackoff
-from akresil.core.metadata import BrokerInfo
+from akresil.core.metadata import BrokerInfo, MetadataSnapshot, PartitionInfo
 from akresil.core.node_state import Nodes, NodeState
 from akresil.core.fetch_state import FetchState
 from akresil.net.fetcher import Fetcher
@@ -168,16 +168,10 @@ class _RefusingCluster:
         raise errors.AuthenticationError(f"SASL PLAIN authentication as '{USER}' with node {node_id} failed")
 
 
-class _Snapshot:
-    topic_ids: dict[str, bytes] = {}
-    brokers = {7: BrokerInfo(7, "127.0.0.1", 9)}      # the leader has an endpoint (else it counts as unknown)
-
-    def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
-        return (7, 0)
-
-
 class _Metadata:
-    snapshot = _Snapshot()
+    # t-0 led by node 7, which has an endpoint (a leader without one counts as unknown)
+    snapshot = MetadataSnapshot(brokers={7: BrokerInfo(7, "127.0.0.1", 9)},
+                                topics={"t": {0: PartitionInfo("t", 0, 7, 0)}})
 
 
 async def _run_until_fatal(fetcher: Fetcher) -> BaseException:
