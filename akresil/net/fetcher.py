@@ -89,11 +89,17 @@ class Fetcher:
         self.signal_data()
 
     async def close_sessions(self) -> None:
-        """Close every KIP-227 fetch session on its broker (a Fetch at epoch -1 with no partitions), as the Java
-        consumer does on close, so the broker frees it now instead of when it is evicted. Nothing is planned
-        after it; best effort, each node bounded by ``request_timeout_ms``."""
+        """Close the KIP-227 fetch sessions of the brokers that owe us no Fetch answer (a Fetch at epoch -1 with
+        no partitions, answered at once), so those brokers free them now instead of when they are evicted. Nothing
+        is planned after it; best effort, bounded by ``request_timeout_ms``.
+
+        A broker holding one of our Fetches as a long poll reads the next request on that connection only after
+        answering it, up to ``fetch_max_wait_ms`` later: the Java consumer waits that out on close; akresil does
+        not make ``close()`` wait for it and leaves that session to the broker's eviction (its cache frees idle
+        sessions after ``min.incremental.fetch.session.eviction.ms``, two minutes by default)."""
         self._stopping = True
-        sessions = self.state.close_sessions()
+        busy = set(self.state.busy_nodes)
+        sessions = {node: sid for node, sid in self.state.close_sessions().items() if node not in busy}
         if not sessions or self.fatal_error is not None:
             return
         cluster = self.cluster

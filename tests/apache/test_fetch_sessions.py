@@ -1,7 +1,8 @@
 """KIP-227 fetch sessions on Apache Kafka: after a node's first (full) Fetch the consumer's Fetches are incremental,
 and records are read exactly once, in order, across a change of assignment (partitions forgotten, then listed
 again) and a restarted broker (its sessions are gone: the consumer falls back to a full Fetch and goes on); on
-close the consumer closes its sessions (a Fetch at epoch -1 that each broker answers without a session)."""
+close the consumer closes the sessions of idle brokers (a Fetch at epoch -1 that each answers without a session)
+and does not wait for a broker holding a long poll of ours."""
 
 from __future__ import annotations
 
@@ -94,6 +95,12 @@ async def test_incremental_fetches_read_every_record_once_across_reassignment_an
         assert counts["full"] > full_before, counts
         open_sessions = {s.session_id for s in state.sessions.values() if s.session_id}
         assert open_sessions
+        # close() leaves alone a session whose broker holds a long poll of ours (it would wait fetch_max_wait_ms
+        # for it): paused, the consumer plans no Fetch, so once the held ones are answered every broker is idle
+        consumer.pause(*tps)
+        with anyio.fail_after(10):
+            while state.busy_nodes:
+                await anyio.sleep(0.02)
         answered = len(fetch_answers)
 
     assert sorted(closing) == sorted(open_sessions)
@@ -103,3 +110,36 @@ async def test_incremental_fetches_read_every_record_once_across_reassignment_an
 
     for p in range(PARTITIONS):
         assert read[p] == [b"%d:%d:%03d" % (p, r, i) for r in range(rounds) for i in range(PER_ROUND)], p
+
+
+async def test_close_does_not_wait_for_a_held_long_poll_and_closes_only_idle_sessions(
+        kafka_cluster: KafkaCluster, make_topic: TopicMaker, unique: Callable[[str], str]) -> None:
+    """A broker holding one of our Fetches (nothing to read, ``fetch_max_wait_ms`` 30 s) reads the close-session
+    Fetch only after answering it: ``close()`` sends none to it and returns without waiting the long poll out."""
+    topic = await make_topic(partitions=3, replication_factor=1)
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, client_id=unique("held-p")) as producer:
+        for tp in tps:
+            await producer.send(topic, b"x", partition=tp.partition)
+    consumer = Consumer(bootstrap_servers=kafka_cluster.bootstrap_servers, client_id=unique("held-c"),
+                        auto_offset_reset="earliest", fetch_max_wait_ms=30_000)
+    consumer.assign(tps)
+    closing: list[int] = []
+    with anyio.fail_after(20):         # a hang guard: waiting out the 30 s long polls would exceed it
+        async with consumer:
+            state = consumer._state
+            build_close_body = state.build_close_body
+
+            def spy(session_id: int, **kw: Any) -> Any:
+                closing.append(session_id)
+                return build_close_body(session_id, **kw)
+            state.build_close_body = spy         # type: ignore[method-assign]
+            got = 0
+            while got < len(tps):
+                got += sum(len(v) for v in (await consumer.getmany(timeout_ms=1000)).values())
+            # caught up: the next Fetches are long polls the brokers hold
+            while not (state.busy_nodes and any(s.session_id for s in state.sessions.values())):
+                await anyio.sleep(0.02)
+            held = {node: s.session_id for node, s in state.sessions.items() if node in state.busy_nodes}
+            assert held
+    assert not set(closing) & set(held.values()), (closing, held)
