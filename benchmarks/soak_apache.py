@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                       "KafkaCluster: they are skipped)")
     ap.add_argument("--tracemalloc", action="store_true",
                     help="diff tracemalloc snapshots (end of warm-up vs end) and report the top growing lines")
+    ap.add_argument("--reanalyse", type=Path, default=None, metavar="JSON",
+                    help="no run: recompute the verdicts (and --plot) from a saved report")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of RSS, sockets, tasks and p99 here")
     ap.add_argument("--verbose", action="store_true", help="log akresil warnings to stderr")
@@ -258,10 +260,11 @@ class Soak:
             async with self.moving:          # not while a leader move's admin client holds its sockets
                 now = time.monotonic()
                 all_tasks = len(asyncio.all_tasks())
+                sending = sum(1 for t in tasks if not t.done())   # the set drops a finished task a turn later
                 self.samples.append({
                     "t_s": round(now - self.t0, 1), "rss_mib": round(rss_mib(), 2), "sockets": open_sockets(),
-                    "tasks": all_tasks, "send_tasks": len(tasks),
-                    "background_tasks": all_tasks - len(tasks) - own_tasks,
+                    "tasks": all_tasks, "send_tasks": sending,
+                    "background_tasks": all_tasks - sending - own_tasks,
                     "gc_collections": [s["collections"] for s in gc.get_stats()],
                     "produced": self.produced, "acked": self.acked, "failed": self.failed,
                     "consumed": self.consumed, "duplicated": self.duplicated,
@@ -305,32 +308,38 @@ PAD = b"\x00" * (RECORD_BYTES - 8)
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
-def analyse(soak: Soak) -> dict[str, Any]:
-    warm_s = soak.args.warmup_minutes * 60.0
-    after = [s for s in soak.samples if s["t_s"] > warm_s]
+def analyse(samples: list[dict[str, Any]], minutes: list[dict[str, Any]], config: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Verdicts from a run's samples and minute rows (also ``--reanalyse`` on a saved JSON).  Only samples taken
+    while producing count: the one the sampler may take as the clients close is not the steady state."""
+    warm_s = config["warmup_minutes"] * 60.0
+    end_s = config["minutes"] * 60.0
+    after = [s for s in samples if warm_s < s["t_s"] <= end_s - 1.0]
     if len(after) < 4:
         return {"error": "too few samples after warm-up for a verdict"}
-    per_min = max(1, round(60.0 / soak.args.sample_s))
+    per_min = max(1, round(60.0 / config["sample_s"]))
     base = statistics.fmean(s["rss_mib"] for s in after[:per_min])
     last = statistics.fmean(s["rss_mib"] for s in after[-per_min:])
     xs = [s["t_s"] for s in after]
     growth = (last - base) / base
     out: dict[str, Any] = {
-        "warmup": f"the first {soak.args.warmup_minutes:g} minutes are excluded; RSS growth compares the mean of "
+        "warmup": f"the first {config['warmup_minutes']:g} minutes are excluded; RSS growth compares the mean of "
                   "the first minute of samples after warm-up with the mean of the last minute's",
         "rss_after_warmup_mib": round(base, 2), "rss_end_mib": round(last, 2),
-        "rss_peak_mib": round(max(s["rss_mib"] for s in soak.samples), 2),
+        "rss_peak_mib": round(max(s["rss_mib"] for s in after), 2),
         "rss_growth_pct": round(growth * 100.0, 2),
         "rss_slope_mib_per_h": round(slope_per_hour(xs, [s["rss_mib"] for s in after]), 2),
     }
     thirds = max(1, len(after) // 3)
     for key in ("sockets", "background_tasks"):
-        ys = [float(s[key]) for s in after]
+        # a sample from before the sampler skipped finished send tasks can read negative: not a count, left out
+        kept = [s for s in after if s[key] >= 0]
+        ys = [float(s[key]) for s in kept]
         out[f"{key}_min_max"] = [int(min(ys)), int(max(ys))]
-        out[f"{key}_slope_per_h"] = round(slope_per_hour(xs, ys), 2)
+        out[f"{key}_slope_per_h"] = round(slope_per_hour([s["t_s"] for s in kept], ys), 2)
         # flat: the last third never goes above the first third's highest (a pool may breathe, not climb)
         out[f"{key}_flat"] = max(ys[-thirds:]) <= max(ys[:thirds])
-    rows = [r for r in soak.done_minutes if r["minute"] * 60 >= warm_s and r["acked"]]
+    rows = [r for r in minutes if r["minute"] * 60 >= warm_s and r["acked"]]
     p99s = [r["p99_ms"] for r in rows]
     if len(p99s) >= 3:
         k = max(1, len(p99s) // 3)
@@ -356,14 +365,17 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    samples, minutes = report["samples"], report["minutes"]
+    end_s = report["config"]["minutes"] * 60.0 - 1.0
+    samples, minutes = [s for s in report["samples"] if s["t_s"] <= end_s], report["minutes"]
     t = [s["t_s"] / 60.0 for s in samples]
     fig, axes = plt.subplots(4, 1, figsize=(8, 9), sharex=True)
     axes[0].plot(t, [s["rss_mib"] for s in samples], color="tab:blue")
     axes[0].set_ylabel("RSS (MiB)")
     axes[1].plot(t, [s["sockets"] for s in samples], color="tab:green")
     axes[1].set_ylabel("open sockets")
-    axes[2].plot(t, [s["background_tasks"] for s in samples], color="tab:purple", label="background")
+    bg = [s for s in samples if s["background_tasks"] >= 0]    # see analyse: a negative count is no count
+    axes[2].plot([s["t_s"] / 60.0 for s in bg], [s["background_tasks"] for s in bg], color="tab:purple",
+                 label="background")
     axes[2].plot(t, [s["send_tasks"] for s in samples], color="tab:gray", alpha=0.6, label="send() in flight")
     axes[2].set_ylabel("asyncio tasks")
     axes[2].legend(loc="upper right", fontsize=8)
@@ -418,6 +430,7 @@ async def run(args: argparse.Namespace, bootstrap: str, cluster: Any) -> dict[st
         await soak.produce(producer, send_tasks)
         if send_tasks:
             await asyncio.gather(*list(send_tasks))
+        sampler.cancel()      # the steady state ends here: no sample of clients closing
     drain_end = time.monotonic() + args.drain_timeout_s
     while soak.consumed < soak.acked and time.monotonic() < drain_end:
         await asyncio.sleep(0.2)
@@ -425,7 +438,6 @@ async def run(args: argparse.Namespace, bootstrap: str, cluster: Any) -> dict[st
     await asyncio.gather(*members)
     if mover is not None:
         mover.cancel()
-    sampler.cancel()
     soak.close_minutes(time.monotonic(), final=True)
     missing = sum(1 for i in range(soak.produced) if soak.acked_bits[i] and not soak.seen[i])
     report: dict[str, Any] = {
@@ -440,7 +452,7 @@ async def run(args: argparse.Namespace, bootstrap: str, cluster: Any) -> dict[st
                    "consumed": soak.consumed, "duplicated": soak.duplicated, "missing": missing,
                    "leader_moves": len(soak.moves), "leader_moves_failed": sum(1 for m in soak.moves if m["error"])},
     }
-    verdict = analyse(soak)
+    verdict = analyse(soak.samples, soak.done_minutes, report["config"])
     if "targets" in verdict:
         verdict["targets"]["nothing_missing"] = missing == 0
     report["verdict"] = verdict
@@ -461,6 +473,13 @@ async def run(args: argparse.Namespace, bootstrap: str, cluster: Any) -> dict[st
 def main() -> int:
     args = parse_args()
     logging.basicConfig(level=logging.WARNING if args.verbose else logging.ERROR, stream=sys.stderr)
+    if args.reanalyse is not None:
+        report = orjson.loads(args.reanalyse.read_bytes())
+        verdict = analyse(report["samples"], report["minutes"], report["config"])
+        if "targets" in verdict:
+            verdict["targets"]["nothing_missing"] = report["counts"]["missing"] == 0
+        report["verdict"] = verdict
+        return finish(args, report)
     cluster = None
     if args.bootstrap is None:
         from akresil.testing import KafkaCluster
@@ -471,7 +490,11 @@ def main() -> int:
     finally:
         if cluster is not None:
             cluster.stop()
-    text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return finish(args, report)
+
+
+def finish(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()
     sys.stdout.write(text + "\n")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
