@@ -1,5 +1,6 @@
 """Cost against scale: partitions 10 -> 50,000 (one topic and many), brokers 3 -> 30, 10,000 topics of metadata, on
-librdkafka's mock cluster; akresil vs confluent-kafka vs aiokafka, in one run.
+librdkafka's mock cluster (or the consume side on Apache Kafka, ``--harness apache``); akresil vs confluent-kafka vs
+aiokafka, in one run.
 
 Every case is ``PARTITIONS[/TOPICS][@BROKERS]`` (``10000/1000@3``: 10,000 partitions in 1,000 topics of 10, on 3
 brokers). Each measurement runs in a process of its own (the mock lives in this one), so its CPU seconds
@@ -19,6 +20,14 @@ throttle of 1,179,648 ms and waits it out, see ``JAVA_NOTE``.)
   request per partition (10,000 at 10,000 partitions, measured on the mock), which would time that instead of
   the reading.
 
+``--harness apache`` measures the **consume** side on Apache Kafka, the reference broker (the mock answers a
+Fetch v12+ with records for ~214 partitions whatever ``max_bytes`` is, and keeps no fetch sessions): a local KRaft
+cluster (``akresil.testing.KafkaCluster``, a JVM per broker and one controller, ``--kafka-heap-mb`` each) per
+case, RF 1, filled and read as above; each round also counts the client's own Fetch requests (``fetch_requests``:
+akresil's and aiokafka's connections counted in the worker, librdkafka's from its ``debug=protocol`` log). A
+KRaft controller refuses one operation of more than 10,000 records, so a topic of more than 5,000 partitions is
+created at 5,000 and raised in steps of 5,000 (CreatePartitions). Produce idioms and the asyncio floor are mock-only.
+
 Figures per round: wall seconds, CPU seconds (and µs per record), records/s, the base RSS before the timed work
 and its peak during it (the kernel's peak is reset first), and that growth per partition. Each case runs
 ``--rounds`` rounds, the idiom order rotating, and reports the **median and the worst round**. An idiom whose round
@@ -27,14 +36,17 @@ compares the issue-35 targets. Prints one JSON document; ``--plot`` draws cost a
 
     python benchmarks/bench_scale.py [--cases 10,1000,10000,50000,...] [--rounds 3] [--records 200000]
         [--plot docs/img/bench/scale.png] > bench-results/scale.json
+    python benchmarks/bench_scale.py --harness apache [--cases 10000] [--rounds 3] > bench-results/scale-apache.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
+import logging
 import os
 import re
 import subprocess
@@ -66,6 +78,13 @@ CONSUME_IDIOMS = (
 JAVA_NOTE = ("kafka-clients 4.4 sends ApiVersions v4; librdkafka 2.16's mock answers it with a body the Java "
              "client parses as a throttle of 1,179,648 ms (NetworkClient: 'Connection to node -1 is throttled'), "
              "so it never sends a record (akresil falls back to ApiVersions v0-v2 there, docs/brokers.md)")
+#: the consume-side cases on Apache Kafka (``--harness apache``): a JVM per broker on this machine, so no 30 brokers
+APACHE_CASES = ("10000",)
+#: brokers a local Apache Kafka cluster can have (``KafkaCluster``)
+APACHE_MAX_BROKERS = 9
+#: partitions per CreateTopics / CreatePartitions: a KRaft controller refuses an operation of more than 10,000 records
+#: ("Unable to perform excessively large batch operation"), a topic being one record and each partition another
+APACHE_PARTITIONS_PER_OP = 5000
 DEFAULT_CASES = ("10", "1000", "10000", "50000", "1000/100", "10000/1000", "50000/5000", "10000/10000",
                  "1000@30", "10000@30")
 #: the cases the plot draws against partitions: one topic, 3 brokers (solid) and 10 partitions per topic (dashed)
@@ -256,11 +275,30 @@ def _confluent_produce(spec: dict[str, Any]) -> dict[str, float]:
     return timed.figures(n)
 
 
+def _count_fetches(cls: Any, method: str, is_fetch: Callable[[Any], bool]) -> list[int]:
+    """Wrap ``cls.method`` (a connection's send) to count the Fetch requests this process sends; one comparison
+    per request, nothing per partition or record. Returns the one-element counter."""
+    count = [0]
+    original = getattr(cls, method)
+
+    def counted(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_fetch(request):
+            count[0] += 1
+        return original(self, request, *args, **kwargs)
+    setattr(cls, method, counted)
+    return count
+
+
 async def _akresil_consume(spec: dict[str, Any]) -> dict[str, float]:
     from akresil import Consumer, TopicPartition
     idiom, n = spec["idiom"], spec["records"]
     tps = [TopicPartition(t, p) for t, p in layout(spec["prefix"], spec["topics"], spec["per_topic"])]
     got = 0
+    fetches: list[int] | None = None
+    if spec.get("count_fetches"):
+        from akresil.net.connection import Connection
+        from akresil.protocol.api import ApiKey
+        fetches = _count_fetches(Connection, "request_raw", lambda api_key: api_key == ApiKey.FETCH)
     with Timed() as timed:
         async with Consumer(bootstrap_servers=spec["bootstrap"], auto_offset_reset="earliest") as c:
             c.assign(tps)
@@ -277,7 +315,13 @@ async def _akresil_consume(spec: dict[str, Any]) -> dict[str, float]:
                         break
             else:
                 raise ValueError(f"unknown idiom {idiom!r}")
-    return timed.figures(got)
+    return _with_fetches(timed.figures(got), fetches)
+
+
+def _with_fetches(figures: dict[str, float], fetches: list[int] | None) -> dict[str, float]:
+    if fetches is not None:
+        figures["fetch_requests"] = fetches[0]
+    return figures
 
 
 async def _aiokafka_consume(spec: dict[str, Any]) -> dict[str, float]:
@@ -285,6 +329,11 @@ async def _aiokafka_consume(spec: dict[str, Any]) -> dict[str, float]:
     n = spec["records"]
     tps = [TopicPartition(t, p) for t, p in layout(spec["prefix"], spec["topics"], spec["per_topic"])]
     got = 0
+    fetches: list[int] | None = None
+    if spec.get("count_fetches"):
+        from aiokafka.conn import AIOKafkaConnection
+        fetches = _count_fetches(AIOKafkaConnection, "send",
+                                 lambda request: type(request).__name__.startswith("FetchRequest"))
     with Timed() as timed:
         c = AIOKafkaConsumer(bootstrap_servers=spec["bootstrap"], auto_offset_reset="earliest",
                              enable_auto_commit=False)
@@ -298,7 +347,7 @@ async def _aiokafka_consume(spec: dict[str, Any]) -> dict[str, float]:
                 got += sum(map(len, batches.values()))
         finally:
             await c.stop()
-    return timed.figures(got)
+    return _with_fetches(timed.figures(got), fetches)
 
 
 def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
@@ -306,9 +355,19 @@ def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
     idiom, n = spec["idiom"], spec["records"]
     tps = layout(spec["prefix"], spec["topics"], spec["per_topic"])
     got = 0
+    config: dict[str, Any] = {"bootstrap.servers": spec["bootstrap"], "group.id": "bench-scale",
+                              "enable.auto.commit": False, "log_level": 3}
+    sent = _SentFetches()
+    if spec.get("count_fetches"):      # librdkafka logs a line per request sent (two per round trip in all)
+        import logging
+        logger = logging.getLogger("bench_scale.librdkafka")
+        logger.addHandler(sent)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        del config["log_level"]
+        config.update({"debug": "protocol", "logger": logger})
     with Timed() as timed:
-        c = confluent_kafka.Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": "bench-scale",
-                                      "enable.auto.commit": False, "log_level": 3})
+        c = confluent_kafka.Consumer(config)
         try:
             c.assign([confluent_kafka.TopicPartition(t, p, 0) for t, p in tps])
             if idiom == "confluent consume":
@@ -321,7 +380,19 @@ def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
                         got += 1
         finally:
             c.close()
-    return timed.figures(got)
+    return _with_fetches(timed.figures(got), [sent.count] if spec.get("count_fetches") else None)
+
+
+class _SentFetches(logging.Handler):
+    """Counts librdkafka's ``Sent FetchRequest`` debug lines (``debug=protocol``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Sent FetchRequest" in record.getMessage():
+            self.count += 1
 
 
 #: the per-record idioms with no client under them: what asyncio itself costs per record (see ``asyncio_floor``)
@@ -362,7 +433,6 @@ async def _asyncio_floor(spec: dict[str, Any]) -> dict[str, float]:
 
 def worker(spec: dict[str, Any]) -> dict[str, float]:
     """One measurement in this process (``--worker``)."""
-    import logging
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     idiom = spec["idiom"]
     client = idiom.split()[0]
@@ -423,9 +493,101 @@ def new_cluster(case: Case, prefix: str) -> Any:
     return mock
 
 
+@dataclass
+class Served:
+    """The cluster a case's consumers read: its bootstrap servers and, on Apache Kafka, its JVMs' pids (brokers and
+    controller), whose CPU seconds each round also reports (``broker_cpu_s``: the broker's cost of serving it)."""
+    bootstrap: str
+    jvm_pids: list[int]
+
+    def jvm_cpu_s(self) -> float | None:
+        if not self.jvm_pids:
+            return None
+        ticks = 0
+        for pid in self.jvm_pids:
+            with open(f"/proc/{pid}/stat") as f:       # utime and stime: fields 14 and 15, after "(comm)"
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def settle(self, idle_cores: float = 0.3, window_s: float = 2.0, limit_s: float = 120.0) -> tuple[float, float]:
+        """Wait until the JVMs use less than ``idle_cores`` over ``window_s`` (after creating thousands of
+        partitions and the fill the brokers stay busy for a while, and a round timed then pays for it; an idle
+        3-broker cluster uses ~0.1-0.2 of a core), at most ``limit_s``. Returns the seconds waited and the cores
+        the JVMs used in the last window (their idle cost, part of every round's ``broker_cpu_s``)."""
+        t0 = time.monotonic()
+        before = self.jvm_cpu_s()
+        cores = 0.0
+        while before is not None and time.monotonic() - t0 < limit_s:
+            time.sleep(window_s)
+            after = self.jvm_cpu_s()
+            assert after is not None
+            cores = (after - before) / window_s
+            if cores < idle_cores:
+                break
+            before = after
+        return time.monotonic() - t0, cores
+
+
+@contextlib.contextmanager
+def consume_cluster(case: Case, args: argparse.Namespace) -> Any:
+    """The cluster the consume idioms of a case read: a fresh mock, or (``--harness apache``) a fresh Apache Kafka
+    cluster with the case's topics, every partition led. Yields a ``Served``."""
+    if args.harness == "mock":
+        with new_cluster(case, "c") as mock:
+            yield Served(mock.bootstrap_servers, [])
+        return
+    from akresil.testing import KafkaCluster
+    with KafkaCluster(brokers=case.brokers, heap_mb=args.kafka_heap_mb) as cluster:
+        asyncio.run(create_apache_topics(cluster, case, "c"))
+        pids = [node.java_pid() for node in cluster.nodes.values()]
+        yield Served(cluster.bootstrap_servers, [pid for pid in pids if pid is not None])
+
+
+def apache_topic_ops(case: Case, prefix: str) -> list[tuple[str, list[str], int]]:
+    """The admin operations that make the case's topics on Apache Kafka, in order: ``("create", names,
+    partitions)`` (CreateTopics) and ``("raise", [name], total)`` (CreatePartitions), each under the controller's
+    10,000-record limit per operation (a record per topic and per partition)."""
+    names = [f"{prefix}-{t}" for t in range(case.topics)]
+    first = min(case.per_topic, APACHE_PARTITIONS_PER_OP)
+    per_op = max(1, APACHE_PARTITIONS_PER_OP // first)
+    ops = [("create", names[start:start + per_op], first) for start in range(0, len(names), per_op)]
+    for total in range(first + APACHE_PARTITIONS_PER_OP, case.per_topic + APACHE_PARTITIONS_PER_OP,
+                       APACHE_PARTITIONS_PER_OP):
+        ops += [("raise", [name], min(total, case.per_topic)) for name in names]
+    return ops
+
+
+async def create_apache_topics(cluster: Any, case: Case, prefix: str) -> None:
+    """The case's topics on Apache Kafka (RF 1, ``apache_topic_ops``), then wait until Metadata gives every
+    partition a leader (the brokers create their logs after the controller commits: ~12 s for 10,000 partitions
+    on this machine)."""
+    from akresil.types import NewTopic
+    async with cluster.admin() as admin:
+        for op, names, count in apache_topic_ops(case, prefix):
+            if op == "create":
+                await admin.create_topics([NewTopic(name, num_partitions=count, replication_factor=1)
+                                           for name in names])
+            else:
+                (await admin.create_partitions({names[0]: count})).raise_on_error()
+        names = [f"{prefix}-{t}" for t in range(case.topics)]
+        deadline = time.monotonic() + 300
+        while True:
+            led = 0
+            for start in range(0, len(names), 1000):
+                found = await admin.describe_topics(names[start:start + 1000])
+                led += sum(1 for d in found.values() for p in d.partitions if p.leader >= 0)
+            if led == case.partitions:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Apache Kafka: {led} of {case.partitions} partitions have a leader after 300 s")
+            await asyncio.sleep(1)
+
+
 #: figure -> higher is better (for the worst round)
 FIGURES = {"wall_s": False, "cpu_s": False, "cpu_us_per_record": False, "records_per_s": True,
-           "peak_rss_mib": False, "rss_growth_mib": False, "kib_per_partition": False, "load_1m": False}
+           "peak_rss_mib": False, "rss_growth_mib": False, "kib_per_partition": False, "fetch_requests": False,
+           "broker_cpu_s": False, "load_1m": False}
 
 
 def derive(raw: dict[str, Any], case: Case) -> dict[str, Any]:
@@ -437,7 +599,8 @@ def derive(raw: dict[str, Any], case: Case) -> dict[str, Any]:
     return {"records": raw["records"], "wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"],
             "cpu_us_per_record": raw["cpu_s"] / n * 1e6, "records_per_s": n / raw["wall_s"],
             "peak_rss_mib": raw["peak_rss_kib"] / 1024, "rss_growth_mib": growth / 1024,
-            "kib_per_partition": growth / case.partitions, "load_1m": raw.get("load_1m")}
+            "kib_per_partition": growth / case.partitions, "fetch_requests": raw.get("fetch_requests"),
+            "broker_cpu_s": raw.get("broker_cpu_s"), "load_1m": raw.get("load_1m")}
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -462,7 +625,7 @@ def run_case(case: Case, args: argparse.Namespace, slow: dict[str, tuple[int, fl
     result: dict[str, Any] = {"case": case.name, "partitions": case.partitions, "topics": case.topics,
                               "brokers": case.brokers, "produce": {}, "consume": {}, "skipped": {}}
     base = {"records": args.records, "warmup": args.warmup, "topics": case.topics, "per_topic": case.per_topic,
-            "brokers": case.brokers, "timeout_s": args.timeout}
+            "brokers": case.brokers, "timeout_s": args.timeout, "count_fetches": args.harness == "apache"}
 
     def wanted(idiom: str) -> bool:
         if idiom in slow and case.partitions > slow[idiom][0]:
@@ -474,7 +637,7 @@ def run_case(case: Case, args: argparse.Namespace, slow: dict[str, tuple[int, fl
     def note(idiom: str, res: dict[str, Any]) -> None:
         if "error" not in res and res["wall_s"] > args.max_round_s and idiom not in slow:
             slow[idiom] = (case.partitions, res["wall_s"])
-        shown = {k: round(v, 3) for k, v in res.items() if isinstance(v, float)}
+        shown = {k: round(v, 3) for k, v in res.items() if isinstance(v, (int, float)) and k != "records"}
         progress(f"{case.name} {idiom}: {res.get('error') or shown}")
 
     produce = [i for i in args.produce if wanted(i)]
@@ -493,9 +656,12 @@ def run_case(case: Case, args: argparse.Namespace, slow: dict[str, tuple[int, fl
 
     consume = [i for i in args.consume if wanted(i)]
     if consume:
-        with new_cluster(case, "c") as mock:
+        with consume_cluster(case, args) as served:
             filled = run_worker({**base, "kind": "fill", "idiom": "akresil fill", "prefix": "c",
-                                 "bootstrap": mock.bootstrap_servers}, args.timeout)
+                                 "bootstrap": served.bootstrap}, args.timeout)
+            if served.jvm_pids:
+                waited, cores = served.settle()
+                result["broker_settle"] = {"waited_s": round(waited, 1), "idle_cores": round(cores, 3)}
             if "error" in filled:
                 result["skipped"].update({i: f"filling the topics failed: {filled['error']}" for i in consume})
                 consume = []
@@ -504,8 +670,11 @@ def run_case(case: Case, args: argparse.Namespace, slow: dict[str, tuple[int, fl
                 for idiom in consume[r % max(1, len(consume)):] + consume[:r % max(1, len(consume))]:
                     if idiom in slow and slow[idiom][0] == case.partitions and rounds[idiom]:
                         continue
+                    jvm0 = served.jvm_cpu_s()
                     raw = run_worker({**base, "kind": "consume", "idiom": idiom, "prefix": "c",
-                                      "bootstrap": mock.bootstrap_servers}, args.timeout)
+                                      "bootstrap": served.bootstrap}, args.timeout)
+                    if jvm0 is not None:
+                        raw["broker_cpu_s"] = served.jvm_cpu_s() - jvm0   # type: ignore[operator]
                     res = derive(raw, case)
                     rounds[idiom].append(res)
                     note(idiom, res)
@@ -527,11 +696,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """Per case: akresil's figure over each peer's, medians and worst rounds (produce: CPU seconds, lower is
-    better; consume: records/s, higher is better)."""
+    better; consume: records/s, higher is better, and CPU seconds, the figure a loaded machine moves least)."""
     out: dict[str, Any] = {}
     for case in cases:
         per: dict[str, Any] = {}
-        for kind, key in (("produce", "cpu_s"), ("consume", "records_per_s")):
+        for kind, key in (("produce", "cpu_s"), ("consume", "records_per_s"), ("consume", "cpu_s")):
             for mine in case[kind]:
                 if not mine.startswith("akresil"):
                     continue
@@ -576,7 +745,7 @@ def targets(cases: list[dict[str, Any]], floors: dict[str, Any] | None = None) -
     return out
 
 
-def plot(cases: list[dict[str, Any]], path: str) -> None:
+def plot(cases: list[dict[str, Any]], path: str, broker: str = "librdkafka's mock") -> None:
     """Cost against partitions: produce CPU seconds, consume seconds and memory per partition, log-log; one topic
     on 3 brokers solid, 10 partitions per topic dashed."""
     import matplotlib
@@ -606,30 +775,51 @@ def plot(cases: list[dict[str, Any]], path: str) -> None:
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("bench_scale on librdkafka's mock (3 brokers; solid: one topic, dashed: 10 partitions per topic)")
+    fig.suptitle(f"bench_scale on {broker} (3 brokers; solid: one topic, dashed: 10 partitions per topic)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default=",".join(DEFAULT_CASES),
-                   help="comma-separated PARTITIONS[/TOPICS][@BROKERS] (default: %(default)s)")
+    p.add_argument("--harness", choices=("mock", "apache"), default="mock",
+                   help="librdkafka's mock cluster (default), or Apache Kafka for the consume side")
+    p.add_argument("--cases", default=None,
+                   help=f"comma-separated PARTITIONS[/TOPICS][@BROKERS] (default: {','.join(DEFAULT_CASES)}; "
+                        f"with --harness apache: {','.join(APACHE_CASES)})")
     p.add_argument("--rounds", type=int, default=3, help="rounds per idiom and case (default 3)")
     p.add_argument("--records", type=int, default=200_000, help="records per round (default 200000)")
     p.add_argument("--warmup", type=int, default=20_000, help="untimed records per producer first (default 20000)")
-    p.add_argument("--produce", default=",".join(PRODUCE_IDIOMS), help="produce idioms (default: all)")
+    p.add_argument("--produce", default=None, help="produce idioms (default: all; none with --harness apache)")
     p.add_argument("--consume", default=",".join(CONSUME_IDIOMS), help="consume idioms (default: all)")
     p.add_argument("--max-round-s", type=float, default=120.0,
                    help="an idiom whose round takes longer is not run at more partitions (default 120)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before a round is given up (default 900)")
+    p.add_argument("--kafka-heap-mb", type=int, default=512,
+                   help="--harness apache: each broker JVM's maximum heap in MiB (default 512)")
     p.add_argument("--plot", default=None, help="write the cost-against-partitions plot here (PNG)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker is not None:
         print(json.dumps(worker(json.loads(args.worker))))
         return
-    cases = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+    apache = args.harness == "apache"
+    if args.produce is None:
+        args.produce = "" if apache else ",".join(PRODUCE_IDIOMS)
+    if args.cases is None:
+        args.cases = ",".join(APACHE_CASES if apache else DEFAULT_CASES)
+    try:
+        cases = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+    except ValueError as exc:
+        p.error(str(exc))
+    if apache and args.produce.strip():
+        p.error("--produce: --harness apache measures the consume side only (pass --produce \"\")")
+    too_many = [c.name for c in cases if apache and c.brokers > APACHE_MAX_BROKERS]
+    if too_many:
+        p.error(f"--cases: {', '.join(too_many)}: a local Apache Kafka cluster has at most {APACHE_MAX_BROKERS} "
+                "brokers")
+    if args.kafka_heap_mb < 128:
+        p.error("--kafka-heap-mb: must be >= 128")
     for opt, known in (("produce", PRODUCE_IDIOMS), ("consume", CONSUME_IDIOMS)):
         chosen = [i.strip() for i in getattr(args, opt).split(",") if i.strip()]
         bad = [i for i in chosen if i not in known]
@@ -650,7 +840,7 @@ def main() -> None:
     results = [run_case(c, args, slow, progress) for c in sorted(cases, key=lambda c: (c.partitions, c.topics,
                                                                                         c.brokers))]
     floors: dict[str, Any] = {}
-    for idiom in FLOOR_IDIOMS:
+    for idiom in () if apache else FLOOR_IDIOMS:      # the floors explain produce targets: mock runs only
         rounds = []
         for _ in range(args.rounds):
             raw = run_worker({"kind": "floor", "idiom": idiom, "records": args.records}, args.timeout)
@@ -659,13 +849,17 @@ def main() -> None:
         floors[idiom] = summarize(rounds)
         progress(f"asyncio floor {idiom}: {floors[idiom].get('cpu_us_per_record') or floors[idiom]}")
     env["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    doc = {"benchmark": "scale", "broker": "librdkafka mock", "records": args.records, "value_bytes": len(VALUE),
+    broker = "librdkafka mock"
+    if apache:
+        from akresil.testing.kafka_jars import kafka_version
+        broker = f"Apache Kafka {kafka_version(None)}, RF 1, broker heap {args.kafka_heap_mb} MiB"
+    doc = {"benchmark": "scale", "broker": broker, "records": args.records, "value_bytes": len(VALUE),
            "warmup": args.warmup, "rounds": args.rounds, "linger_ms": LINGER_MS, "acks": "all",
            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "environment": env,
-           "java": JAVA_NOTE, "cases": results, "ratios": ratios(results), "asyncio_floor": floors,
+           "java": JAVA_NOTE if not apache else "not measured here: the Java client is not one of CONSUME_IDIOMS", "cases": results, "ratios": ratios(results), "asyncio_floor": floors,
            "targets": targets(results, floors)}
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, "Apache Kafka" if apache else "librdkafka's mock")
     print(json.dumps(doc, indent=2))
 
 

@@ -76,3 +76,59 @@ def test_targets_compare_the_issue_figures() -> None:
 
 def test_missing_figures_make_no_verdict() -> None:
     assert all(t["met"] is None for t in bs.targets([]))
+
+
+@pytest.mark.parametrize("text", ["10000", "12345", "10000/1000", "20000/2", "60"])
+def test_apache_topics_are_made_in_operations_the_controller_accepts(text: str) -> None:
+    """A KRaft controller refuses an operation of more than 10,000 records (one per topic and per partition)."""
+    case = bs.parse_case(text)
+    ops = bs.apache_topic_ops(case, "c")
+    counts: dict[str, int] = {}
+    for op, names, count in ops:
+        assert len(names) + (len(names) * count if op == "create" else count - counts[names[0]]) <= 10_000
+        for name in names:
+            assert op == "create" or counts[name] < count     # CreatePartitions only ever raises the count
+            counts[name] = count
+    assert counts == {f"c-{t}": case.per_topic for t in range(case.topics)}
+
+
+def test_fetch_counting_wraps_send_and_counts_only_fetches() -> None:
+    class Conn:
+        def send(self, request: str, *, timeout: int = 0) -> str:
+            return f"{request}:{timeout}"
+    count = bs._count_fetches(Conn, "send", lambda request: request == "fetch")
+    conn = Conn()
+    assert [conn.send("fetch"), conn.send("metadata", timeout=3), conn.send("fetch")] == \
+        ["fetch:0", "metadata:3", "fetch:0"]
+    assert count == [2]
+    assert bs._with_fetches({"records": 1}, count) == {"records": 1, "fetch_requests": 2}
+    assert bs._with_fetches({"records": 1}, None) == {"records": 1}
+
+
+def test_librdkafka_fetches_are_counted_from_its_protocol_log() -> None:
+    import logging
+    sent = bs._SentFetches()
+    for line in ("127.0.0.1:9092/1: Sent FetchRequest (v15, 120 bytes @ 0, CorrId 7)",
+                 "127.0.0.1:9092/1: Received FetchResponse (v15, 80 bytes, CorrId 7, rtt 1.2ms)",
+                 "127.0.0.1:9092/1: Sent MetadataRequest (v12, 40 bytes @ 0, CorrId 8)"):
+        sent.emit(logging.LogRecord("rdkafka", logging.DEBUG, __file__, 0, line, None, None))
+    assert sent.count == 1
+
+
+def test_served_reads_the_cpu_of_its_processes() -> None:
+    import os
+    assert bs.Served("b:1", []).jvm_cpu_s() is None
+    assert bs.Served("b:1", []).settle()[1] == 0.0     # nothing to wait for
+    spent = bs.Served("b:1", [os.getpid()]).jvm_cpu_s()
+    assert spent is not None and spent > 0
+
+
+def test_consume_ratios_include_cpu() -> None:
+    cases = [{"case": "10000/1@3", "produce": {},
+              "consume": {"akresil getmany": {"records_per_s": {"median": 90.0, "worst": 80.0},
+                                              "cpu_s": {"median": 0.5, "worst": 0.6}},
+                          "confluent consume": {"records_per_s": {"median": 100.0, "worst": 100.0},
+                                                "cpu_s": {"median": 1.0, "worst": 1.2}}}}]
+    ratios = bs.ratios(cases)["10000/1@3"]
+    assert ratios["akresil getmany / confluent consume cpu_s"] == {"median": 0.5, "worst": 0.5}
+    assert ratios["akresil getmany / confluent consume records_per_s"] == {"median": 0.9, "worst": 0.8}
