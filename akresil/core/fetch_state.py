@@ -794,10 +794,16 @@ class FetchState:
         else:
             topic_list = [{"topic": t, "partitions": ps} for t, ps in topics.items()]
             forgotten_list = [{"topic": t, "partitions": ps} for t, ps in forgotten.items()]
+        return self._body(sreq.session_id, sreq.epoch, topic_list, forgotten_list, max_wait_ms=max_wait_ms,
+                          min_bytes=min_bytes)
+
+    def _body(self, session_id: int, epoch: int, topics: list[FetchRequestFetchTopic],
+              forgotten: list[FetchRequestForgottenTopic], *, max_wait_ms: int, min_bytes: int) -> FetchBody:
+        """A Fetch body with this consumer's limits, isolation level and rack around the session's fields."""
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
                 "max_bytes": self.fetch_max_bytes, "isolation_level": 1 if self.read_committed else 0,
-                "session_id": sreq.session_id, "session_epoch": sreq.epoch, "topics": topic_list,
-                "forgotten_topics_data": forgotten_list, "rack_id": self.client_rack}
+                "session_id": session_id, "session_epoch": epoch, "topics": topics,
+                "forgotten_topics_data": forgotten, "rack_id": self.client_rack}
 
     def session_counts(self) -> dict[str, int]:
         """Fetches sent so far: ``full`` (every partition listed) and ``incremental`` (KIP-227: changes only)."""
@@ -805,16 +811,14 @@ class FetchState:
                 "incremental": sum(s.incremental_fetches for s in self.sessions.values())}
 
     def close_sessions(self) -> dict[int, int]:
-        """``{node: session id}`` of every open fetch session, each forgotten here: the shell sends every node a
-        final Fetch that closes it on the broker (``build_close_body``), as the Java consumer does on close."""
+        """``{node: session id}`` of every open fetch session, each forgotten here: the shell closes them on the
+        brokers with a final Fetch (``build_close_body``; ``Fetcher.close_sessions`` says which nodes it asks)."""
         closing = {node: session.close() for node, session in self.sessions.items()}
         return {node: sid for node, sid in closing.items() if sid}
 
     def build_close_body(self, session_id: int, *, min_bytes: int) -> FetchBody:
         """A Fetch that closes session ``session_id`` and starts none (epoch -1, no partitions: answered at once)."""
-        return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": min_bytes, "max_bytes": self.fetch_max_bytes,
-                "isolation_level": 1 if self.read_committed else 0, "session_id": session_id,
-                "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": self.client_rack}
+        return self._body(session_id, -1, [], [], max_wait_ms=0, min_bytes=min_bytes)
 
     # ------------------------------------------------------------------ responses
     def on_fetch_failed(self, request: FetchRequest, now: float, *, node_backing_off: bool = False) -> None:
