@@ -183,11 +183,7 @@ def for_apache(scenario: Scenario) -> Scenario:
 async def run_failure_on_apache(cluster: KafkaCluster, scenario: Scenario, client: str, seed: int,
                                 progress: ProgressFn = no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
     """One client's phase of ``scenario`` (already made ``for_apache``) on the cluster."""
-    phase = ApachePhase(cluster, scenario, client, seed, progress)
-    data = await phase.run()
-    summary, series = summarize_apache(data)
-    summary["gc"] = phase.gc_summary(data)
-    return summary, series
+    return await ApachePhase(cluster, scenario, client, seed, progress).run_summarized(summarize_apache)
 
 
 async def run_steady_on_apache(cluster: KafkaCluster, cfg: SteadyConfig, client: str, seed: int,

@@ -123,8 +123,4 @@ class MockPhase(PhaseBase[MockCluster]):
 
 async def run_failure_on_mock(scenario: Scenario, client: str, seed: int, progress: ProgressFn = no_progress
                               ) -> tuple[dict[str, Any], dict[str, Any]]:
-    phase = MockPhase(scenario, client, seed, progress)
-    data = await phase.run()
-    summary, series = summarize_mock(data)
-    summary["gc"] = phase.gc_summary(data)
-    return summary, series
+    return await MockPhase(scenario, client, seed, progress).run_summarized(summarize_mock)

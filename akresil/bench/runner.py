@@ -112,6 +112,14 @@ class PhaseBase(ABC, Generic[H]):
         """Python's collections during the load, and those that started inside a fault window."""
         return self.gc.summary(fault_windows(data, data.start_s + self.scenario.duration_s))
 
+    async def run_summarized(self, summarize: Callable[[Any], tuple[dict[str, Any], dict[str, Any]]]
+                             ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``run()``, then the harness's ``summarize`` of the phase with Python's collections added (``gc``)."""
+        data = await self.run()
+        summary, series = summarize(data)
+        summary["gc"] = self.gc_summary(data)
+        return summary, series
+
     async def _warm_up(self, producers: list[ProducerAdapter], value: bytes) -> None:
         """Every partition through every producer, so every client knows every node before the load starts."""
         parts = self.scenario.partitions
@@ -120,6 +128,10 @@ class PhaseBase(ABC, Generic[H]):
             await asyncio.wait_for(asyncio.gather(*sends), WARMUP_TIMEOUT_S)
         except Exception as exc:   # noqa: BLE001 - any failure here means the phase cannot be measured
             raise RuntimeError(f"{self.client}: warm-up records were not delivered: {exc!r}") from exc
+
+    @abstractmethod
+    async def run(self) -> Any:
+        """The whole phase on this harness: what its ``summarize`` takes (``PhaseData`` or ``MockPhaseData``)."""
 
     @abstractmethod
     def _begin_recording(self, harness: H) -> None:
@@ -319,11 +331,7 @@ async def _produce_then_consume(bootstrap: str, partitions: int, client: str, la
 
 async def run_failure(broker: str, scenario: Scenario, client: str, seed: int,
                       progress: ProgressFn = no_progress) -> tuple[dict[str, Any], dict[str, Any]]:
-    phase = Phase(broker, scenario, client, seed, progress)
-    data = await phase.run()
-    summary, series = summarize(data)
-    summary["gc"] = phase.gc_summary(data)
-    return summary, series
+    return await Phase(broker, scenario, client, seed, progress).run_summarized(summarize)
 
 
 class Broker:
