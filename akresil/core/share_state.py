@@ -459,21 +459,30 @@ class ShareFetchState:
             base, end = batch.base_offset, batch.last_offset
             if end - base >= span:
                 span = end - base + 1
-            if plain and not check:
+            if plain:
                 if base > last:
                     while i < last_range and base > ranges[i][1]:
                         i += 1
                     first, last, dc = ranges[i]
                     lock, out = locks[i], taken[i]
-                if first <= base and end <= last:
-                    # the usual case: the whole batch acquired in one range, nothing held yet (no older delivery
-                    # to supersede): its records straight into ShareRecords, its offsets held in one C call
+                # the usual case: the batch meets one acquired range only (whole, or cut by the range's ends: the
+                # broker acquires record counts, not batches), none of those offsets held yet (no older delivery
+                # to supersede): its records straight into ShareRecords, the acquired slice held in one C call
+                lo = first if first > base else base
+                hi = last if last < end else end
+                if (lo <= hi and (end <= last or i == last_range)
+                        and (not check or held.keys().isdisjoint(range(lo, hi + 1)))):
                     whole = _decode_whole(batch, tp.topic, tp.partition, dc)
                     if whole is not None:
+                        if lo != base or hi != end:
+                            if len(whole) == end - base + 1:
+                                whole = whole[lo - base:hi - base + 1]
+                            else:               # compacted: offsets missing from the batch
+                                whole = [r for r in whole if lo <= r[2] <= hi]
                         seen[i] += len(whole)
                         out += whole
-                        if len(whole) == end - base + 1:
-                            held.update(dict.fromkeys(range(base, end + 1), lock))
+                        if len(whole) == hi - lo + 1:
+                            held.update(dict.fromkeys(range(lo, hi + 1), lock))
                         else:                   # compacted: offsets missing from the batch
                             for srec in whole:
                                 held[srec[2]] = lock

@@ -465,3 +465,32 @@ def test_a_fetch_carrying_acknowledgements_answers_at_once_and_the_one_after_it_
     assert st.settled(nodes) and st.take_results() == {TP0: None}
     p3 = plan(st, 60)[1]
     assert p3.body["max_wait_ms"] == 500 and p3.body["topics"] == []
+
+
+def test_a_batch_cut_by_acquired_ranges_is_decoded_once_into_share_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the broker acquires record counts, not batches: a range may end (and the next fetch's begin) mid-batch;
+    # neither fetch should fall back to the per-record ConsumerRecord path
+    import akresil.core.share_state as share_state
+
+    def no_slow_path(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("decode_batch: the per-record path was taken")
+
+    monkeypatch.setattr(share_state, "decode_batch", no_slow_path)
+    st = state()
+    st.on_fetch_response(plan(st, 0)[1], fetch_answer(0, batch(0, 6), [(0, 2, 1)]), 10)
+    first = st.poll(10, 20)
+    assert [(r.offset, r.value, r.delivery_count) for r in first] == [(0, b"v0", 1), (1, b"v1", 1), (2, b"v2", 1)]
+    for rec in first:
+        st.acknowledge_record(rec, AckType.ACCEPT, 25)
+    p2 = plan(st, 30)[1]
+    (part,) = p2.body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1]}]
+    st.on_fetch_response(p2, fetch_answer(0, batch(0, 6), [(3, 4, 2)]), 40)
+    second = st.poll(10, 50)
+    assert [(r.offset, r.value, r.delivery_count) for r in second] == [(3, b"v3", 2), (4, b"v4", 2)]
+    with pytest.raises(errors.IllegalStateError):
+        st.acknowledge(TP0, 5, AckType.ACCEPT, 60)             # in the batch, never acquired: not held
+    for rec in second:
+        st.acknowledge_record(rec, AckType.REJECT, 60)
+    (part,) = plan(st, 70)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 3, "last_offset": 4, "acknowledge_types": [3]}]
