@@ -18,7 +18,7 @@ import logging
 import time
 from functools import partial
 from contextlib import asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Generic, Iterable, Mapping, NamedTuple, Sequence
 
 import anyio
 import anyio.abc
@@ -35,6 +35,7 @@ from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
 from .net.scheduler import Sender
 from .net.transaction import TransactionIO
+from .send_call import SendCall
 from .types import ConsumerGroupMetadata, Header, KeyT_contra, RecordMetadata, TopicPartition, ValueT_contra
 
 if TYPE_CHECKING:
@@ -364,16 +365,37 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         return None if self._txn is None else self._txn.state.value
 
     # ------------------------------------------------------------------ sending
-    async def send(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
-                   partition: int | None = None,
-                   timestamp_ms: int | None = None, headers: Sequence[Header] | None = None) -> RecordMetadata:
-        """Send one record and wait for its acknowledgement."""
+    def send(self, topic: str, value: ValueT_contra | None = None, key: KeyT_contra | None = None, *,
+             partition: int | None = None,
+             timestamp_ms: int | None = None, headers: Sequence[Header] | None = None
+             ) -> Coroutine[Any, Any, RecordMetadata]:
+        """Send one record and wait for its acknowledgement (a coroutine: ``await`` it or run it as a task).
+
+        Under asyncio the coroutine is a ``SendCall``, which is also the record's future: one object per
+        pending record instead of a coroutine frame plus a future (see ``akresil.send_call``)."""
+        loop = self._loop
+        if loop is None or self.hooks.tracer is not None:
+            return self._send_native(topic, value, key, partition, timestamp_ms, headers)
+        return SendCall(loop, (self, topic, value, key, partition, timestamp_ms, headers))
+
+    async def _send_native(self, topic: str, value: Any, key: Any, partition: int | None,
+                           timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordMetadata:
+        """``send`` as a native coroutine: under trio, before the start, and with a tracer."""
         tracer = self.hooks.tracer
         if tracer is not None:
             return await self._send_traced(tracer, topic, value, key, partition, timestamp_ms, headers)
         fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, None)
         if fut.__class__ is not DeliveryFuture:
             fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, None)
+        return await fut  # type: ignore[misc]
+
+    async def _send_rest(self, first: _Blocked | None, topic: str, value: Any, key: Any, partition: int | None,
+                         timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordMetadata:
+        """A ``SendCall`` whose record could not be buffered at once: the waiting part, with a future of its own
+        (the ``SendCall`` drives this coroutine, so it cannot also be the future awaited in it)."""
+        if first is not None:
+            first = first._replace(fut=DeliveryFuture(self._loop))
+        fut = await self._enqueue_slow(first, topic, value, key, partition, timestamp_ms, headers, None)
         return await fut  # type: ignore[misc]
 
     async def _send_traced(self, tracer: Tracer, topic: str, value: Any, key: Any, partition: int | None,
@@ -430,8 +452,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         return fut  # type: ignore[return-value]
 
     def _enqueue_nowait(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
-                        headers: Sequence[Header] | None, on_delivery: DeliveryCallback | None
-                        ) -> DeliveryFuture | _Blocked | None:
+                        headers: Sequence[Header] | None, on_delivery: DeliveryCallback | None,
+                        fut: DeliveryFuture | None = None) -> DeliveryFuture | _Blocked | None:
         """The per-record hot path, synchronous: buffer the record and return its future, or say why not.
 
         None: nothing was done (an event-loop turn is due, or the topic's metadata is not known yet), the
@@ -476,7 +498,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if tps is None or len(tps) <= p:
             tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(max(num, p + 1))]
         tp = tps[p]
-        fut = DeliveryFuture(self._loop, on_delivery)
+        if fut is None:                     # (given: a SendCall, the record's future itself)
+            fut = DeliveryFuture(self._loop, on_delivery)
         if timestamp_ms is None:
             timestamp_ms = int(_wall_time() * 1000)
         elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
