@@ -15,6 +15,7 @@ native coroutine for the rest instead, so every waiting path is the one ``enqueu
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import TYPE_CHECKING, Any, Coroutine, Generator
 
 from .delivery import DeliveryFuture
@@ -69,6 +70,14 @@ class SendCall(DeliveryFuture):
         self._args = None
         if self._slow is not None:
             self._slow.close()
+
+    def __del__(self) -> None:
+        """A call dropped without ever being awaited or run warns, as Python does for a never-awaited coroutine:
+        a forgotten ``await producer.send(...)`` sends nothing, and that must not pass silently."""
+        args = self._args
+        if args is not None:
+            warnings.warn(f"Producer.send({args[1]!r}, ...) was never awaited: the record was not sent",
+                          RuntimeWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         if self._args is not None:

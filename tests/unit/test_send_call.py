@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import warnings
 import types
 from typing import Any
 
@@ -101,3 +102,24 @@ async def test_metadata_not_known_yet_takes_the_waiting_path() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not o.acc.incomplete_batches
+
+
+async def test_a_call_never_awaited_warns_and_sends_nothing() -> None:
+    o = offline()
+    call = o.producer.send("orders", b"v", partition=0)
+    with pytest.warns(RuntimeWarning, match=r"Producer.send\('orders', ...\) was never awaited"):
+        del call
+        gc.collect()
+    assert not o.acc.incomplete_batches
+
+
+async def test_a_started_or_closed_call_does_not_warn() -> None:
+    o = offline()
+    closed = o.producer.send("t", b"v", partition=0)
+    closed.close()                                          # closed explicitly: the caller chose not to send
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        md = await o.run(asyncio.ensure_future(o.producer.send("t", b"w", partition=0)))
+        del closed
+        gc.collect()
+    assert md.offset == 0
