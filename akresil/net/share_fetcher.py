@@ -118,6 +118,11 @@ class ShareFetcher:
             self._apply(outcome)
         finally:
             self._in_flight -= 1
+            if not self._stopping and self.fatal_error is None:
+                # plan before waking the application: a request this answer unblocks (the fetch after a
+                # leader's acknowledgements settled) is written before the application works through the
+                # records it holds, so the broker serves it meanwhile
+                self._turn()
             self._changed.fire()
             if self._in_flight == 0:
                 self._idle.fire()

@@ -1,0 +1,103 @@
+"""ShareFetcher, the share consumer's I/O shell, over a scripted cluster: the order in which an answer's
+consequences reach the broker and the application (no broker, no sleeps)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+
+from akresil.core.backoff import ExponentialBackoff
+from akresil.core.share_state import AckType, ShareFetchState
+from akresil.net.share_fetcher import ShareFetcher
+from akresil.protocol.api import ApiKey
+from akresil.types import TopicPartition
+
+from .test_share_state import TID, TP0, TP1, ack_answer, batch, fetch_answer
+
+
+class _Snapshot:
+    topic_ids = {"t": TID}
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
+        return ({TP0: 1, TP1: 2}[tp], 0)
+
+
+class _Metadata:
+    snapshot = _Snapshot()
+
+
+class ScriptedCluster:
+    """Answers each request when the test says so; ``log`` records sends and what the test observes."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.metadata = _Metadata()
+        self.fatal_error: BaseException | None = None
+        self.log = log
+        self.waiting: dict[tuple[str, int], tuple[anyio.Event, list[dict[str, Any]]]] = {}
+
+    def clock(self) -> float:
+        return 0.0
+
+    def on_metadata_change(self, callback: Any) -> None:
+        pass
+
+    def request_metadata_refresh(self, reason: str) -> None:
+        pass
+
+    async def request(self, node: int, api: ApiKey, body: dict[str, Any], *, timeout_ms: float) -> tuple[int, Any]:
+        kind = "fetch" if api is ApiKey.SHARE_FETCH else "ack"
+        self.log.append(f"sent {kind} {node}")
+        event, answer = anyio.Event(), []
+        self.waiting[(kind, node)] = (event, answer)
+        await event.wait()
+        return 1, answer[0]
+
+    async def answer(self, kind: str, node: int, body: dict[str, Any]) -> None:
+        while (kind, node) not in self.waiting:
+            await anyio.sleep(0)
+        event, slot = self.waiting.pop((kind, node))
+        slot.append(body)
+        event.set()
+
+
+async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_application_resumes() -> None:
+    """With another leader's records still buffered, ``commit()`` sends a ShareAcknowledge; when it is answered,
+    the fetch to that leader (held while its records were unsettled) must reach the broker before the
+    application goes on through the buffered records, so the broker serves it meanwhile. Planning only on the
+    fetcher's next turn wrote it after the application's whole run of work."""
+    log: list[str] = []
+    cluster = ScriptedCluster(log)
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
+    state = ShareFetchState("g", backoff=backoff)
+    state.member_id = "m"
+    state.set_assignment([TP0, TP1])
+    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            await cluster.answer("fetch", 1, fetch_answer(0, batch(0, 2), [(0, 1, 1)]))
+            await cluster.answer("fetch", 2, fetch_answer(1, batch(0, 2), [(0, 1, 1)]))
+            for _ in range(10):     # both answers applied by the fetcher's tasks
+                await anyio.sleep(0)
+            records = state.poll_by_partition(2, 0.0)     # leader 1's two records; leader 2's stay buffered
+            assert list(records) == [TP0], records
+            for rec in records[TP0]:
+                state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
+            nodes = state.request_commit()
+
+            async def application() -> None:
+                fetcher.wake()
+                while not state.settled(nodes):
+                    await fetcher.changed().wait()
+                log.append("application resumed")
+
+            tg.start_soon(application)
+            await cluster.answer("ack", 1, ack_answer(0))
+            while "application resumed" not in log:
+                await anyio.sleep(0)
+            after_ack = log[log.index("sent ack 1") + 1:]
+            assert after_ack[:2] == ["sent fetch 1", "application resumed"], log
+            fetcher._stopping = True
+            tg.cancel_scope.cancel()
