@@ -28,15 +28,16 @@ commits; what this guarantees is that every row of the stream lands exactly once
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Sequence
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .. import errors
 from ..types import TopicPartition
 from .kafka_io import _Cached, WorkerClients, admin_config, worker_clients
 from .options import WriteOptions
 from .writer import TaskDelivery, TaskRows, _Tally, send_rows
+
+if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
+    import pyarrow as pa
 
 __all__ = ["deliver_exactly_once", "transaction_name", "marker_partition"]
 

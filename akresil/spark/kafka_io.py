@@ -25,7 +25,6 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import anyio
-import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .. import errors
@@ -37,6 +36,8 @@ from .options import Subscription
 from .schema import records_to_batch
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..admin import Admin
     from ..consumer import Consumer
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from . import kafka_io
 from .offsets import OffsetRange, check_starts, plan_ranges, resolve_spec, resolve_times, timestamp_queries
 from .options import OffsetSpec, ReadOptions
+
+if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
+    import pyarrow as pa
 
 __all__ = ["RangePartition", "AkresilBatchReader", "read_partition", "resolve_offsets", "with_group_id"]
 

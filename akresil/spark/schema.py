@@ -2,22 +2,24 @@
 
 Read tasks yield ``pyarrow.RecordBatch``es (about 3x faster through Spark than tuples); Spark checks each
 batch's Arrow schema against the declared one, so it is derived from the Spark schema with pyspark's own
-converter rather than written out twice.
+converter rather than written out twice. pyarrow is imported where batches are built, so the processes
+that only plan or commit (``kafka_schema``) do not load it.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from operator import itemgetter
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
 from ..types import ConsumerRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["kafka_schema", "arrow_schema", "records_to_batch"]
 
@@ -55,6 +57,9 @@ def records_to_batch(records: Sequence[ConsumerRecord], include_headers: bool) -
     against 4.2 ms and 6.9 ms this way. A one-topic batch (every read task's) gets its topic column from two
     buffers instead of converting 10 000 ``str`` objects.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     schema = arrow_schema(include_headers)
     topics, partitions, offsets, keys, values, headers, timestamps, ts_types = (
         list(map(itemgetter(i), records)) for i in range(8))
@@ -78,6 +83,7 @@ def records_to_batch(records: Sequence[ConsumerRecord], include_headers: bool) -
 def _repeated(text: str, n: int) -> pa.Array:
     """A string column holding ``text`` ``n`` times, from an offsets buffer and one data buffer."""
     import numpy as np
+    import pyarrow as pa
 
     data = text.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(data)

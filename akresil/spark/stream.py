@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
@@ -34,6 +33,9 @@ from .offsets import (
 )
 from .options import ReadOptions
 from .reader import RangePartition, driver_config, read_partition, resolve_offsets, with_group_id
+
+if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
+    import pyarrow as pa
 
 __all__ = ["AkresilStreamReader"]
 

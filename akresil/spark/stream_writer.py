@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .options import WriteOptions
 from .writer import TaskDelivery, WriteSummary, deliver_batches, raise_on_failed_tasks, store_summary
+
+if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
+    import pyarrow as pa
 
 __all__ = ["AkresilStreamWriter", "BATCH_ID_KEY", "QUERY_ID_KEY", "KEEP_SUMMARIES", "summary_name"]
 
