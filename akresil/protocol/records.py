@@ -12,23 +12,55 @@ This module adds what the producer and consumer need around them:
   one (the broker cuts at ``max_bytes``): the partial tail is skipped, not an error.
 
 Only magic 2 is supported (Kafka >= 0.11 log format); older batches raise ``ProtocolError``.
+
+aiokafka is imported when the first batch is built or read (``_aiokafka``), not with this module: any
+``aiokafka.record`` import runs ``aiokafka/__init__``, which loads aiokafka's whole client (~50 modules), and
+``import akresil.consumer`` (a Spark planner, a CLI command) should not pay for that. The classes are looked
+up once and kept, so the per-batch cost is one call.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator, Sequence
-
-from aiokafka.record import default_records as _dr
-from aiokafka.record.util import calc_crc32c
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from ..errors import ConfigError, CorruptRecordError, ProtocolError
 
-DefaultRecordBatchBuilder = _dr.DefaultRecordBatchBuilder
-DefaultRecordBatch = _dr.DefaultRecordBatch
 
-#: True when aiokafka's Cython extension is in use (it should be; the fallback is ~70x slower)
-C_ACCELERATED = DefaultRecordBatchBuilder.__module__.startswith("aiokafka.record._crecords")
+class _AiokafkaRecords(NamedTuple):
+    builder: Any                            # DefaultRecordBatchBuilder
+    batch: Any                              # DefaultRecordBatch
+    crc32c: Callable[[bytes], int]
+    #: True when aiokafka's Cython extension is in use (it should be; the fallback is ~70x slower)
+    c_accelerated: bool
+
+
+_loaded: _AiokafkaRecords | None = None
+
+
+def _aiokafka() -> _AiokafkaRecords:
+    """aiokafka's record classes, imported on the first call and kept."""
+    global _loaded
+    if _loaded is None:
+        from aiokafka.record import default_records
+        from aiokafka.record.util import calc_crc32c
+
+        builder = default_records.DefaultRecordBatchBuilder
+        _loaded = _AiokafkaRecords(builder, default_records.DefaultRecordBatch, calc_crc32c,
+                                   builder.__module__.startswith("aiokafka.record._crecords"))
+    return _loaded
+
+
+_LAZY_NAMES = {"DefaultRecordBatchBuilder": "builder", "DefaultRecordBatch": "batch",
+               "C_ACCELERATED": "c_accelerated"}
+
+
+def __getattr__(name: str) -> Any:
+    """``DefaultRecordBatchBuilder``, ``DefaultRecordBatch``, ``C_ACCELERATED``: aiokafka loads when first asked."""
+    field = _LAZY_NAMES.get(name)
+    if field is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_aiokafka(), field)
 
 COMPRESSION_CODECS: dict[str, int] = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 CODEC_NAMES = {v: k for k, v in COMPRESSION_CODECS.items()}
@@ -87,7 +119,7 @@ def compression_codec(name: str | int) -> int:
 
 def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()) -> int:
     """Upper bound of one record's encoded size inside a batch (without the batch header)."""
-    return DefaultRecordBatchBuilder.size_of(key, value, headers if isinstance(headers, list) else list(headers)) \
+    return _aiokafka().builder.size_of(key, value, headers if isinstance(headers, list) else list(headers)) \
         + MAX_RECORD_OVERHEAD
 
 
@@ -104,7 +136,7 @@ class BatchBuilder:
         self.compression = compression_codec(compression_type)
         self.batch_size = batch_size
         self.transactional = transactional
-        self._builder = DefaultRecordBatchBuilder(2, self.compression, int(transactional), producer_id,
+        self._builder = _aiokafka().builder(2, self.compression, int(transactional), producer_id,
                                                   producer_epoch, base_sequence, max(batch_size, BATCH_HEADER_SIZE))
         #: the C encoder's own append, the producer's per-record path (no Python frame in between):
         #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` with ``headers`` a list; returns None when
@@ -207,7 +239,7 @@ def restamp_producer_state(batch: bytes | bytearray, producer_id: int, producer_
         raise ProtocolError("restamp_producer_state needs one complete magic-2 record batch")
     buf = bytearray(batch)
     _PRODUCER_STATE.pack_into(buf, _PRODUCER_STATE_OFFSET, producer_id, producer_epoch, base_sequence)
-    _CRC.pack_into(buf, _CRC_OFFSET, calc_crc32c(bytes(buf[_ATTRIBUTES_OFFSET:])))
+    _CRC.pack_into(buf, _CRC_OFFSET, _aiokafka().crc32c(bytes(buf[_ATTRIBUTES_OFFSET:])))
     return bytes(buf)
 
 
@@ -258,12 +290,12 @@ class RecordBatchView:
         return len(self._buf)
 
     def validate_crc(self) -> bool:
-        return calc_crc32c(bytes(self._buf[_ATTRIBUTES_OFFSET:])) == self.crc
+        return _aiokafka().crc32c(bytes(self._buf[_ATTRIBUTES_OFFSET:])) == self.crc
 
-    def records(self) -> DefaultRecordBatch:
-        """Iterator over the batch's records (decompressing if needed)."""
+    def records(self) -> Any:
+        """Iterator over the batch's records (aiokafka's ``DefaultRecordBatch``, decompressing if needed)."""
         try:
-            return DefaultRecordBatch(self._buf)
+            return _aiokafka().batch(self._buf)
         except Exception as exc:  # codec errors surface from the C extension as assorted types
             raise CorruptRecordError(f"batch at offset {self.base_offset}: {exc}") from exc
 

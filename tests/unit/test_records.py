@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +23,24 @@ def test_uses_aiokafka_c_extension() -> None:
     assert records.C_ACCELERATED
     assert "_crecords" in records.DefaultRecordBatchBuilder.__module__
     assert "_crecords" in records.DefaultRecordBatch.__module__
+
+
+def test_aiokafka_loads_with_the_first_batch_not_with_the_consumer() -> None:
+    """``import akresil.consumer`` leaves aiokafka (its whole client, via ``aiokafka/__init__``) unloaded; the first
+    batch built or read loads its C classes (fresh interpreter: this one has aiokafka loaded already)."""
+    code = """if True:
+        import sys
+        import akresil.consumer
+        from akresil.protocol.records import build_batch, read_batches
+        before = "aiokafka" in sys.modules
+        [batch] = read_batches(build_batch([(1, b"k", b"v", [])]))
+        [record] = batch.records()
+        from akresil.protocol import records
+        print(before, "aiokafka.record._crecords" in sys.modules, records.C_ACCELERATED, record.value)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "b'v'"]
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
