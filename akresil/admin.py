@@ -38,18 +38,18 @@ from .core.metadata import pending_topic_backoff
 from .net.coordinator import GROUP, TRANSACTION
 from .net.router import Router
 from .protocol.api import ApiKey, decode_versioned
-from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
-                                AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
-                                AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
-                                DescribeAclsRequest,
-                                ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
-                                OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions)
 from .types import NewTopic, TopicPartition, partitions_by_topic
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from .config_keys import AdminConfig
+    from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
+                                    AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
+                                    AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
+                                    DescribeAclsRequest,
+                                    ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
+                                    OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions)
 
 log = logging.getLogger(__name__)
 

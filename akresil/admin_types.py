@@ -8,10 +8,12 @@ them, and an unknown name raises ``ValueError`` naming the argument and the acce
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from .protocol.messages import DescribeClientQuotasRequestComponentData
 from .types import TopicPartition
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from .protocol.messages import DescribeClientQuotasRequestComponentData
 
 # Kafka's enum codes (org.apache.kafka.common.*: ResourceType, PatternType, AclOperation, AclPermissionType,
 # ConfigResource.Type, ConfigEntry.ConfigSource, AlterConfigOp.OpType, ScramMechanism, ElectionType)

@@ -15,13 +15,15 @@ Reference for behaviour: the Java client's ``ConsumerMembershipManager`` (no cod
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
-from ..protocol.messages import ConsumerGroupHeartbeatRequest
 from ..types import TopicPartition
 from .backoff import ExponentialBackoff
 from .group_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatMembership, HeartbeatResponse
 from .group_state import Action
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from ..protocol.messages import ConsumerGroupHeartbeatRequest
 
 TopicIds = Mapping[bytes, frozenset[int]]
 
@@ -35,7 +37,7 @@ class ReconcileStep(NamedTuple):
     unresolved: frozenset[bytes]
 
 
-class ConsumerMembership(HeartbeatMembership[ConsumerGroupHeartbeatRequest]):
+class ConsumerMembership(HeartbeatMembership["ConsumerGroupHeartbeatRequest"]):
     """A KIP-848 member: the heartbeat fields of ConsumerGroupHeartbeat and the reconciliation bookkeeping."""
 
     def __init__(self, group_id: str, *, backoff: ExponentialBackoff, rebalance_timeout_ms: int,

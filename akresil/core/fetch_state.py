@@ -68,17 +68,19 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
 from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
-from ..protocol.messages import (FetchRequest as FetchBody, FetchRequestFetchPartition, FetchRequestFetchTopic,
-                                 FetchRequestForgottenTopic)
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
 from .fetch_session import FetchSession
 from .metadata import ZERO_UUID, BrokerInfo, MetadataCache, MetadataSnapshot, pending_topic_backoff
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from ..protocol.messages import (FetchRequest as FetchBody, FetchRequestFetchPartition, FetchRequestFetchTopic,
+                                     FetchRequestForgottenTopic)
 
 EARLIEST, LATEST = "earliest", "latest"
 #: ListOffsets timestamp sentinels

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import enum
 import uuid
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 from .. import errors
 from ..errors import KafkaError
-from ..protocol.messages import (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-                                 ConsumerGroupHeartbeatResponseAssignment, ShareGroupHeartbeatRequest,
-                                 ShareGroupHeartbeatResponse, ShareGroupHeartbeatResponseAssignment)
 from .backoff import ExponentialBackoff, RetryState
 from .group_state import Action, classify_heartbeat_error
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from ..protocol.messages import (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+                                     ConsumerGroupHeartbeatResponseAssignment, ShareGroupHeartbeatRequest,
+                                     ShareGroupHeartbeatResponse, ShareGroupHeartbeatResponseAssignment)
 
 _E = errors
 
@@ -44,9 +46,9 @@ class MemberPhase(enum.Enum):
 
 
 #: the heartbeat request of a protocol (each subclass builds its own)
-Req = TypeVar("Req", ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest)
+Req = TypeVar("Req", "ConsumerGroupHeartbeatRequest", "ShareGroupHeartbeatRequest")
 #: either protocol's heartbeat answer: both carry the fields read here under the same names
-HeartbeatResponse = ConsumerGroupHeartbeatResponse | ShareGroupHeartbeatResponse
+HeartbeatResponse: TypeAlias = "ConsumerGroupHeartbeatResponse | ShareGroupHeartbeatResponse"
 
 
 class HeartbeatMembership(Generic[Req]):
@@ -245,7 +247,7 @@ class HeartbeatMembership(Generic[Req]):
             self.target_version += 1
 
 
-class ShareMembership(HeartbeatMembership[ShareGroupHeartbeatRequest]):
+class ShareMembership(HeartbeatMembership["ShareGroupHeartbeatRequest"]):
     """A KIP-932 share-group member: heartbeats carry only the subscription; the assignment is advisory
     (which partitions to fetch from), so there is nothing to revoke or acknowledge."""
 

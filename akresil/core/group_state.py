@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .. import errors
 from ..errors import ConfigError, KafkaError
-from ..protocol.messages import (FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest,
-                                 OffsetCommitRequestTopic, OffsetFetchRequest, OffsetFetchResponse,
-                                 OffsetFetchResponseTopic, OffsetFetchResponseTopics)
 from ..types import TopicPartition, partitions_by_topic
 from .backoff import ExponentialBackoff, RetryState
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from ..protocol.messages import (FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest,
+                                     OffsetCommitRequestTopic, OffsetFetchRequest, OffsetFetchResponse,
+                                     OffsetFetchResponseTopic, OffsetFetchResponseTopics)
 
 _E = errors
 

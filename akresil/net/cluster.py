@@ -32,7 +32,6 @@ from ..core.metadata import MetadataCache
 from ..core.node_state import NodeState
 from ..core.rebootstrap import REBOOTSTRAP_REQUIRED, MetadataRecovery
 from ..protocol.api import ApiKey
-from ..protocol.messages import MetadataRequest, MetadataResponse
 from .clock import Clock, monotonic_ms
 from .connection import Connection, SaslConfig
 from .coordinator import CoordinatorLocator
@@ -41,6 +40,7 @@ from .signals import Broadcast
 
 if TYPE_CHECKING:
     from .request_types import ClusterRequest, ClusterRequestAny
+    from ..protocol.messages import MetadataRequest, MetadataResponse
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from .. import __version__, errors
 from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_response, encode_request,
                             negotiate)
 from .clock import Clock, monotonic_ms
-from ..protocol.messages import ApiVersionsRequest
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, InFlight
 from .sasl import SaslConfig
 
 if TYPE_CHECKING:
     from .request_types import ConnectionRequest
+    from ..protocol.messages import ApiVersionsRequest
 
 __all__ = ["Connection", "SaslConfig", "EncodeFn", "SupportsEmit"]
 

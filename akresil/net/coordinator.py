@@ -27,10 +27,10 @@ from ..core.backoff import ExponentialBackoff, RetryState
 from ..core.group_state import (Action, classify_find_coordinator_error, error_for, find_coordinator_body,
                                 find_coordinator_result)
 from ..protocol.api import ApiKey
-from ..protocol.messages import FindCoordinatorRequest
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from ..protocol.messages import FindCoordinatorRequest
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from the consumer's next call, and nothing is sent after it. Retrying would only
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import anyio
 
@@ -28,12 +28,14 @@ from ..checks import LATEST
 from ..config import Config
 from ..core.fetch_state import TIMESTAMP_FOR, FetchRequest, FetchState
 from ..protocol.api import ApiKey
-from ..protocol.messages import FetchRequest as FetchBody
 from ..types import TopicPartition
 from .cluster import Cluster
 from .framing import find_frame_too_large
 from .router import list_offsets_at
 from .signals import Broadcast, TurnLoop
+
+if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
+    from ..protocol.messages import FetchRequest as FetchBody
 
 log = logging.getLogger(__name__)
 

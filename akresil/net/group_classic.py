@@ -29,13 +29,13 @@ from ..core.group_session import WAIT, Step
 from ..core.group_state import (Action, Expiry, Generation, GroupMembership, MemberState, classify_commit_error,
                                 classify_join_error, classify_sync_error, error_for)
 from ..protocol.api import ApiKey, decode_versioned, encode_versioned
-from ..protocol.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupRequestMemberIdentity
 from ..types import TopicPartition
 from .cluster import BodyBuilder, lane_of, unchecked
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
     from .group_session import GroupSession
+    from ..protocol.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupRequestMemberIdentity
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from ..core.group_heartbeat import HeartbeatMembership, HeartbeatResponse, Membe
 from ..core.group_session import WAIT, Step
 from ..core.group_state import Action, classify_commit_error
 from ..protocol.api import ApiKey
-from ..protocol.messages import ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest
 from ..types import TopicPartition
 from .group_offsets import PendingOffsets
 
 if TYPE_CHECKING:
     from .group_session import GroupSession
+    from ..protocol.messages import ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class HeartbeatMember(Generic[Req]):
         raise NotImplementedError
 
 
-class ConsumerGroupMember(HeartbeatMember[ConsumerGroupHeartbeatRequest]):
+class ConsumerGroupMember(HeartbeatMember["ConsumerGroupHeartbeatRequest"]):
     """KIP-848 membership (``group_protocol="consumer"``): heartbeat, reconcile, commit by member epoch."""
 
     core: ConsumerMembership
@@ -314,7 +314,7 @@ class ConsumerGroupMember(HeartbeatMember[ConsumerGroupHeartbeatRequest]):
             await anyio.sleep(delay_ms / 1000.0)
 
 
-class ShareGroupMember(HeartbeatMember[ShareGroupHeartbeatRequest]):
+class ShareGroupMember(HeartbeatMember["ShareGroupHeartbeatRequest"]):
     """KIP-932 membership (``ShareConsumer``): the assignment says where to fetch; nothing to revoke or commit."""
 
     core: ShareMembership

@@ -30,12 +30,12 @@ from .. import errors
 from ..core.admin_call import AdminCall, ItemResults
 from ..core.backoff import ExponentialBackoff
 from ..protocol.api import ApiKey
-from ..protocol.messages import ListOffsetsRequest, MetadataResponse
 from ..types import TopicPartition, partitions_by_topic
 from .cluster import Body, BodyBuilder, Cluster, unchecked
 
 if TYPE_CHECKING:
     from .request_types import ControllerRequest
+    from ..protocol.messages import ListOffsetsRequest, MetadataResponse
 
 log = logging.getLogger(__name__)
 

@@ -41,3 +41,13 @@ def test_required_response_keys_are_the_keys_every_version_decodes() -> None:
             decoded = decode_response(key, version, frame[4:])
             assert _required(response_type) <= decoded.keys(), (key, version)
             assert decoded.keys() <= set(get_type_hints(response_type)), (key, version)
+
+
+def test_the_clients_do_not_load_the_typed_views_at_run_time() -> None:
+    """The TypedDicts are for type checkers: building ~400 classes at import would slow every process that starts
+    a client (Spark starts several per query). Fresh interpreter: this one has them loaded."""
+    code = ("import sys, akresil.consumer, akresil.producer, akresil.admin, akresil.share_consumer\n"
+            "print('akresil.protocol.messages' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
