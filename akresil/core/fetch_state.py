@@ -381,7 +381,12 @@ class FetchState:
         self._room_waiting: dict[TopicPartition, PartitionFetchState] = {}
         #: partitions held by their own prefetch bound (``max_partition_fetch_bytes`` buffered): back on a drain
         self._capped: dict[TopicPartition, PartitionFetchState] = {}
-        #: the snapshot the ready set was sorted against (a new one releases ``_node_waiting``)
+        #: per node, the caught-up partitions of a Fetch deferred while the node has a held partition (module
+        #: notes): set aside so that the application's polls, each a plan, do not look at them again; back into
+        #: the ready set when the node is no longer held, the metadata changes, or another partition of the node
+        #: makes its Fetch go out
+        self._deferred: dict[int, dict[TopicPartition, PartitionFetchState]] = {}
+        #: the snapshot the ready set was sorted against (a new one releases ``_node_waiting`` and ``_deferred``)
         self._waiting_on: MetadataSnapshot | None = None
         self.buffered_bytes = 0
         #: nodes with a Fetch outstanding (one per node)
@@ -416,6 +421,8 @@ class FetchState:
             self._room_waiting.pop(tp, None)
             self._capped.pop(tp, None)
             for waiting in self._node_waiting.values():
+                waiting.pop(tp, None)
+            for waiting in self._deferred.values():
                 waiting.pop(tp, None)
         self._planned_on = None
         for tp in sorted(added):
@@ -607,6 +614,9 @@ class FetchState:
             for waiting in node_waiting.values():
                 fetchable.update(waiting)
             node_waiting.clear()
+            for waiting in self._deferred.values():
+                fetchable.update(waiting)
+            self._deferred.clear()
         elif -1 in node_waiting:
             # no leader yet: looked at on every plan, which asks for metadata again as long as one is missing
             fetchable.update(node_waiting.pop(-1))
@@ -614,6 +624,12 @@ class FetchState:
         if total_room and self._room_waiting:
             fetchable.update(self._room_waiting)
             self._room_waiting.clear()
+        deferred = self._deferred
+        if deferred:
+            # a deferral lasts while its node is held and the application drains (as decided below)
+            held_now = () if self.starved else self._held_nodes(snapshot, total_room)
+            for node in [n for n in deferred if n not in held_now]:
+                fetchable.update(deferred.pop(node))
         by_node: dict[int, list[FetchPartition]] = {}
         needs_metadata = False
         wake_at: float | None = None
@@ -685,7 +701,17 @@ class FetchState:
         topic_ids = snapshot.topic_ids
         for node, parts in by_node.items():
             if node in held_nodes and all(partitions[p.tp].caught_up(read_committed) for p in parts):
-                continue   # it would long-poll while a held partition has records: wait for the drain
+                # it would long-poll while a held partition has records: wait for the drain, the partitions
+                # set aside (not visited by every poll's plan until then)
+                aside = deferred.setdefault(node, {})
+                for p in parts:
+                    aside[p.tp] = still.pop(p.tp)
+                continue
+            if node in deferred:
+                # a partition of a deferred node has more to fetch: its Fetch goes out, with the partitions
+                # set aside for it, planned again with them (at most once per node: it is no longer deferred)
+                still.update(deferred.pop(node))
+                return self.plan_fetches(now, snapshot, node_ready_at)
             ids = {}
             max_version = 17
             for p in parts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from akresil.core.fetch_state import FetchPlan, FetchState
+from akresil.core.metadata import MetadataCache
 
 from .test_fetch_state import TP0, TP1, TP2, batch, fetch_state, metadata, response
 
@@ -182,3 +183,48 @@ def test_a_partition_that_waited_for_its_busy_node_goes_with_that_nodes_next_fet
     assert st.plan_fetches(0, cache.snapshot).requests == []   # node 1 is busy: TP1 waits for it
     st.on_fetch_response(req, response({TP0: {"high_watermark": 0}}), 1, cache)
     assert nodes(st.plan_fetches(1, cache.snapshot)) == {1: [(0, 0), (1, 9)]}
+
+
+def _deferred_caught_up() -> tuple[FetchState, MetadataCache]:
+    """TP0 (node 1) holds its prefetch bound with records left on the broker; TP1 (node 1) is caught up, so node
+    1's Fetch would only long-poll: it is deferred while the application drains TP0."""
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
+    st = fetch_state(max_partition_fetch_bytes=len(second))
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    (req,) = st.plan_fetches(0, cache.snapshot).requests
+    st.begin_fetch(req)
+    st.on_fetch_response(req, response({TP0: {"records": first + second, "high_watermark": 100},
+                                        TP1: {"high_watermark": 0}}), 0, cache)
+    st.drain(4)
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    return st, cache
+
+
+def test_a_deferred_fetch_leaves_the_ready_set_so_later_polls_do_not_rescan_it() -> None:
+    # at 10,000 partitions every poll is a plan: a deferred Fetch of thousands of caught-up partitions, left in
+    # the ready set, was visited again by each of them
+    st, cache = _deferred_caught_up()
+    assert TP1 not in st._fetchable
+    st.drain(4)                                   # TP0 still held: still deferred
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    assert TP1 not in st._fetchable
+    st.drain(1)                                   # TP0 has room: one Fetch carries both
+    assert sorted(nodes(st.plan_fetches(0, cache.snapshot))[1]) == [(0, 16), (1, 0)]
+
+
+def test_a_seek_of_a_deferred_partition_sends_the_fetch_with_the_partitions_set_aside() -> None:
+    st, cache = _deferred_caught_up()
+    st.seek(TP1, 0)                               # the same offset: still caught up, still deferred
+    assert st.plan_fetches(0, cache.snapshot).requests == []
+    st.partitions[TP1].high_watermark = 5       # as an answer would say, then a seek makes it fetchable
+    st.seek(TP1, 1)
+    assert sorted(nodes(st.plan_fetches(0, cache.snapshot))[1]) == [(1, 1)]
+
+
+def test_a_metadata_change_releases_deferred_partitions() -> None:
+    st, cache = _deferred_caught_up()
+    moved = metadata({0: (1, 0), 1: (2, 0)})     # TP1's leader moved to node 2, not held: it goes there
+    assert nodes(st.plan_fetches(0, moved.snapshot)) == {2: [(1, 0)]}

@@ -596,7 +596,10 @@ def test_read_committed_measures_caught_up_against_the_last_stable_offset() -> N
                                         TP1: {"high_watermark": 5, "last_stable_offset": 0}}), 0, cache)
     st.drain(1)
     assert st.plan_fetches(0, cache.snapshot).requests == []
-    st.partitions[TP1].last_stable_offset = 5     # the transaction committed: TP1 has records to return
+    # the transaction committed: TP1 has records to return (only an answer moves the LSO, and an answer puts the
+    # partition back in the ready set)
+    st.partitions[TP1].last_stable_offset = 5
+    st._touch(st.partitions[TP1])
     assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP1]
 
 
