@@ -600,6 +600,19 @@ class FetchState:
         while the node has a partition held back by the prefetch bound with records left on the broker and
         the application is draining (not ``starved``): see the module's notes.
         """
+        while True:
+            plan = self._plan(now, snapshot, node_ready_at)
+            if plan is not None:
+                return plan
+            # a node whose caught-up partitions were set aside makes its Fetch go out: planned again with them.
+            # Each pass takes at least one node out of ``_deferred`` and sets aside only partitions whose node's
+            # Fetch stays back, so it ends (a later pass finds a set-aside node again only for a partition that
+            # moved to it, which a read replica's lease ending does once)
+
+    def _plan(self, now: float, snapshot: MetadataSnapshot,
+              node_ready_at: Callable[[int], float | None] | None) -> FetchPlan | None:
+        """One planning pass (``plan_fetches``); None when a node's set-aside partitions went back to the ready
+        set because the node's Fetch goes out, so the pass must be made again with them."""
         busy = self.busy_nodes
         if busy and self._planned_on is snapshot and all(node in busy for node in snapshot.brokers):
             # one Fetch per node: nothing can be sent before an answer comes (and wakes the shell), and no
@@ -698,6 +711,7 @@ class FetchState:
         self._fetchable = still
         held_nodes = self._held_nodes(snapshot, total_room) if by_node and not self.starved else ()
         requests = []
+        replan = False
         topic_ids = snapshot.topic_ids
         for node, parts in by_node.items():
             if node in held_nodes and all(partitions[p.tp].caught_up(read_committed) for p in parts):
@@ -709,9 +723,10 @@ class FetchState:
                 continue
             if node in deferred:
                 # a partition of a deferred node has more to fetch: its Fetch goes out, with the partitions
-                # set aside for it, planned again with them (at most once per node: it is no longer deferred)
+                # set aside for it (the caller plans again)
                 still.update(deferred.pop(node))
-                return self.plan_fetches(now, snapshot, node_ready_at)
+                replan = True
+                continue
             ids = {}
             max_version = 17
             for p in parts:
@@ -721,6 +736,8 @@ class FetchState:
                 else:
                     ids[p.tp.topic] = tid
             requests.append(FetchRequest(node, tuple(parts), max_version, ids))
+        if replan:
+            return None
         self._planned_on = None if needs_metadata else snapshot
         return FetchPlan(requests, needs_metadata, wake_at)
 
