@@ -16,7 +16,7 @@ from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol import primitives as P
 from akresil.protocol import specs
 from akresil.protocol.compiler import decoder, diagnose, encoder
-from akresil.protocol.schema import Message
+from akresil.protocol.schema import Message, Versions
 
 Buffer = bytes | bytearray | memoryview
 
@@ -75,25 +75,75 @@ class ApiKey(IntEnum):
     SHARE_ACKNOWLEDGE = 79
 
 
-def _index() -> tuple[dict[int, Message], dict[int, Message], dict[str, Message]]:
-    requests: dict[int, Message] = {}
-    responses: dict[int, Message] = {}
-    by_name: dict[str, Message] = {}
-    for m in specs.ALL:
-        by_name[m.name] = m
-        if m.kind == "request" and m.api_key is not None:
-            requests[m.api_key] = m
-        elif m.kind == "response" and m.api_key is not None:
-            responses[m.api_key] = m
-    return requests, responses, by_name
+class _Schemas(dict[Any, Message]):
+    """Schemas by API key (or by name), each built by ``specs`` on its first lookup and kept as a plain entry.
+
+    A process speaks a handful of APIs, so building all ~100 schemas at import would be wasted start-up time
+    (Spark starts several Python processes per query). After the first lookup of a key, ``schemas[key]`` is a
+    dict hit like any other, so a request costs nothing more; iterating or sizing it builds every schema.
+    """
+
+    def __init__(self, consts: dict[Any, str]) -> None:
+        super().__init__()
+        self._consts = consts
+
+    def __missing__(self, key: Any) -> Message:
+        const = self._consts.get(key)
+        if const is None:
+            raise KeyError(key)
+        m = self[key] = specs.message(const)
+        return m
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._consts
+
+    def _all(self) -> _Schemas:
+        for key in self._consts:
+            self[key]     # noqa: B018 (builds it)
+        return self
+
+    def __iter__(self) -> Any:
+        return dict.__iter__(self._all())
+
+    def __len__(self) -> int:
+        return len(self._consts)
+
+    def keys(self) -> Any:
+        return dict.keys(self._all())
+
+    def values(self) -> Any:
+        return dict.values(self._all())
+
+    def items(self) -> Any:
+        return dict.items(self._all())
 
 
-REQUESTS, RESPONSES, MESSAGES = _index()
+def _index() -> tuple[_Schemas, _Schemas, _Schemas, dict[ApiKey, tuple[int, int]]]:
+    requests: dict[int, str] = {}
+    responses: dict[int, str] = {}
+    by_name: dict[str, str] = {}
+    versions: dict[ApiKey, tuple[int, int]] = {}
+    for const, (_, name, api_key, kind, valid) in specs.TABLE.items():
+        by_name[name] = const
+        if kind == "request" and api_key is not None:
+            requests[api_key] = const
+            v = Versions.parse(valid)
+            versions[ApiKey(api_key)] = (v.lo, v.hi)
+        elif kind == "response" and api_key is not None:
+            responses[api_key] = const
+    return _Schemas(requests), _Schemas(responses), _Schemas(by_name), dict(sorted(versions.items()))
+
+
+REQUESTS, RESPONSES, MESSAGES, _VERSIONS = _index()
 
 #: every version the codec can encode and decode (from the specs)
-SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey(k): (m.valid.lo, m.valid.hi) for k, m in sorted(REQUESTS.items())
-}
+SCHEMA_VERSIONS: dict[ApiKey, tuple[int, int]] = _VERSIONS
 
 #: versions akresil's clients ask for.  Capped below SCHEMA_VERSIONS where a newer version changes what
 #: the client must send or understand and no layer implements that yet:
@@ -151,17 +201,19 @@ def broker_versions(api_versions_response: Mapping[str, Any]) -> dict[int, tuple
 
 
 def _request_schema(api_key: int, version: int) -> Message:
-    m = REQUESTS.get(api_key)
-    if m is None:
-        raise UnsupportedVersionError(f"akresil has no schema for API key {api_key}")
+    try:
+        m = REQUESTS[api_key]
+    except KeyError:
+        raise UnsupportedVersionError(f"akresil has no schema for API key {api_key}") from None
     m.check_version(version)
     return m
 
 
 def _response_schema(api_key: int, version: int) -> Message:
-    m = RESPONSES.get(api_key)
-    if m is None:
-        raise UnsupportedVersionError(f"akresil has no schema for API key {api_key}")
+    try:
+        m = RESPONSES[api_key]
+    except KeyError:
+        raise UnsupportedVersionError(f"akresil has no schema for API key {api_key}") from None
     m.check_version(version)
     return m
 

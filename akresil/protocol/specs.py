@@ -2,873 +2,930 @@
 
 Field names are snake_case; version ranges use the spec's notation.  CreateTopics and DeleteTopics
 are extended down to v0, which their field ranges already describe.
+
+Each schema is built the first time it is asked for (``specs.FETCH_REQUEST``, ``message(name)``) and
+kept: building all of them costs more than a process that speaks a few APIs needs. ``TABLE`` says what
+each one is without building it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from akresil.protocol.schema import F, M, Message
 
-API_VERSIONS_REQUEST = M(
-    'ApiVersionsRequest', 18, 'request', '0-4', '3+', (
-        F('client_software_name', 'string', '3+', ignorable=True),
-        F('client_software_version', 'string', '3+', ignorable=True),
-    ),
-)
 
-API_VERSIONS_RESPONSE = M(
-    'ApiVersionsResponse', 18, 'response', '0-4', '3+', (
-        F('error_code', 'int16', '0+'),
-        F('api_keys', '[]ApiVersion', '0+', fields=(
-            F('api_key', 'int16', '0+'),
-            F('min_version', 'int16', '0+'),
-            F('max_version', 'int16', '0+'),
-        )),
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('supported_features', '[]SupportedFeatureKey', '3+', tag=0, tagged='3+', ignorable=True, fields=(
-            F('name', 'string', '3+'),
-            F('min_version', 'int16', '3+'),
-            F('max_version', 'int16', '3+'),
-        )),
-        F('finalized_features_epoch', 'int64', '3+', tag=1, tagged='3+', default=-1, ignorable=True),
-        F('finalized_features', '[]FinalizedFeatureKey', '3+', tag=2, tagged='3+', ignorable=True, fields=(
-            F('name', 'string', '3+'),
-            F('max_version_level', 'int16', '3+'),
-            F('min_version_level', 'int16', '3+'),
-        )),
-        F('zk_migration_ready', 'bool', '3+', tag=3, tagged='3+', default=False, ignorable=True),
-    ),
-)
+def _api_versions_request() -> Message:
+    return M(
+        'ApiVersionsRequest', 18, 'request', '0-4', '3+', (
+            F('client_software_name', 'string', '3+', ignorable=True),
+            F('client_software_version', 'string', '3+', ignorable=True),
+        ),
+    )
 
-METADATA_REQUEST = M(
-    'MetadataRequest', 3, 'request', '0-13', '9+', (
-        F('topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
-            F('topic_id', 'uuid', '10+', ignorable=True),
-            F('name', 'string', '0+', nullable='10+'),
-        )),
-        F('allow_auto_topic_creation', 'bool', '4+', default=True),
-        F('include_cluster_authorized_operations', 'bool', '8-10'),
-        F('include_topic_authorized_operations', 'bool', '8+'),
-    ),
-)
 
-METADATA_RESPONSE = M(
-    'MetadataResponse', 3, 'response', '0-13', '9+', (
-        F('throttle_time_ms', 'int32', '3+', ignorable=True),
-        F('brokers', '[]MetadataResponseBroker', '0+', fields=(
-            F('node_id', 'int32', '0+'),
-            F('host', 'string', '0+'),
-            F('port', 'int32', '0+'),
-            F('rack', 'string', '1+', nullable='1+', default=None, ignorable=True),
-        )),
-        F('cluster_id', 'string', '2+', nullable='2+', default=None, ignorable=True),
-        F('controller_id', 'int32', '1+', default=-1, ignorable=True),
-        F('topics', '[]MetadataResponseTopic', '0+', fields=(
+def _api_versions_response() -> Message:
+    return M(
+        'ApiVersionsResponse', 18, 'response', '0-4', '3+', (
             F('error_code', 'int16', '0+'),
-            F('name', 'string', '0+', nullable='12+'),
-            F('topic_id', 'uuid', '10+', ignorable=True),
-            F('is_internal', 'bool', '1+', default=False, ignorable=True),
-            F('partitions', '[]MetadataResponsePartition', '0+', fields=(
-                F('error_code', 'int16', '0+'),
-                F('partition_index', 'int32', '0+'),
-                F('leader_id', 'int32', '0+'),
-                F('leader_epoch', 'int32', '7+', default=-1, ignorable=True),
-                F('replica_nodes', '[]int32', '0+'),
-                F('isr_nodes', '[]int32', '0+'),
-                F('offline_replicas', '[]int32', '5+', ignorable=True),
+            F('api_keys', '[]ApiVersion', '0+', fields=(
+                F('api_key', 'int16', '0+'),
+                F('min_version', 'int16', '0+'),
+                F('max_version', 'int16', '0+'),
             )),
-            F('topic_authorized_operations', 'int32', '8+', default=-2147483648),
-        )),
-        F('cluster_authorized_operations', 'int32', '8-10', default=-2147483648),
-        F('error_code', 'int16', '13+', ignorable=True),
-    ),
-)
-
-PRODUCE_REQUEST = M(
-    'ProduceRequest', 0, 'request', '3-13', '9+', (
-        F('transactional_id', 'string', '3+', nullable='3+', default=None),
-        F('acks', 'int16', '0+'),
-        F('timeout_ms', 'int32', '0+'),
-        F('topic_data', '[]TopicProduceData', '0+', fields=(
-            F('name', 'string', '0-12', ignorable=True),
-            F('topic_id', 'uuid', '13+', ignorable=True),
-            F('partition_data', '[]PartitionProduceData', '0+', fields=(
-                F('index', 'int32', '0+'),
-                F('records', 'records', '0+', nullable='0+'),
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('supported_features', '[]SupportedFeatureKey', '3+', tag=0, tagged='3+', ignorable=True, fields=(
+                F('name', 'string', '3+'),
+                F('min_version', 'int16', '3+'),
+                F('max_version', 'int16', '3+'),
             )),
-        )),
-    ),
-)
-
-PRODUCE_RESPONSE = M(
-    'ProduceResponse', 0, 'response', '3-13', '9+', (
-        F('responses', '[]TopicProduceResponse', '0+', fields=(
-            F('name', 'string', '0-12', ignorable=True),
-            F('topic_id', 'uuid', '13+', ignorable=True),
-            F('partition_responses', '[]PartitionProduceResponse', '0+', fields=(
-                F('index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-                F('base_offset', 'int64', '0+'),
-                F('log_append_time_ms', 'int64', '2+', default=-1, ignorable=True),
-                F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
-                F('record_errors', '[]BatchIndexAndErrorMessage', '8+', ignorable=True, fields=(
-                    F('batch_index', 'int32', '8+'),
-                    F('batch_index_error_message', 'string', '8+', nullable='8+', default=None),
-                )),
-                F('error_message', 'string', '8+', nullable='8+', default=None, ignorable=True),
-                F('current_leader', 'LeaderIdAndEpoch', '10+', tag=0, tagged='10+', fields=(
-                    F('leader_id', 'int32', '10+', default=-1),
-                    F('leader_epoch', 'int32', '10+', default=-1),
-                )),
+            F('finalized_features_epoch', 'int64', '3+', tag=1, tagged='3+', default=-1, ignorable=True),
+            F('finalized_features', '[]FinalizedFeatureKey', '3+', tag=2, tagged='3+', ignorable=True, fields=(
+                F('name', 'string', '3+'),
+                F('max_version_level', 'int16', '3+'),
+                F('min_version_level', 'int16', '3+'),
             )),
-        )),
-        F('throttle_time_ms', 'int32', '1+', default=0, ignorable=True),
-        F('node_endpoints', '[]NodeEndpoint', '10+', tag=0, tagged='10+', fields=(
-            F('node_id', 'int32', '10+'),
-            F('host', 'string', '10+'),
-            F('port', 'int32', '10+'),
-            F('rack', 'string', '10+', nullable='10+', default=None),
-        )),
-    ),
-)
+            F('zk_migration_ready', 'bool', '3+', tag=3, tagged='3+', default=False, ignorable=True),
+        ),
+    )
 
-FETCH_REQUEST = M(
-    'FetchRequest', 1, 'request', '4-18', '12+', (
-        F('cluster_id', 'string', '12+', nullable='12+', tag=0, tagged='12+', default=None, ignorable=True),
-        F('replica_id', 'int32', '0-14', default=-1),
-        F('replica_state', 'ReplicaState', '15+', tag=1, tagged='15+', fields=(
-            F('replica_id', 'int32', '15+', default=-1),
-            F('replica_epoch', 'int64', '15+', default=-1),
-        )),
-        F('max_wait_ms', 'int32', '0+'),
-        F('min_bytes', 'int32', '0+'),
-        F('max_bytes', 'int32', '3+', default=2147483647, ignorable=True),
-        F('isolation_level', 'int8', '4+', default=0, ignorable=True),
-        F('session_id', 'int32', '7+', default=0, ignorable=True),
-        F('session_epoch', 'int32', '7+', default=-1, ignorable=True),
-        F('topics', '[]FetchTopic', '0+', fields=(
-            F('topic', 'string', '0-12', ignorable=True),
-            F('topic_id', 'uuid', '13+', ignorable=True),
-            F('partitions', '[]FetchPartition', '0+', fields=(
-                F('partition', 'int32', '0+'),
-                F('current_leader_epoch', 'int32', '9+', default=-1, ignorable=True),
-                F('fetch_offset', 'int64', '0+'),
-                F('last_fetched_epoch', 'int32', '12+', default=-1),
-                F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
-                F('partition_max_bytes', 'int32', '0+'),
-                F('replica_directory_id', 'uuid', '17+', tag=0, tagged='17+', ignorable=True),
-                F('high_watermark', 'int64', '18+', tag=1, tagged='18+', default=9223372036854775807, ignorable=True),
-            )),
-        )),
-        F('forgotten_topics_data', '[]ForgottenTopic', '7+', fields=(
-            F('topic', 'string', '7-12', ignorable=True),
-            F('topic_id', 'uuid', '13+', ignorable=True),
-            F('partitions', '[]int32', '7+'),
-        )),
-        F('rack_id', 'string', '11+', default='', ignorable=True),
-    ),
-)
 
-FETCH_RESPONSE = M(
-    'FetchResponse', 1, 'response', '4-18', '12+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '7+', ignorable=True),
-        F('session_id', 'int32', '7+', default=0),
-        F('responses', '[]FetchableTopicResponse', '0+', fields=(
-            F('topic', 'string', '0-12', ignorable=True),
-            F('topic_id', 'uuid', '13+', ignorable=True),
-            F('partitions', '[]PartitionData', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-                F('high_watermark', 'int64', '0+'),
-                F('last_stable_offset', 'int64', '4+', default=-1, ignorable=True),
-                F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
-                F('diverging_epoch', 'EpochEndOffset', '12+', tag=0, tagged='12+', fields=(
-                    F('epoch', 'int32', '12+', default=-1),
-                    F('end_offset', 'int64', '12+', default=-1),
-                )),
-                F('current_leader', 'LeaderIdAndEpoch', '12+', tag=1, tagged='12+', fields=(
-                    F('leader_id', 'int32', '12+', default=-1),
-                    F('leader_epoch', 'int32', '12+', default=-1),
-                )),
-                F('snapshot_id', 'SnapshotId', '12+', tag=2, tagged='12+', fields=(
-                    F('end_offset', 'int64', '0+', default=-1),
-                    F('epoch', 'int32', '0+', default=-1),
-                )),
-                F('aborted_transactions', '[]AbortedTransaction', '4+', nullable='4+', ignorable=True, fields=(
-                    F('producer_id', 'int64', '4+'),
-                    F('first_offset', 'int64', '4+'),
-                )),
-                F('preferred_read_replica', 'int32', '11+', default=-1),
-                F('records', 'records', '0+', nullable='0+'),
-            )),
-        )),
-        F('node_endpoints', '[]NodeEndpoint', '16+', tag=0, tagged='16+', fields=(
-            F('node_id', 'int32', '16+'),
-            F('host', 'string', '16+'),
-            F('port', 'int32', '16+'),
-            F('rack', 'string', '16+', nullable='16+', default=None),
-        )),
-    ),
-)
-
-LIST_OFFSETS_REQUEST = M(
-    'ListOffsetsRequest', 2, 'request', '1-11', '6+', (
-        F('replica_id', 'int32', '0+'),
-        F('isolation_level', 'int8', '2+'),
-        F('topics', '[]ListOffsetsTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]ListOffsetsPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('current_leader_epoch', 'int32', '4+', default=-1, ignorable=True),
-                F('timestamp', 'int64', '0+'),
-                F('max_num_offsets', 'int32', '0', default=1),
-            )),
-        )),
-        F('timeout_ms', 'int32', '10+', ignorable=True),
-    ),
-)
-
-LIST_OFFSETS_RESPONSE = M(
-    'ListOffsetsResponse', 2, 'response', '1-11', '6+', (
-        F('throttle_time_ms', 'int32', '2+', ignorable=True),
-        F('topics', '[]ListOffsetsTopicResponse', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]ListOffsetsPartitionResponse', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-                F('old_style_offsets', '[]int64', '0'),
-                F('timestamp', 'int64', '1+', default=-1),
-                F('offset', 'int64', '1+', default=-1),
-                F('leader_epoch', 'int32', '4+', default=-1),
-            )),
-        )),
-    ),
-)
-
-FIND_COORDINATOR_REQUEST = M(
-    'FindCoordinatorRequest', 10, 'request', '0-6', '3+', (
-        F('key', 'string', '0-3'),
-        F('key_type', 'int8', '1+', default=0),
-        F('coordinator_keys', '[]string', '4+'),
-    ),
-)
-
-FIND_COORDINATOR_RESPONSE = M(
-    'FindCoordinatorResponse', 10, 'response', '0-6', '3+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '0-3'),
-        F('error_message', 'string', '1-3', nullable='1-3', ignorable=True),
-        F('node_id', 'int32', '0-3'),
-        F('host', 'string', '0-3'),
-        F('port', 'int32', '0-3'),
-        F('coordinators', '[]Coordinator', '4+', fields=(
-            F('key', 'string', '4+'),
-            F('node_id', 'int32', '4+'),
-            F('host', 'string', '4+'),
-            F('port', 'int32', '4+'),
-            F('error_code', 'int16', '4+'),
-            F('error_message', 'string', '4+', nullable='4+', ignorable=True),
-        )),
-    ),
-)
-
-JOIN_GROUP_REQUEST = M(
-    'JoinGroupRequest', 11, 'request', '0-9', '6+', (
-        F('group_id', 'string', '0+'),
-        F('session_timeout_ms', 'int32', '0+'),
-        F('rebalance_timeout_ms', 'int32', '1+', default=-1, ignorable=True),
-        F('member_id', 'string', '0+'),
-        F('group_instance_id', 'string', '5+', nullable='5+', default=None),
-        F('protocol_type', 'string', '0+'),
-        F('protocols', '[]JoinGroupRequestProtocol', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('metadata', 'bytes', '0+'),
-        )),
-        F('reason', 'string', '8+', nullable='8+', default=None, ignorable=True),
-    ),
-)
-
-JOIN_GROUP_RESPONSE = M(
-    'JoinGroupResponse', 11, 'response', '0-9', '6+', (
-        F('throttle_time_ms', 'int32', '2+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('generation_id', 'int32', '0+', default=-1),
-        F('protocol_type', 'string', '7+', nullable='7+', default=None, ignorable=True),
-        F('protocol_name', 'string', '0+', nullable='7+'),
-        F('leader', 'string', '0+'),
-        F('skip_assignment', 'bool', '9+', default=False),
-        F('member_id', 'string', '0+'),
-        F('members', '[]JoinGroupResponseMember', '0+', fields=(
-            F('member_id', 'string', '0+'),
-            F('group_instance_id', 'string', '5+', nullable='5+', default=None, ignorable=True),
-            F('metadata', 'bytes', '0+'),
-        )),
-    ),
-)
-
-SYNC_GROUP_REQUEST = M(
-    'SyncGroupRequest', 14, 'request', '0-5', '4+', (
-        F('group_id', 'string', '0+'),
-        F('generation_id', 'int32', '0+'),
-        F('member_id', 'string', '0+'),
-        F('group_instance_id', 'string', '3+', nullable='3+', default=None),
-        F('protocol_type', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        F('protocol_name', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        F('assignments', '[]SyncGroupRequestAssignment', '0+', fields=(
-            F('member_id', 'string', '0+'),
-            F('assignment', 'bytes', '0+'),
-        )),
-    ),
-)
-
-SYNC_GROUP_RESPONSE = M(
-    'SyncGroupResponse', 14, 'response', '0-5', '4+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('protocol_type', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        F('protocol_name', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        F('assignment', 'bytes', '0+'),
-    ),
-)
-
-HEARTBEAT_REQUEST = M(
-    'HeartbeatRequest', 12, 'request', '0-4', '4+', (
-        F('group_id', 'string', '0+'),
-        F('generation_id', 'int32', '0+'),
-        F('member_id', 'string', '0+'),
-        F('group_instance_id', 'string', '3+', nullable='3+', default=None),
-    ),
-)
-
-HEARTBEAT_RESPONSE = M(
-    'HeartbeatResponse', 12, 'response', '0-4', '4+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-    ),
-)
-
-LEAVE_GROUP_REQUEST = M(
-    'LeaveGroupRequest', 13, 'request', '0-5', '4+', (
-        F('group_id', 'string', '0+'),
-        F('member_id', 'string', '0-2'),
-        F('members', '[]MemberIdentity', '3+', fields=(
-            F('member_id', 'string', '3+'),
-            F('group_instance_id', 'string', '3+', nullable='3+', default=None),
-            F('reason', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        )),
-    ),
-)
-
-LEAVE_GROUP_RESPONSE = M(
-    'LeaveGroupResponse', 13, 'response', '0-5', '4+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('members', '[]MemberResponse', '3+', fields=(
-            F('member_id', 'string', '3+'),
-            F('group_instance_id', 'string', '3+', nullable='3+'),
-            F('error_code', 'int16', '3+'),
-        )),
-    ),
-)
-
-OFFSET_COMMIT_REQUEST = M(
-    'OffsetCommitRequest', 8, 'request', '2-10', '8+', (
-        F('group_id', 'string', '0+'),
-        F('generation_id_or_member_epoch', 'int32', '1+', default=-1, ignorable=True),
-        F('member_id', 'string', '1+', ignorable=True),
-        F('group_instance_id', 'string', '7+', nullable='7+', default=None),
-        F('retention_time_ms', 'int64', '2-4', default=-1, ignorable=True),
-        F('topics', '[]OffsetCommitRequestTopic', '0+', fields=(
-            F('name', 'string', '0-9', ignorable=True),
-            F('topic_id', 'uuid', '10+', ignorable=True),
-            F('partitions', '[]OffsetCommitRequestPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('committed_offset', 'int64', '0+'),
-                F('committed_leader_epoch', 'int32', '6+', default=-1, ignorable=True),
-                F('commit_timestamp', 'int64', '1', default=-1),
-                F('committed_metadata', 'string', '0+', nullable='0+'),
-            )),
-        )),
-    ),
-)
-
-OFFSET_COMMIT_RESPONSE = M(
-    'OffsetCommitResponse', 8, 'response', '2-10', '8+', (
-        F('throttle_time_ms', 'int32', '3+', ignorable=True),
-        F('topics', '[]OffsetCommitResponseTopic', '0+', fields=(
-            F('name', 'string', '0-9', ignorable=True),
-            F('topic_id', 'uuid', '10+', ignorable=True),
-            F('partitions', '[]OffsetCommitResponsePartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-            )),
-        )),
-    ),
-)
-
-OFFSET_FETCH_REQUEST = M(
-    'OffsetFetchRequest', 9, 'request', '1-10', '6+', (
-        F('group_id', 'string', '0-7'),
-        F('topics', '[]OffsetFetchRequestTopic', '0-7', nullable='2-7', fields=(
-            F('name', 'string', '0-7'),
-            F('partition_indexes', '[]int32', '0-7'),
-        )),
-        F('groups', '[]OffsetFetchRequestGroup', '8+', fields=(
-            F('group_id', 'string', '8+'),
-            F('member_id', 'string', '9+', nullable='9+', default=None, ignorable=True),
-            F('member_epoch', 'int32', '9+', default=-1, ignorable=True),
-            F('topics', '[]OffsetFetchRequestTopics', '8+', nullable='8+', fields=(
-                F('name', 'string', '8-9', ignorable=True),
+def _metadata_request() -> Message:
+    return M(
+        'MetadataRequest', 3, 'request', '0-13', '9+', (
+            F('topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
                 F('topic_id', 'uuid', '10+', ignorable=True),
-                F('partition_indexes', '[]int32', '8+'),
+                F('name', 'string', '0+', nullable='10+'),
             )),
-        )),
-        F('require_stable', 'bool', '7+', default=False),
-    ),
-)
+            F('allow_auto_topic_creation', 'bool', '4+', default=True),
+            F('include_cluster_authorized_operations', 'bool', '8-10'),
+            F('include_topic_authorized_operations', 'bool', '8+'),
+        ),
+    )
 
-OFFSET_FETCH_RESPONSE = M(
-    'OffsetFetchResponse', 9, 'response', '1-10', '6+', (
-        F('throttle_time_ms', 'int32', '3+', ignorable=True),
-        F('topics', '[]OffsetFetchResponseTopic', '0-7', fields=(
-            F('name', 'string', '0-7'),
-            F('partitions', '[]OffsetFetchResponsePartition', '0-7', fields=(
-                F('partition_index', 'int32', '0-7'),
-                F('committed_offset', 'int64', '0-7'),
-                F('committed_leader_epoch', 'int32', '5-7', default=-1, ignorable=True),
-                F('metadata', 'string', '0-7', nullable='0-7'),
-                F('error_code', 'int16', '0-7'),
+
+def _metadata_response() -> Message:
+    return M(
+        'MetadataResponse', 3, 'response', '0-13', '9+', (
+            F('throttle_time_ms', 'int32', '3+', ignorable=True),
+            F('brokers', '[]MetadataResponseBroker', '0+', fields=(
+                F('node_id', 'int32', '0+'),
+                F('host', 'string', '0+'),
+                F('port', 'int32', '0+'),
+                F('rack', 'string', '1+', nullable='1+', default=None, ignorable=True),
             )),
-        )),
-        F('error_code', 'int16', '2-7', default=0, ignorable=True),
-        F('groups', '[]OffsetFetchResponseGroup', '8+', fields=(
-            F('group_id', 'string', '8+'),
-            F('topics', '[]OffsetFetchResponseTopics', '8+', fields=(
-                F('name', 'string', '8-9', ignorable=True),
+            F('cluster_id', 'string', '2+', nullable='2+', default=None, ignorable=True),
+            F('controller_id', 'int32', '1+', default=-1, ignorable=True),
+            F('topics', '[]MetadataResponseTopic', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('name', 'string', '0+', nullable='12+'),
                 F('topic_id', 'uuid', '10+', ignorable=True),
-                F('partitions', '[]OffsetFetchResponsePartitions', '8+', fields=(
-                    F('partition_index', 'int32', '8+'),
-                    F('committed_offset', 'int64', '8+'),
-                    F('committed_leader_epoch', 'int32', '8+', default=-1, ignorable=True),
-                    F('metadata', 'string', '8+', nullable='8+'),
-                    F('error_code', 'int16', '8+'),
+                F('is_internal', 'bool', '1+', default=False, ignorable=True),
+                F('partitions', '[]MetadataResponsePartition', '0+', fields=(
+                    F('error_code', 'int16', '0+'),
+                    F('partition_index', 'int32', '0+'),
+                    F('leader_id', 'int32', '0+'),
+                    F('leader_epoch', 'int32', '7+', default=-1, ignorable=True),
+                    F('replica_nodes', '[]int32', '0+'),
+                    F('isr_nodes', '[]int32', '0+'),
+                    F('offline_replicas', '[]int32', '5+', ignorable=True),
+                )),
+                F('topic_authorized_operations', 'int32', '8+', default=-2147483648),
+            )),
+            F('cluster_authorized_operations', 'int32', '8-10', default=-2147483648),
+            F('error_code', 'int16', '13+', ignorable=True),
+        ),
+    )
+
+
+def _produce_request() -> Message:
+    return M(
+        'ProduceRequest', 0, 'request', '3-13', '9+', (
+            F('transactional_id', 'string', '3+', nullable='3+', default=None),
+            F('acks', 'int16', '0+'),
+            F('timeout_ms', 'int32', '0+'),
+            F('topic_data', '[]TopicProduceData', '0+', fields=(
+                F('name', 'string', '0-12', ignorable=True),
+                F('topic_id', 'uuid', '13+', ignorable=True),
+                F('partition_data', '[]PartitionProduceData', '0+', fields=(
+                    F('index', 'int32', '0+'),
+                    F('records', 'records', '0+', nullable='0+'),
                 )),
             )),
-            F('error_code', 'int16', '8+', default=0),
-        )),
-    ),
-)
+        ),
+    )
 
-INIT_PRODUCER_ID_REQUEST = M(
-    'InitProducerIdRequest', 22, 'request', '0-6', '2+', (
-        F('transactional_id', 'string', '0+', nullable='0+'),
-        F('transaction_timeout_ms', 'int32', '0+'),
-        F('producer_id', 'int64', '3+', default=-1),
-        F('producer_epoch', 'int16', '3+', default=-1),
-        F('enable2_pc', 'bool', '6+', default=False),
-        F('keep_prepared_txn', 'bool', '6+', default=False),
-    ),
-)
 
-INIT_PRODUCER_ID_RESPONSE = M(
-    'InitProducerIdResponse', 22, 'response', '0-6', '2+', (
-        F('throttle_time_ms', 'int32', '0+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('producer_id', 'int64', '0+', default=-1),
-        F('producer_epoch', 'int16', '0+'),
-        F('ongoing_txn_producer_id', 'int64', '6+', default=-1),
-        F('ongoing_txn_producer_epoch', 'int16', '6+', default=-1),
-    ),
-)
-
-CREATE_TOPICS_REQUEST = M(
-    'CreateTopicsRequest', 19, 'request', '0-7', '5+', (
-        F('topics', '[]CreatableTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('num_partitions', 'int32', '0+'),
-            F('replication_factor', 'int16', '0+'),
-            F('assignments', '[]CreatableReplicaAssignment', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('broker_ids', '[]int32', '0+'),
+def _produce_response() -> Message:
+    return M(
+        'ProduceResponse', 0, 'response', '3-13', '9+', (
+            F('responses', '[]TopicProduceResponse', '0+', fields=(
+                F('name', 'string', '0-12', ignorable=True),
+                F('topic_id', 'uuid', '13+', ignorable=True),
+                F('partition_responses', '[]PartitionProduceResponse', '0+', fields=(
+                    F('index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('base_offset', 'int64', '0+'),
+                    F('log_append_time_ms', 'int64', '2+', default=-1, ignorable=True),
+                    F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
+                    F('record_errors', '[]BatchIndexAndErrorMessage', '8+', ignorable=True, fields=(
+                        F('batch_index', 'int32', '8+'),
+                        F('batch_index_error_message', 'string', '8+', nullable='8+', default=None),
+                    )),
+                    F('error_message', 'string', '8+', nullable='8+', default=None, ignorable=True),
+                    F('current_leader', 'LeaderIdAndEpoch', '10+', tag=0, tagged='10+', fields=(
+                        F('leader_id', 'int32', '10+', default=-1),
+                        F('leader_epoch', 'int32', '10+', default=-1),
+                    )),
+                )),
             )),
-            F('configs', '[]CreatableTopicConfig', '0+', fields=(
+            F('throttle_time_ms', 'int32', '1+', default=0, ignorable=True),
+            F('node_endpoints', '[]NodeEndpoint', '10+', tag=0, tagged='10+', fields=(
+                F('node_id', 'int32', '10+'),
+                F('host', 'string', '10+'),
+                F('port', 'int32', '10+'),
+                F('rack', 'string', '10+', nullable='10+', default=None),
+            )),
+        ),
+    )
+
+
+def _fetch_request() -> Message:
+    return M(
+        'FetchRequest', 1, 'request', '4-18', '12+', (
+            F('cluster_id', 'string', '12+', nullable='12+', tag=0, tagged='12+', default=None, ignorable=True),
+            F('replica_id', 'int32', '0-14', default=-1),
+            F('replica_state', 'ReplicaState', '15+', tag=1, tagged='15+', fields=(
+                F('replica_id', 'int32', '15+', default=-1),
+                F('replica_epoch', 'int64', '15+', default=-1),
+            )),
+            F('max_wait_ms', 'int32', '0+'),
+            F('min_bytes', 'int32', '0+'),
+            F('max_bytes', 'int32', '3+', default=2147483647, ignorable=True),
+            F('isolation_level', 'int8', '4+', default=0, ignorable=True),
+            F('session_id', 'int32', '7+', default=0, ignorable=True),
+            F('session_epoch', 'int32', '7+', default=-1, ignorable=True),
+            F('topics', '[]FetchTopic', '0+', fields=(
+                F('topic', 'string', '0-12', ignorable=True),
+                F('topic_id', 'uuid', '13+', ignorable=True),
+                F('partitions', '[]FetchPartition', '0+', fields=(
+                    F('partition', 'int32', '0+'),
+                    F('current_leader_epoch', 'int32', '9+', default=-1, ignorable=True),
+                    F('fetch_offset', 'int64', '0+'),
+                    F('last_fetched_epoch', 'int32', '12+', default=-1),
+                    F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
+                    F('partition_max_bytes', 'int32', '0+'),
+                    F('replica_directory_id', 'uuid', '17+', tag=0, tagged='17+', ignorable=True),
+                    F('high_watermark', 'int64', '18+', tag=1, tagged='18+', default=9223372036854775807, ignorable=True),
+                )),
+            )),
+            F('forgotten_topics_data', '[]ForgottenTopic', '7+', fields=(
+                F('topic', 'string', '7-12', ignorable=True),
+                F('topic_id', 'uuid', '13+', ignorable=True),
+                F('partitions', '[]int32', '7+'),
+            )),
+            F('rack_id', 'string', '11+', default='', ignorable=True),
+        ),
+    )
+
+
+def _fetch_response() -> Message:
+    return M(
+        'FetchResponse', 1, 'response', '4-18', '12+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('error_code', 'int16', '7+', ignorable=True),
+            F('session_id', 'int32', '7+', default=0),
+            F('responses', '[]FetchableTopicResponse', '0+', fields=(
+                F('topic', 'string', '0-12', ignorable=True),
+                F('topic_id', 'uuid', '13+', ignorable=True),
+                F('partitions', '[]PartitionData', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('high_watermark', 'int64', '0+'),
+                    F('last_stable_offset', 'int64', '4+', default=-1, ignorable=True),
+                    F('log_start_offset', 'int64', '5+', default=-1, ignorable=True),
+                    F('diverging_epoch', 'EpochEndOffset', '12+', tag=0, tagged='12+', fields=(
+                        F('epoch', 'int32', '12+', default=-1),
+                        F('end_offset', 'int64', '12+', default=-1),
+                    )),
+                    F('current_leader', 'LeaderIdAndEpoch', '12+', tag=1, tagged='12+', fields=(
+                        F('leader_id', 'int32', '12+', default=-1),
+                        F('leader_epoch', 'int32', '12+', default=-1),
+                    )),
+                    F('snapshot_id', 'SnapshotId', '12+', tag=2, tagged='12+', fields=(
+                        F('end_offset', 'int64', '0+', default=-1),
+                        F('epoch', 'int32', '0+', default=-1),
+                    )),
+                    F('aborted_transactions', '[]AbortedTransaction', '4+', nullable='4+', ignorable=True, fields=(
+                        F('producer_id', 'int64', '4+'),
+                        F('first_offset', 'int64', '4+'),
+                    )),
+                    F('preferred_read_replica', 'int32', '11+', default=-1),
+                    F('records', 'records', '0+', nullable='0+'),
+                )),
+            )),
+            F('node_endpoints', '[]NodeEndpoint', '16+', tag=0, tagged='16+', fields=(
+                F('node_id', 'int32', '16+'),
+                F('host', 'string', '16+'),
+                F('port', 'int32', '16+'),
+                F('rack', 'string', '16+', nullable='16+', default=None),
+            )),
+        ),
+    )
+
+
+def _list_offsets_request() -> Message:
+    return M(
+        'ListOffsetsRequest', 2, 'request', '1-11', '6+', (
+            F('replica_id', 'int32', '0+'),
+            F('isolation_level', 'int8', '2+'),
+            F('topics', '[]ListOffsetsTopic', '0+', fields=(
                 F('name', 'string', '0+'),
-                F('value', 'string', '0+', nullable='0+'),
+                F('partitions', '[]ListOffsetsPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('current_leader_epoch', 'int32', '4+', default=-1, ignorable=True),
+                    F('timestamp', 'int64', '0+'),
+                    F('max_num_offsets', 'int32', '0', default=1),
+                )),
             )),
-        )),
-        F('timeout_ms', 'int32', '0+', default=60000),
-        F('validate_only', 'bool', '1+', default=False),
-    ),
-)
+            F('timeout_ms', 'int32', '10+', ignorable=True),
+        ),
+    )
 
-CREATE_TOPICS_RESPONSE = M(
-    'CreateTopicsResponse', 19, 'response', '0-7', '5+', (
-        F('throttle_time_ms', 'int32', '2+', ignorable=True),
-        F('topics', '[]CreatableTopicResult', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('topic_id', 'uuid', '7+', ignorable=True),
-            F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '1+', nullable='0+', ignorable=True),
-            F('topic_config_error_code', 'int16', '5+', tag=0, tagged='5+', ignorable=True),
-            F('num_partitions', 'int32', '5+', default=-1, ignorable=True),
-            F('replication_factor', 'int16', '5+', default=-1, ignorable=True),
-            F('configs', '[]CreatableTopicConfigs', '5+', nullable='5+', ignorable=True, fields=(
-                F('name', 'string', '5+'),
-                F('value', 'string', '5+', nullable='5+'),
-                F('read_only', 'bool', '5+'),
-                F('config_source', 'int8', '5+', default=-1, ignorable=True),
-                F('is_sensitive', 'bool', '5+'),
+
+def _list_offsets_response() -> Message:
+    return M(
+        'ListOffsetsResponse', 2, 'response', '1-11', '6+', (
+            F('throttle_time_ms', 'int32', '2+', ignorable=True),
+            F('topics', '[]ListOffsetsTopicResponse', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]ListOffsetsPartitionResponse', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('old_style_offsets', '[]int64', '0'),
+                    F('timestamp', 'int64', '1+', default=-1),
+                    F('offset', 'int64', '1+', default=-1),
+                    F('leader_epoch', 'int32', '4+', default=-1),
+                )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-DELETE_TOPICS_REQUEST = M(
-    'DeleteTopicsRequest', 20, 'request', '0-6', '4+', (
-        F('topics', '[]DeleteTopicState', '6+', fields=(
-            F('name', 'string', '6+', nullable='6+', default=None),
-            F('topic_id', 'uuid', '6+'),
-        )),
-        F('topic_names', '[]string', '0-5', ignorable=True),
-        F('timeout_ms', 'int32', '0+'),
-    ),
-)
 
-DELETE_TOPICS_RESPONSE = M(
-    'DeleteTopicsResponse', 20, 'response', '0-6', '4+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('responses', '[]DeletableTopicResult', '0+', fields=(
-            F('name', 'string', '0+', nullable='6+'),
-            F('topic_id', 'uuid', '6+', ignorable=True),
-            F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '5+', nullable='5+', default=None, ignorable=True),
-        )),
-    ),
-)
+def _find_coordinator_request() -> Message:
+    return M(
+        'FindCoordinatorRequest', 10, 'request', '0-6', '3+', (
+            F('key', 'string', '0-3'),
+            F('key_type', 'int8', '1+', default=0),
+            F('coordinator_keys', '[]string', '4+'),
+        ),
+    )
 
-SASL_HANDSHAKE_REQUEST = M(
-    'SaslHandshakeRequest', 17, 'request', '0-1', 'none', (
-        F('mechanism', 'string', '0+'),
-    ),
-)
 
-SASL_HANDSHAKE_RESPONSE = M(
-    'SaslHandshakeResponse', 17, 'response', '0-1', 'none', (
-        F('error_code', 'int16', '0+'),
-        F('mechanisms', '[]string', '0+'),
-    ),
-)
+def _find_coordinator_response() -> Message:
+    return M(
+        'FindCoordinatorResponse', 10, 'response', '0-6', '3+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('error_code', 'int16', '0-3'),
+            F('error_message', 'string', '1-3', nullable='1-3', ignorable=True),
+            F('node_id', 'int32', '0-3'),
+            F('host', 'string', '0-3'),
+            F('port', 'int32', '0-3'),
+            F('coordinators', '[]Coordinator', '4+', fields=(
+                F('key', 'string', '4+'),
+                F('node_id', 'int32', '4+'),
+                F('host', 'string', '4+'),
+                F('port', 'int32', '4+'),
+                F('error_code', 'int16', '4+'),
+                F('error_message', 'string', '4+', nullable='4+', ignorable=True),
+            )),
+        ),
+    )
 
-SASL_AUTHENTICATE_REQUEST = M(
-    'SaslAuthenticateRequest', 36, 'request', '0-2', '2+', (
-        F('auth_bytes', 'bytes', '0+'),
-    ),
-)
 
-SASL_AUTHENTICATE_RESPONSE = M(
-    'SaslAuthenticateResponse', 36, 'response', '0-2', '2+', (
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('auth_bytes', 'bytes', '0+'),
-        F('session_lifetime_ms', 'int64', '1+', default=0, ignorable=True),
-    ),
-)
-
-DESCRIBE_CLUSTER_REQUEST = M(
-    'DescribeClusterRequest', 60, 'request', '0-2', '0+', (
-        F('include_cluster_authorized_operations', 'bool', '0+'),
-        F('endpoint_type', 'int8', '1+', default=1),
-        F('include_fenced_brokers', 'bool', '2+'),
-    ),
-)
-
-DESCRIBE_CLUSTER_RESPONSE = M(
-    'DescribeClusterResponse', 60, 'response', '0-2', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
-        F('endpoint_type', 'int8', '1+', default=1),
-        F('cluster_id', 'string', '0+'),
-        F('controller_id', 'int32', '0+', default=-1),
-        F('brokers', '[]DescribeClusterBroker', '0+', fields=(
-            F('broker_id', 'int32', '0+'),
-            F('host', 'string', '0+'),
-            F('port', 'int32', '0+'),
-            F('rack', 'string', '0+', nullable='0+', default=None),
-            F('is_fenced', 'bool', '2+'),
-        )),
-        F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
-    ),
-)
-
-LIST_GROUPS_REQUEST = M(
-    'ListGroupsRequest', 16, 'request', '0-5', '3+', (
-        F('states_filter', '[]string', '4+'),
-        F('types_filter', '[]string', '5+'),
-    ),
-)
-
-LIST_GROUPS_RESPONSE = M(
-    'ListGroupsResponse', 16, 'response', '0-5', '3+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('groups', '[]ListedGroup', '0+', fields=(
+def _join_group_request() -> Message:
+    return M(
+        'JoinGroupRequest', 11, 'request', '0-9', '6+', (
             F('group_id', 'string', '0+'),
+            F('session_timeout_ms', 'int32', '0+'),
+            F('rebalance_timeout_ms', 'int32', '1+', default=-1, ignorable=True),
+            F('member_id', 'string', '0+'),
+            F('group_instance_id', 'string', '5+', nullable='5+', default=None),
             F('protocol_type', 'string', '0+'),
-            F('group_state', 'string', '4+', ignorable=True),
-            F('group_type', 'string', '5+', ignorable=True),
-        )),
-    ),
-)
+            F('protocols', '[]JoinGroupRequestProtocol', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('metadata', 'bytes', '0+'),
+            )),
+            F('reason', 'string', '8+', nullable='8+', default=None, ignorable=True),
+        ),
+    )
 
-DESCRIBE_GROUPS_REQUEST = M(
-    'DescribeGroupsRequest', 15, 'request', '0-6', '5+', (
-        F('groups', '[]string', '0+'),
-        F('include_authorized_operations', 'bool', '3+'),
-    ),
-)
 
-DESCRIBE_GROUPS_RESPONSE = M(
-    'DescribeGroupsResponse', 15, 'response', '0-6', '5+', (
-        F('throttle_time_ms', 'int32', '1+', ignorable=True),
-        F('groups', '[]DescribedGroup', '0+', fields=(
+def _join_group_response() -> Message:
+    return M(
+        'JoinGroupResponse', 11, 'response', '0-9', '6+', (
+            F('throttle_time_ms', 'int32', '2+', ignorable=True),
             F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '6+', nullable='6+', default=None),
-            F('group_id', 'string', '0+'),
-            F('group_state', 'string', '0+'),
-            F('protocol_type', 'string', '0+'),
-            F('protocol_data', 'string', '0+'),
-            F('members', '[]DescribedGroupMember', '0+', fields=(
+            F('generation_id', 'int32', '0+', default=-1),
+            F('protocol_type', 'string', '7+', nullable='7+', default=None, ignorable=True),
+            F('protocol_name', 'string', '0+', nullable='7+'),
+            F('leader', 'string', '0+'),
+            F('skip_assignment', 'bool', '9+', default=False),
+            F('member_id', 'string', '0+'),
+            F('members', '[]JoinGroupResponseMember', '0+', fields=(
                 F('member_id', 'string', '0+'),
-                F('group_instance_id', 'string', '4+', nullable='4+', default=None, ignorable=True),
-                F('client_id', 'string', '0+'),
-                F('client_host', 'string', '0+'),
-                F('member_metadata', 'bytes', '0+'),
-                F('member_assignment', 'bytes', '0+'),
+                F('group_instance_id', 'string', '5+', nullable='5+', default=None, ignorable=True),
+                F('metadata', 'bytes', '0+'),
             )),
-            F('authorized_operations', 'int32', '3+', default=-2147483648),
-        )),
-    ),
-)
+        ),
+    )
 
-DELETE_GROUPS_REQUEST = M(
-    'DeleteGroupsRequest', 42, 'request', '0-2', '2+', (
-        F('groups_names', '[]string', '0+'),
-    ),
-)
 
-DELETE_GROUPS_RESPONSE = M(
-    'DeleteGroupsResponse', 42, 'response', '0-2', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('results', '[]DeletableGroupResult', '0+', fields=(
+def _sync_group_request() -> Message:
+    return M(
+        'SyncGroupRequest', 14, 'request', '0-5', '4+', (
             F('group_id', 'string', '0+'),
-            F('error_code', 'int16', '0+'),
-        )),
-    ),
-)
-
-OFFSET_DELETE_REQUEST = M(
-    'OffsetDeleteRequest', 47, 'request', '0', 'none', (
-        F('group_id', 'string', '0+'),
-        F('topics', '[]OffsetDeleteRequestTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]OffsetDeleteRequestPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
+            F('generation_id', 'int32', '0+'),
+            F('member_id', 'string', '0+'),
+            F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+            F('protocol_type', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            F('protocol_name', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            F('assignments', '[]SyncGroupRequestAssignment', '0+', fields=(
+                F('member_id', 'string', '0+'),
+                F('assignment', 'bytes', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-OFFSET_DELETE_RESPONSE = M(
-    'OffsetDeleteResponse', 47, 'response', '0', 'none', (
-        F('error_code', 'int16', '0+'),
-        F('throttle_time_ms', 'int32', '0+', ignorable=True),
-        F('topics', '[]OffsetDeleteResponseTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-            )),
-        )),
-    ),
-)
 
-DESCRIBE_CONFIGS_REQUEST = M(
-    'DescribeConfigsRequest', 32, 'request', '1-4', '4+', (
-        F('resources', '[]DescribeConfigsResource', '0+', fields=(
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-            F('configuration_keys', '[]string', '0+', nullable='0+'),
-        )),
-        F('include_synonyms', 'bool', '1+', default=False),
-        F('include_documentation', 'bool', '3+', default=False),
-    ),
-)
-
-DESCRIBE_CONFIGS_RESPONSE = M(
-    'DescribeConfigsResponse', 32, 'response', '1-4', '4+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('results', '[]DescribeConfigsResult', '0+', fields=(
+def _sync_group_response() -> Message:
+    return M(
+        'SyncGroupResponse', 14, 'response', '0-5', '4+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
             F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '0+', nullable='0+'),
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-            F('configs', '[]DescribeConfigsResourceResult', '0+', fields=(
-                F('name', 'string', '0+'),
-                F('value', 'string', '0+', nullable='0+'),
-                F('read_only', 'bool', '0+'),
-                F('config_source', 'int8', '1+', default=-1, ignorable=True),
-                F('is_default', 'bool', '0'),
-                F('is_sensitive', 'bool', '0+'),
-                F('synonyms', '[]DescribeConfigsSynonym', '1+', ignorable=True, fields=(
-                    F('name', 'string', '1+'),
-                    F('value', 'string', '1+', nullable='0+'),
-                    F('source', 'int8', '1+'),
+            F('protocol_type', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            F('protocol_name', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            F('assignment', 'bytes', '0+'),
+        ),
+    )
+
+
+def _heartbeat_request() -> Message:
+    return M(
+        'HeartbeatRequest', 12, 'request', '0-4', '4+', (
+            F('group_id', 'string', '0+'),
+            F('generation_id', 'int32', '0+'),
+            F('member_id', 'string', '0+'),
+            F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+        ),
+    )
+
+
+def _heartbeat_response() -> Message:
+    return M(
+        'HeartbeatResponse', 12, 'response', '0-4', '4+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('error_code', 'int16', '0+'),
+        ),
+    )
+
+
+def _leave_group_request() -> Message:
+    return M(
+        'LeaveGroupRequest', 13, 'request', '0-5', '4+', (
+            F('group_id', 'string', '0+'),
+            F('member_id', 'string', '0-2'),
+            F('members', '[]MemberIdentity', '3+', fields=(
+                F('member_id', 'string', '3+'),
+                F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+                F('reason', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            )),
+        ),
+    )
+
+
+def _leave_group_response() -> Message:
+    return M(
+        'LeaveGroupResponse', 13, 'response', '0-5', '4+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('error_code', 'int16', '0+'),
+            F('members', '[]MemberResponse', '3+', fields=(
+                F('member_id', 'string', '3+'),
+                F('group_instance_id', 'string', '3+', nullable='3+'),
+                F('error_code', 'int16', '3+'),
+            )),
+        ),
+    )
+
+
+def _offset_commit_request() -> Message:
+    return M(
+        'OffsetCommitRequest', 8, 'request', '2-10', '8+', (
+            F('group_id', 'string', '0+'),
+            F('generation_id_or_member_epoch', 'int32', '1+', default=-1, ignorable=True),
+            F('member_id', 'string', '1+', ignorable=True),
+            F('group_instance_id', 'string', '7+', nullable='7+', default=None),
+            F('retention_time_ms', 'int64', '2-4', default=-1, ignorable=True),
+            F('topics', '[]OffsetCommitRequestTopic', '0+', fields=(
+                F('name', 'string', '0-9', ignorable=True),
+                F('topic_id', 'uuid', '10+', ignorable=True),
+                F('partitions', '[]OffsetCommitRequestPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('committed_offset', 'int64', '0+'),
+                    F('committed_leader_epoch', 'int32', '6+', default=-1, ignorable=True),
+                    F('commit_timestamp', 'int64', '1', default=-1),
+                    F('committed_metadata', 'string', '0+', nullable='0+'),
                 )),
-                F('config_type', 'int8', '3+', default=0, ignorable=True),
-                F('documentation', 'string', '3+', nullable='0+', ignorable=True),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-INCREMENTAL_ALTER_CONFIGS_REQUEST = M(
-    'IncrementalAlterConfigsRequest', 44, 'request', '0-1', '1+', (
-        F('resources', '[]AlterConfigsResource', '0+', fields=(
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-            F('configs', '[]AlterableConfig', '0+', fields=(
+
+def _offset_commit_response() -> Message:
+    return M(
+        'OffsetCommitResponse', 8, 'response', '2-10', '8+', (
+            F('throttle_time_ms', 'int32', '3+', ignorable=True),
+            F('topics', '[]OffsetCommitResponseTopic', '0+', fields=(
+                F('name', 'string', '0-9', ignorable=True),
+                F('topic_id', 'uuid', '10+', ignorable=True),
+                F('partitions', '[]OffsetCommitResponsePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _offset_fetch_request() -> Message:
+    return M(
+        'OffsetFetchRequest', 9, 'request', '1-10', '6+', (
+            F('group_id', 'string', '0-7'),
+            F('topics', '[]OffsetFetchRequestTopic', '0-7', nullable='2-7', fields=(
+                F('name', 'string', '0-7'),
+                F('partition_indexes', '[]int32', '0-7'),
+            )),
+            F('groups', '[]OffsetFetchRequestGroup', '8+', fields=(
+                F('group_id', 'string', '8+'),
+                F('member_id', 'string', '9+', nullable='9+', default=None, ignorable=True),
+                F('member_epoch', 'int32', '9+', default=-1, ignorable=True),
+                F('topics', '[]OffsetFetchRequestTopics', '8+', nullable='8+', fields=(
+                    F('name', 'string', '8-9', ignorable=True),
+                    F('topic_id', 'uuid', '10+', ignorable=True),
+                    F('partition_indexes', '[]int32', '8+'),
+                )),
+            )),
+            F('require_stable', 'bool', '7+', default=False),
+        ),
+    )
+
+
+def _offset_fetch_response() -> Message:
+    return M(
+        'OffsetFetchResponse', 9, 'response', '1-10', '6+', (
+            F('throttle_time_ms', 'int32', '3+', ignorable=True),
+            F('topics', '[]OffsetFetchResponseTopic', '0-7', fields=(
+                F('name', 'string', '0-7'),
+                F('partitions', '[]OffsetFetchResponsePartition', '0-7', fields=(
+                    F('partition_index', 'int32', '0-7'),
+                    F('committed_offset', 'int64', '0-7'),
+                    F('committed_leader_epoch', 'int32', '5-7', default=-1, ignorable=True),
+                    F('metadata', 'string', '0-7', nullable='0-7'),
+                    F('error_code', 'int16', '0-7'),
+                )),
+            )),
+            F('error_code', 'int16', '2-7', default=0, ignorable=True),
+            F('groups', '[]OffsetFetchResponseGroup', '8+', fields=(
+                F('group_id', 'string', '8+'),
+                F('topics', '[]OffsetFetchResponseTopics', '8+', fields=(
+                    F('name', 'string', '8-9', ignorable=True),
+                    F('topic_id', 'uuid', '10+', ignorable=True),
+                    F('partitions', '[]OffsetFetchResponsePartitions', '8+', fields=(
+                        F('partition_index', 'int32', '8+'),
+                        F('committed_offset', 'int64', '8+'),
+                        F('committed_leader_epoch', 'int32', '8+', default=-1, ignorable=True),
+                        F('metadata', 'string', '8+', nullable='8+'),
+                        F('error_code', 'int16', '8+'),
+                    )),
+                )),
+                F('error_code', 'int16', '8+', default=0),
+            )),
+        ),
+    )
+
+
+def _init_producer_id_request() -> Message:
+    return M(
+        'InitProducerIdRequest', 22, 'request', '0-6', '2+', (
+            F('transactional_id', 'string', '0+', nullable='0+'),
+            F('transaction_timeout_ms', 'int32', '0+'),
+            F('producer_id', 'int64', '3+', default=-1),
+            F('producer_epoch', 'int16', '3+', default=-1),
+            F('enable2_pc', 'bool', '6+', default=False),
+            F('keep_prepared_txn', 'bool', '6+', default=False),
+        ),
+    )
+
+
+def _init_producer_id_response() -> Message:
+    return M(
+        'InitProducerIdResponse', 22, 'response', '0-6', '2+', (
+            F('throttle_time_ms', 'int32', '0+', ignorable=True),
+            F('error_code', 'int16', '0+'),
+            F('producer_id', 'int64', '0+', default=-1),
+            F('producer_epoch', 'int16', '0+'),
+            F('ongoing_txn_producer_id', 'int64', '6+', default=-1),
+            F('ongoing_txn_producer_epoch', 'int16', '6+', default=-1),
+        ),
+    )
+
+
+def _create_topics_request() -> Message:
+    return M(
+        'CreateTopicsRequest', 19, 'request', '0-7', '5+', (
+            F('topics', '[]CreatableTopic', '0+', fields=(
                 F('name', 'string', '0+'),
-                F('config_operation', 'int8', '0+'),
-                F('value', 'string', '0+', nullable='0+'),
+                F('num_partitions', 'int32', '0+'),
+                F('replication_factor', 'int16', '0+'),
+                F('assignments', '[]CreatableReplicaAssignment', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('broker_ids', '[]int32', '0+'),
+                )),
+                F('configs', '[]CreatableTopicConfig', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('value', 'string', '0+', nullable='0+'),
+                )),
             )),
-        )),
-        F('validate_only', 'bool', '0+'),
-    ),
-)
+            F('timeout_ms', 'int32', '0+', default=60000),
+            F('validate_only', 'bool', '1+', default=False),
+        ),
+    )
 
-INCREMENTAL_ALTER_CONFIGS_RESPONSE = M(
-    'IncrementalAlterConfigsResponse', 44, 'response', '0-1', '1+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+
+def _create_topics_response() -> Message:
+    return M(
+        'CreateTopicsResponse', 19, 'response', '0-7', '5+', (
+            F('throttle_time_ms', 'int32', '2+', ignorable=True),
+            F('topics', '[]CreatableTopicResult', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('topic_id', 'uuid', '7+', ignorable=True),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '1+', nullable='0+', ignorable=True),
+                F('topic_config_error_code', 'int16', '5+', tag=0, tagged='5+', ignorable=True),
+                F('num_partitions', 'int32', '5+', default=-1, ignorable=True),
+                F('replication_factor', 'int16', '5+', default=-1, ignorable=True),
+                F('configs', '[]CreatableTopicConfigs', '5+', nullable='5+', ignorable=True, fields=(
+                    F('name', 'string', '5+'),
+                    F('value', 'string', '5+', nullable='5+'),
+                    F('read_only', 'bool', '5+'),
+                    F('config_source', 'int8', '5+', default=-1, ignorable=True),
+                    F('is_sensitive', 'bool', '5+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _delete_topics_request() -> Message:
+    return M(
+        'DeleteTopicsRequest', 20, 'request', '0-6', '4+', (
+            F('topics', '[]DeleteTopicState', '6+', fields=(
+                F('name', 'string', '6+', nullable='6+', default=None),
+                F('topic_id', 'uuid', '6+'),
+            )),
+            F('topic_names', '[]string', '0-5', ignorable=True),
+            F('timeout_ms', 'int32', '0+'),
+        ),
+    )
+
+
+def _delete_topics_response() -> Message:
+    return M(
+        'DeleteTopicsResponse', 20, 'response', '0-6', '4+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('responses', '[]DeletableTopicResult', '0+', fields=(
+                F('name', 'string', '0+', nullable='6+'),
+                F('topic_id', 'uuid', '6+', ignorable=True),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '5+', nullable='5+', default=None, ignorable=True),
+            )),
+        ),
+    )
+
+
+def _sasl_handshake_request() -> Message:
+    return M(
+        'SaslHandshakeRequest', 17, 'request', '0-1', 'none', (
+            F('mechanism', 'string', '0+'),
+        ),
+    )
+
+
+def _sasl_handshake_response() -> Message:
+    return M(
+        'SaslHandshakeResponse', 17, 'response', '0-1', 'none', (
+            F('error_code', 'int16', '0+'),
+            F('mechanisms', '[]string', '0+'),
+        ),
+    )
+
+
+def _sasl_authenticate_request() -> Message:
+    return M(
+        'SaslAuthenticateRequest', 36, 'request', '0-2', '2+', (
+            F('auth_bytes', 'bytes', '0+'),
+        ),
+    )
+
+
+def _sasl_authenticate_response() -> Message:
+    return M(
+        'SaslAuthenticateResponse', 36, 'response', '0-2', '2+', (
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+'),
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-        )),
-    ),
-)
+            F('auth_bytes', 'bytes', '0+'),
+            F('session_lifetime_ms', 'int64', '1+', default=0, ignorable=True),
+        ),
+    )
 
-CREATE_PARTITIONS_REQUEST = M(
-    'CreatePartitionsRequest', 37, 'request', '0-3', '2+', (
-        F('topics', '[]CreatePartitionsTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('count', 'int32', '0+'),
-            F('assignments', '[]CreatePartitionsAssignment', '0+', nullable='0+', fields=(
-                F('broker_ids', '[]int32', '0+'),
-            )),
-        )),
-        F('timeout_ms', 'int32', '0+'),
-        F('validate_only', 'bool', '0+'),
-    ),
-)
 
-CREATE_PARTITIONS_RESPONSE = M(
-    'CreatePartitionsResponse', 37, 'response', '0-3', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('results', '[]CreatePartitionsTopicResult', '0+', fields=(
-            F('name', 'string', '0+'),
+def _describe_cluster_request() -> Message:
+    return M(
+        'DescribeClusterRequest', 60, 'request', '0-2', '0+', (
+            F('include_cluster_authorized_operations', 'bool', '0+'),
+            F('endpoint_type', 'int8', '1+', default=1),
+            F('include_fenced_brokers', 'bool', '2+'),
+        ),
+    )
+
+
+def _describe_cluster_response() -> Message:
+    return M(
+        'DescribeClusterResponse', 60, 'response', '0-2', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+', default=None),
-        )),
-    ),
-)
-
-DELETE_RECORDS_REQUEST = M(
-    'DeleteRecordsRequest', 21, 'request', '0-2', '2+', (
-        F('topics', '[]DeleteRecordsTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]DeleteRecordsPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('offset', 'int64', '0+'),
+            F('endpoint_type', 'int8', '1+', default=1),
+            F('cluster_id', 'string', '0+'),
+            F('controller_id', 'int32', '0+', default=-1),
+            F('brokers', '[]DescribeClusterBroker', '0+', fields=(
+                F('broker_id', 'int32', '0+'),
+                F('host', 'string', '0+'),
+                F('port', 'int32', '0+'),
+                F('rack', 'string', '0+', nullable='0+', default=None),
+                F('is_fenced', 'bool', '2+'),
             )),
-        )),
-        F('timeout_ms', 'int32', '0+'),
-    ),
-)
+            F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
+        ),
+    )
 
-DELETE_RECORDS_RESPONSE = M(
-    'DeleteRecordsResponse', 21, 'response', '0-2', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('topics', '[]DeleteRecordsTopicResult', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]DeleteRecordsPartitionResult', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('low_watermark', 'int64', '0+'),
+
+def _list_groups_request() -> Message:
+    return M(
+        'ListGroupsRequest', 16, 'request', '0-5', '3+', (
+            F('states_filter', '[]string', '4+'),
+            F('types_filter', '[]string', '5+'),
+        ),
+    )
+
+
+def _list_groups_response() -> Message:
+    return M(
+        'ListGroupsResponse', 16, 'response', '0-5', '3+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('error_code', 'int16', '0+'),
+            F('groups', '[]ListedGroup', '0+', fields=(
+                F('group_id', 'string', '0+'),
+                F('protocol_type', 'string', '0+'),
+                F('group_state', 'string', '4+', ignorable=True),
+                F('group_type', 'string', '5+', ignorable=True),
+            )),
+        ),
+    )
+
+
+def _describe_groups_request() -> Message:
+    return M(
+        'DescribeGroupsRequest', 15, 'request', '0-6', '5+', (
+            F('groups', '[]string', '0+'),
+            F('include_authorized_operations', 'bool', '3+'),
+        ),
+    )
+
+
+def _describe_groups_response() -> Message:
+    return M(
+        'DescribeGroupsResponse', 15, 'response', '0-6', '5+', (
+            F('throttle_time_ms', 'int32', '1+', ignorable=True),
+            F('groups', '[]DescribedGroup', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '6+', nullable='6+', default=None),
+                F('group_id', 'string', '0+'),
+                F('group_state', 'string', '0+'),
+                F('protocol_type', 'string', '0+'),
+                F('protocol_data', 'string', '0+'),
+                F('members', '[]DescribedGroupMember', '0+', fields=(
+                    F('member_id', 'string', '0+'),
+                    F('group_instance_id', 'string', '4+', nullable='4+', default=None, ignorable=True),
+                    F('client_id', 'string', '0+'),
+                    F('client_host', 'string', '0+'),
+                    F('member_metadata', 'bytes', '0+'),
+                    F('member_assignment', 'bytes', '0+'),
+                )),
+                F('authorized_operations', 'int32', '3+', default=-2147483648),
+            )),
+        ),
+    )
+
+
+def _delete_groups_request() -> Message:
+    return M(
+        'DeleteGroupsRequest', 42, 'request', '0-2', '2+', (
+            F('groups_names', '[]string', '0+'),
+        ),
+    )
+
+
+def _delete_groups_response() -> Message:
+    return M(
+        'DeleteGroupsResponse', 42, 'response', '0-2', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]DeletableGroupResult', '0+', fields=(
+                F('group_id', 'string', '0+'),
                 F('error_code', 'int16', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-DESCRIBE_ACLS_REQUEST = M(
-    'DescribeAclsRequest', 29, 'request', '1-3', '2+', (
-        F('resource_type_filter', 'int8', '0+'),
-        F('resource_name_filter', 'string', '0+', nullable='0+'),
-        F('pattern_type_filter', 'int8', '1+', default=3),
-        F('principal_filter', 'string', '0+', nullable='0+'),
-        F('host_filter', 'string', '0+', nullable='0+'),
-        F('operation', 'int8', '0+'),
-        F('permission_type', 'int8', '0+'),
-    ),
-)
 
-DESCRIBE_ACLS_RESPONSE = M(
-    'DescribeAclsResponse', 29, 'response', '1-3', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('resources', '[]DescribeAclsResource', '0+', fields=(
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-            F('pattern_type', 'int8', '1+', default=3),
-            F('acls', '[]AclDescription', '0+', fields=(
-                F('principal', 'string', '0+'),
-                F('host', 'string', '0+'),
-                F('operation', 'int8', '0+'),
-                F('permission_type', 'int8', '0+'),
+def _offset_delete_request() -> Message:
+    return M(
+        'OffsetDeleteRequest', 47, 'request', '0', 'none', (
+            F('group_id', 'string', '0+'),
+            F('topics', '[]OffsetDeleteRequestTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]OffsetDeleteRequestPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-CREATE_ACLS_REQUEST = M(
-    'CreateAclsRequest', 30, 'request', '1-3', '2+', (
-        F('creations', '[]AclCreation', '0+', fields=(
-            F('resource_type', 'int8', '0+'),
-            F('resource_name', 'string', '0+'),
-            F('resource_pattern_type', 'int8', '1+', default=3),
-            F('principal', 'string', '0+'),
-            F('host', 'string', '0+'),
-            F('operation', 'int8', '0+'),
-            F('permission_type', 'int8', '0+'),
-        )),
-    ),
-)
 
-CREATE_ACLS_RESPONSE = M(
-    'CreateAclsResponse', 30, 'response', '1-3', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('results', '[]AclCreationResult', '0+', fields=(
+def _offset_delete_response() -> Message:
+    return M(
+        'OffsetDeleteResponse', 47, 'response', '0', 'none', (
             F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '0+', nullable='0+'),
-        )),
-    ),
-)
+            F('throttle_time_ms', 'int32', '0+', ignorable=True),
+            F('topics', '[]OffsetDeleteResponseTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                )),
+            )),
+        ),
+    )
 
-DELETE_ACLS_REQUEST = M(
-    'DeleteAclsRequest', 31, 'request', '1-3', '2+', (
-        F('filters', '[]DeleteAclsFilter', '0+', fields=(
+
+def _describe_configs_request() -> Message:
+    return M(
+        'DescribeConfigsRequest', 32, 'request', '1-4', '4+', (
+            F('resources', '[]DescribeConfigsResource', '0+', fields=(
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('configuration_keys', '[]string', '0+', nullable='0+'),
+            )),
+            F('include_synonyms', 'bool', '1+', default=False),
+            F('include_documentation', 'bool', '3+', default=False),
+        ),
+    )
+
+
+def _describe_configs_response() -> Message:
+    return M(
+        'DescribeConfigsResponse', 32, 'response', '1-4', '4+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]DescribeConfigsResult', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('configs', '[]DescribeConfigsResourceResult', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('value', 'string', '0+', nullable='0+'),
+                    F('read_only', 'bool', '0+'),
+                    F('config_source', 'int8', '1+', default=-1, ignorable=True),
+                    F('is_default', 'bool', '0'),
+                    F('is_sensitive', 'bool', '0+'),
+                    F('synonyms', '[]DescribeConfigsSynonym', '1+', ignorable=True, fields=(
+                        F('name', 'string', '1+'),
+                        F('value', 'string', '1+', nullable='0+'),
+                        F('source', 'int8', '1+'),
+                    )),
+                    F('config_type', 'int8', '3+', default=0, ignorable=True),
+                    F('documentation', 'string', '3+', nullable='0+', ignorable=True),
+                )),
+            )),
+        ),
+    )
+
+
+def _incremental_alter_configs_request() -> Message:
+    return M(
+        'IncrementalAlterConfigsRequest', 44, 'request', '0-1', '1+', (
+            F('resources', '[]AlterConfigsResource', '0+', fields=(
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('configs', '[]AlterableConfig', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('config_operation', 'int8', '0+'),
+                    F('value', 'string', '0+', nullable='0+'),
+                )),
+            )),
+            F('validate_only', 'bool', '0+'),
+        ),
+    )
+
+
+def _incremental_alter_configs_response() -> Message:
+    return M(
+        'IncrementalAlterConfigsResponse', 44, 'response', '0-1', '1+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+            )),
+        ),
+    )
+
+
+def _create_partitions_request() -> Message:
+    return M(
+        'CreatePartitionsRequest', 37, 'request', '0-3', '2+', (
+            F('topics', '[]CreatePartitionsTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('count', 'int32', '0+'),
+                F('assignments', '[]CreatePartitionsAssignment', '0+', nullable='0+', fields=(
+                    F('broker_ids', '[]int32', '0+'),
+                )),
+            )),
+            F('timeout_ms', 'int32', '0+'),
+            F('validate_only', 'bool', '0+'),
+        ),
+    )
+
+
+def _create_partitions_response() -> Message:
+    return M(
+        'CreatePartitionsResponse', 37, 'response', '0-3', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]CreatePartitionsTopicResult', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+            )),
+        ),
+    )
+
+
+def _delete_records_request() -> Message:
+    return M(
+        'DeleteRecordsRequest', 21, 'request', '0-2', '2+', (
+            F('topics', '[]DeleteRecordsTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]DeleteRecordsPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('offset', 'int64', '0+'),
+                )),
+            )),
+            F('timeout_ms', 'int32', '0+'),
+        ),
+    )
+
+
+def _delete_records_response() -> Message:
+    return M(
+        'DeleteRecordsResponse', 21, 'response', '0-2', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]DeleteRecordsTopicResult', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]DeleteRecordsPartitionResult', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('low_watermark', 'int64', '0+'),
+                    F('error_code', 'int16', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _describe_acls_request() -> Message:
+    return M(
+        'DescribeAclsRequest', 29, 'request', '1-3', '2+', (
             F('resource_type_filter', 'int8', '0+'),
             F('resource_name_filter', 'string', '0+', nullable='0+'),
             F('pattern_type_filter', 'int8', '1+', default=3),
@@ -876,860 +933,1040 @@ DELETE_ACLS_REQUEST = M(
             F('host_filter', 'string', '0+', nullable='0+'),
             F('operation', 'int8', '0+'),
             F('permission_type', 'int8', '0+'),
-        )),
-    ),
-)
+        ),
+    )
 
-DELETE_ACLS_RESPONSE = M(
-    'DeleteAclsResponse', 31, 'response', '1-3', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('filter_results', '[]DeleteAclsFilterResult', '0+', fields=(
+
+def _describe_acls_response() -> Message:
+    return M(
+        'DescribeAclsResponse', 29, 'response', '1-3', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+'),
-            F('matching_acls', '[]DeleteAclsMatchingAcl', '0+', fields=(
-                F('error_code', 'int16', '0+'),
-                F('error_message', 'string', '0+', nullable='0+'),
+            F('resources', '[]DescribeAclsResource', '0+', fields=(
                 F('resource_type', 'int8', '0+'),
                 F('resource_name', 'string', '0+'),
                 F('pattern_type', 'int8', '1+', default=3),
+                F('acls', '[]AclDescription', '0+', fields=(
+                    F('principal', 'string', '0+'),
+                    F('host', 'string', '0+'),
+                    F('operation', 'int8', '0+'),
+                    F('permission_type', 'int8', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _create_acls_request() -> Message:
+    return M(
+        'CreateAclsRequest', 30, 'request', '1-3', '2+', (
+            F('creations', '[]AclCreation', '0+', fields=(
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('resource_pattern_type', 'int8', '1+', default=3),
                 F('principal', 'string', '0+'),
                 F('host', 'string', '0+'),
                 F('operation', 'int8', '0+'),
                 F('permission_type', 'int8', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-ELECT_LEADERS_REQUEST = M(
-    'ElectLeadersRequest', 43, 'request', '0-2', '2+', (
-        F('election_type', 'int8', '1+'),
-        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
-            F('topic', 'string', '0+'),
-            F('partitions', '[]int32', '0+'),
-        )),
-        F('timeout_ms', 'int32', '0+', default=60000),
-    ),
-)
 
-ELECT_LEADERS_RESPONSE = M(
-    'ElectLeadersResponse', 43, 'response', '0-2', '2+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '1+'),
-        F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
-            F('topic', 'string', '0+'),
-            F('partition_result', '[]PartitionResult', '0+', fields=(
-                F('partition_id', 'int32', '0+'),
+def _create_acls_response() -> Message:
+    return M(
+        'CreateAclsResponse', 30, 'response', '1-3', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]AclCreationResult', '0+', fields=(
                 F('error_code', 'int16', '0+'),
                 F('error_message', 'string', '0+', nullable='0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = M(
-    'DescribeUserScramCredentialsRequest', 50, 'request', '0', '0+', (
-        F('users', '[]UserName', '0+', nullable='0+', fields=(
-            F('name', 'string', '0+'),
-        )),
-    ),
-)
 
-DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = M(
-    'DescribeUserScramCredentialsResponse', 50, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
-            F('user', 'string', '0+'),
-            F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '0+', nullable='0+'),
-            F('credential_infos', '[]CredentialInfo', '0+', fields=(
-                F('mechanism', 'int8', '0+'),
-                F('iterations', 'int32', '0+'),
+def _delete_acls_request() -> Message:
+    return M(
+        'DeleteAclsRequest', 31, 'request', '1-3', '2+', (
+            F('filters', '[]DeleteAclsFilter', '0+', fields=(
+                F('resource_type_filter', 'int8', '0+'),
+                F('resource_name_filter', 'string', '0+', nullable='0+'),
+                F('pattern_type_filter', 'int8', '1+', default=3),
+                F('principal_filter', 'string', '0+', nullable='0+'),
+                F('host_filter', 'string', '0+', nullable='0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-ALTER_USER_SCRAM_CREDENTIALS_REQUEST = M(
-    'AlterUserScramCredentialsRequest', 51, 'request', '0', '0+', (
-        F('deletions', '[]ScramCredentialDeletion', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('mechanism', 'int8', '0+'),
-        )),
-        F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('mechanism', 'int8', '0+'),
-            F('iterations', 'int32', '0+'),
-            F('salt', 'bytes', '0+'),
-            F('salted_password', 'bytes', '0+'),
-        )),
-    ),
-)
 
-ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = M(
-    'AlterUserScramCredentialsResponse', 51, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('results', '[]AlterUserScramCredentialsResult', '0+', fields=(
-            F('user', 'string', '0+'),
-            F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '0+', nullable='0+'),
-        )),
-    ),
-)
-
-DESCRIBE_PRODUCERS_REQUEST = M(
-    'DescribeProducersRequest', 61, 'request', '0', '0+', (
-        F('topics', '[]TopicRequest', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partition_indexes', '[]int32', '0+'),
-        )),
-    ),
-)
-
-DESCRIBE_PRODUCERS_RESPONSE = M(
-    'DescribeProducersResponse', 61, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('topics', '[]TopicResponse', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]PartitionResponse', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
+def _delete_acls_response() -> Message:
+    return M(
+        'DeleteAclsResponse', 31, 'response', '1-3', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('filter_results', '[]DeleteAclsFilterResult', '0+', fields=(
                 F('error_code', 'int16', '0+'),
-                F('error_message', 'string', '0+', nullable='0+', default=None),
-                F('active_producers', '[]ProducerState', '0+', fields=(
-                    F('producer_id', 'int64', '0+'),
-                    F('producer_epoch', 'int32', '0+'),
-                    F('last_sequence', 'int32', '0+', default=-1),
-                    F('last_timestamp', 'int64', '0+', default=-1),
-                    F('coordinator_epoch', 'int32', '0+'),
-                    F('current_txn_start_offset', 'int64', '0+', default=-1),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('matching_acls', '[]DeleteAclsMatchingAcl', '0+', fields=(
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+'),
+                    F('resource_type', 'int8', '0+'),
+                    F('resource_name', 'string', '0+'),
+                    F('pattern_type', 'int8', '1+', default=3),
+                    F('principal', 'string', '0+'),
+                    F('host', 'string', '0+'),
+                    F('operation', 'int8', '0+'),
+                    F('permission_type', 'int8', '0+'),
                 )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-LIST_TRANSACTIONS_REQUEST = M(
-    'ListTransactionsRequest', 66, 'request', '0-2', '0+', (
-        F('state_filters', '[]string', '0+'),
-        F('producer_id_filters', '[]int64', '0+'),
-        F('duration_filter', 'int64', '1+', default=-1),
-        F('transactional_id_pattern', 'string', '2+', nullable='2+', default=None),
-    ),
-)
 
-LIST_TRANSACTIONS_RESPONSE = M(
-    'ListTransactionsResponse', 66, 'response', '0-2', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('unknown_state_filters', '[]string', '0+'),
-        F('transaction_states', '[]TransactionState', '0+', fields=(
-            F('transactional_id', 'string', '0+'),
-            F('producer_id', 'int64', '0+'),
-            F('transaction_state', 'string', '0+'),
-        )),
-    ),
-)
-
-DESCRIBE_TRANSACTIONS_REQUEST = M(
-    'DescribeTransactionsRequest', 65, 'request', '0', '0+', (
-        F('transactional_ids', '[]string', '0+'),
-    ),
-)
-
-DESCRIBE_TRANSACTIONS_RESPONSE = M(
-    'DescribeTransactionsResponse', 65, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('transaction_states', '[]TransactionState', '0+', fields=(
-            F('error_code', 'int16', '0+'),
-            F('transactional_id', 'string', '0+'),
-            F('transaction_state', 'string', '0+'),
-            F('transaction_timeout_ms', 'int32', '0+'),
-            F('transaction_start_time_ms', 'int64', '0+'),
-            F('producer_id', 'int64', '0+'),
-            F('producer_epoch', 'int16', '0+'),
-            F('topics', '[]TopicData', '0+', fields=(
+def _elect_leaders_request() -> Message:
+    return M(
+        'ElectLeadersRequest', 43, 'request', '0-2', '2+', (
+            F('election_type', 'int8', '1+'),
+            F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
                 F('topic', 'string', '0+'),
                 F('partitions', '[]int32', '0+'),
             )),
-        )),
-    ),
-)
+            F('timeout_ms', 'int32', '0+', default=60000),
+        ),
+    )
 
-ALTER_PARTITION_REASSIGNMENTS_REQUEST = M(
-    'AlterPartitionReassignmentsRequest', 45, 'request', '0-1', '0+', (
-        F('timeout_ms', 'int32', '0+', default=60000),
-        F('allow_replication_factor_change', 'bool', '1+', default=True),
-        F('topics', '[]ReassignableTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]ReassignablePartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('replicas', '[]int32', '0+', nullable='0+', default=None),
+
+def _elect_leaders_response() -> Message:
+    return M(
+        'ElectLeadersResponse', 43, 'response', '0-2', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '1+'),
+            F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
+                F('topic', 'string', '0+'),
+                F('partition_result', '[]PartitionResult', '0+', fields=(
+                    F('partition_id', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+'),
+                )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-ALTER_PARTITION_REASSIGNMENTS_RESPONSE = M(
-    'AlterPartitionReassignmentsResponse', 45, 'response', '0-1', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('allow_replication_factor_change', 'bool', '1+', default=True, ignorable=True),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('responses', '[]ReassignableTopicResponse', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]ReassignablePartitionResponse', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
+
+def _describe_user_scram_credentials_request() -> Message:
+    return M(
+        'DescribeUserScramCredentialsRequest', 50, 'request', '0', '0+', (
+            F('users', '[]UserName', '0+', nullable='0+', fields=(
+                F('name', 'string', '0+'),
+            )),
+        ),
+    )
+
+
+def _describe_user_scram_credentials_response() -> Message:
+    return M(
+        'DescribeUserScramCredentialsResponse', 50, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
+                F('user', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('credential_infos', '[]CredentialInfo', '0+', fields=(
+                    F('mechanism', 'int8', '0+'),
+                    F('iterations', 'int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_user_scram_credentials_request() -> Message:
+    return M(
+        'AlterUserScramCredentialsRequest', 51, 'request', '0', '0+', (
+            F('deletions', '[]ScramCredentialDeletion', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('mechanism', 'int8', '0+'),
+            )),
+            F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('mechanism', 'int8', '0+'),
+                F('iterations', 'int32', '0+'),
+                F('salt', 'bytes', '0+'),
+                F('salted_password', 'bytes', '0+'),
+            )),
+        ),
+    )
+
+
+def _alter_user_scram_credentials_response() -> Message:
+    return M(
+        'AlterUserScramCredentialsResponse', 51, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]AlterUserScramCredentialsResult', '0+', fields=(
+                F('user', 'string', '0+'),
                 F('error_code', 'int16', '0+'),
                 F('error_message', 'string', '0+', nullable='0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-LIST_PARTITION_REASSIGNMENTS_REQUEST = M(
-    'ListPartitionReassignmentsRequest', 46, 'request', '0', '0+', (
-        F('timeout_ms', 'int32', '0+', default=60000),
-        F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
-            F('name', 'string', '0+'),
-            F('partition_indexes', '[]int32', '0+'),
-        )),
-    ),
-)
 
-LIST_PARTITION_REASSIGNMENTS_RESPONSE = M(
-    'ListPartitionReassignmentsResponse', 46, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('topics', '[]OngoingTopicReassignment', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]OngoingPartitionReassignment', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('replicas', '[]int32', '0+'),
-                F('adding_replicas', '[]int32', '0+'),
-                F('removing_replicas', '[]int32', '0+'),
+def _describe_producers_request() -> Message:
+    return M(
+        'DescribeProducersRequest', 61, 'request', '0', '0+', (
+            F('topics', '[]TopicRequest', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partition_indexes', '[]int32', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-DESCRIBE_CLIENT_QUOTAS_REQUEST = M(
-    'DescribeClientQuotasRequest', 48, 'request', '0-1', '1+', (
-        F('components', '[]ComponentData', '0+', fields=(
-            F('entity_type', 'string', '0+'),
-            F('match_type', 'int8', '0+'),
-            F('match', 'string', '0+', nullable='0+'),
-        )),
-        F('strict', 'bool', '0+'),
-    ),
-)
 
-DESCRIBE_CLIENT_QUOTAS_RESPONSE = M(
-    'DescribeClientQuotasResponse', 48, 'response', '0-1', '1+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+'),
-        F('entries', '[]EntryData', '0+', nullable='0+', fields=(
-            F('entity', '[]EntityData', '0+', fields=(
-                F('entity_type', 'string', '0+'),
-                F('entity_name', 'string', '0+', nullable='0+'),
+def _describe_producers_response() -> Message:
+    return M(
+        'DescribeProducersResponse', 61, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]TopicResponse', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]PartitionResponse', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                    F('active_producers', '[]ProducerState', '0+', fields=(
+                        F('producer_id', 'int64', '0+'),
+                        F('producer_epoch', 'int32', '0+'),
+                        F('last_sequence', 'int32', '0+', default=-1),
+                        F('last_timestamp', 'int64', '0+', default=-1),
+                        F('coordinator_epoch', 'int32', '0+'),
+                        F('current_txn_start_offset', 'int64', '0+', default=-1),
+                    )),
+                )),
             )),
-            F('values', '[]ValueData', '0+', fields=(
-                F('key', 'string', '0+'),
-                F('value', 'float64', '0+'),
-            )),
-        )),
-    ),
-)
+        ),
+    )
 
-ALTER_CLIENT_QUOTAS_REQUEST = M(
-    'AlterClientQuotasRequest', 49, 'request', '0-1', '1+', (
-        F('entries', '[]EntryData', '0+', fields=(
-            F('entity', '[]EntityData', '0+', fields=(
-                F('entity_type', 'string', '0+'),
-                F('entity_name', 'string', '0+', nullable='0+'),
-            )),
-            F('ops', '[]OpData', '0+', fields=(
-                F('key', 'string', '0+'),
-                F('value', 'float64', '0+'),
-                F('remove', 'bool', '0+'),
-            )),
-        )),
-        F('validate_only', 'bool', '0+'),
-    ),
-)
 
-ALTER_CLIENT_QUOTAS_RESPONSE = M(
-    'AlterClientQuotasResponse', 49, 'response', '0-1', '1+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('entries', '[]EntryData', '0+', fields=(
+def _list_transactions_request() -> Message:
+    return M(
+        'ListTransactionsRequest', 66, 'request', '0-2', '0+', (
+            F('state_filters', '[]string', '0+'),
+            F('producer_id_filters', '[]int64', '0+'),
+            F('duration_filter', 'int64', '1+', default=-1),
+            F('transactional_id_pattern', 'string', '2+', nullable='2+', default=None),
+        ),
+    )
+
+
+def _list_transactions_response() -> Message:
+    return M(
+        'ListTransactionsResponse', 66, 'response', '0-2', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('unknown_state_filters', '[]string', '0+'),
+            F('transaction_states', '[]TransactionState', '0+', fields=(
+                F('transactional_id', 'string', '0+'),
+                F('producer_id', 'int64', '0+'),
+                F('transaction_state', 'string', '0+'),
+            )),
+        ),
+    )
+
+
+def _describe_transactions_request() -> Message:
+    return M(
+        'DescribeTransactionsRequest', 65, 'request', '0', '0+', (
+            F('transactional_ids', '[]string', '0+'),
+        ),
+    )
+
+
+def _describe_transactions_response() -> Message:
+    return M(
+        'DescribeTransactionsResponse', 65, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('transaction_states', '[]TransactionState', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('transactional_id', 'string', '0+'),
+                F('transaction_state', 'string', '0+'),
+                F('transaction_timeout_ms', 'int32', '0+'),
+                F('transaction_start_time_ms', 'int64', '0+'),
+                F('producer_id', 'int64', '0+'),
+                F('producer_epoch', 'int16', '0+'),
+                F('topics', '[]TopicData', '0+', fields=(
+                    F('topic', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_partition_reassignments_request() -> Message:
+    return M(
+        'AlterPartitionReassignmentsRequest', 45, 'request', '0-1', '0+', (
+            F('timeout_ms', 'int32', '0+', default=60000),
+            F('allow_replication_factor_change', 'bool', '1+', default=True),
+            F('topics', '[]ReassignableTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]ReassignablePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('replicas', '[]int32', '0+', nullable='0+', default=None),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_partition_reassignments_response() -> Message:
+    return M(
+        'AlterPartitionReassignmentsResponse', 45, 'response', '0-1', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('allow_replication_factor_change', 'bool', '1+', default=True, ignorable=True),
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+'),
-            F('entity', '[]EntityData', '0+', fields=(
+            F('responses', '[]ReassignableTopicResponse', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]ReassignablePartitionResponse', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _list_partition_reassignments_request() -> Message:
+    return M(
+        'ListPartitionReassignmentsRequest', 46, 'request', '0', '0+', (
+            F('timeout_ms', 'int32', '0+', default=60000),
+            F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+                F('name', 'string', '0+'),
+                F('partition_indexes', '[]int32', '0+'),
+            )),
+        ),
+    )
+
+
+def _list_partition_reassignments_response() -> Message:
+    return M(
+        'ListPartitionReassignmentsResponse', 46, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('topics', '[]OngoingTopicReassignment', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]OngoingPartitionReassignment', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('replicas', '[]int32', '0+'),
+                    F('adding_replicas', '[]int32', '0+'),
+                    F('removing_replicas', '[]int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _describe_client_quotas_request() -> Message:
+    return M(
+        'DescribeClientQuotasRequest', 48, 'request', '0-1', '1+', (
+            F('components', '[]ComponentData', '0+', fields=(
                 F('entity_type', 'string', '0+'),
-                F('entity_name', 'string', '0+', nullable='0+'),
+                F('match_type', 'int8', '0+'),
+                F('match', 'string', '0+', nullable='0+'),
             )),
-        )),
-    ),
-)
+            F('strict', 'bool', '0+'),
+        ),
+    )
 
-CONSUMER_GROUP_HEARTBEAT_REQUEST = M(
-    'ConsumerGroupHeartbeatRequest', 68, 'request', '0-1', '0+', (
-        F('group_id', 'string', '0+'),
-        F('member_id', 'string', '0+'),
-        F('member_epoch', 'int32', '0+'),
-        F('instance_id', 'string', '0+', nullable='0+', default=None),
-        F('rack_id', 'string', '0+', nullable='0+', default=None),
-        F('rebalance_timeout_ms', 'int32', '0+', default=-1),
-        F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
-        F('subscribed_topic_regex', 'string', '1+', nullable='1+', default=None),
-        F('server_assignor', 'string', '0+', nullable='0+', default=None),
-        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]int32', '0+'),
-        )),
-    ),
-)
 
-CONSUMER_GROUP_HEARTBEAT_RESPONSE = M(
-    'ConsumerGroupHeartbeatResponse', 68, 'response', '0-1', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
-        F('member_id', 'string', '0+', nullable='0+', default=None),
-        F('member_epoch', 'int32', '0+'),
-        F('heartbeat_interval_ms', 'int32', '0+'),
-        F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
-            F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+def _describe_client_quotas_response() -> Message:
+    return M(
+        'DescribeClientQuotasResponse', 48, 'response', '0-1', '1+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('entries', '[]EntryData', '0+', nullable='0+', fields=(
+                F('entity', '[]EntityData', '0+', fields=(
+                    F('entity_type', 'string', '0+'),
+                    F('entity_name', 'string', '0+', nullable='0+'),
+                )),
+                F('values', '[]ValueData', '0+', fields=(
+                    F('key', 'string', '0+'),
+                    F('value', 'float64', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_client_quotas_request() -> Message:
+    return M(
+        'AlterClientQuotasRequest', 49, 'request', '0-1', '1+', (
+            F('entries', '[]EntryData', '0+', fields=(
+                F('entity', '[]EntityData', '0+', fields=(
+                    F('entity_type', 'string', '0+'),
+                    F('entity_name', 'string', '0+', nullable='0+'),
+                )),
+                F('ops', '[]OpData', '0+', fields=(
+                    F('key', 'string', '0+'),
+                    F('value', 'float64', '0+'),
+                    F('remove', 'bool', '0+'),
+                )),
+            )),
+            F('validate_only', 'bool', '0+'),
+        ),
+    )
+
+
+def _alter_client_quotas_response() -> Message:
+    return M(
+        'AlterClientQuotasResponse', 49, 'response', '0-1', '1+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('entries', '[]EntryData', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('entity', '[]EntityData', '0+', fields=(
+                    F('entity_type', 'string', '0+'),
+                    F('entity_name', 'string', '0+', nullable='0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _consumer_group_heartbeat_request() -> Message:
+    return M(
+        'ConsumerGroupHeartbeatRequest', 68, 'request', '0-1', '0+', (
+            F('group_id', 'string', '0+'),
+            F('member_id', 'string', '0+'),
+            F('member_epoch', 'int32', '0+'),
+            F('instance_id', 'string', '0+', nullable='0+', default=None),
+            F('rack_id', 'string', '0+', nullable='0+', default=None),
+            F('rebalance_timeout_ms', 'int32', '0+', default=-1),
+            F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
+            F('subscribed_topic_regex', 'string', '1+', nullable='1+', default=None),
+            F('server_assignor', 'string', '0+', nullable='0+', default=None),
+            F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
                 F('topic_id', 'uuid', '0+'),
                 F('partitions', '[]int32', '0+'),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-SHARE_GROUP_HEARTBEAT_REQUEST = M(
-    'ShareGroupHeartbeatRequest', 76, 'request', '1', '0+', (
-        F('group_id', 'string', '0+'),
-        F('member_id', 'string', '0+'),
-        F('member_epoch', 'int32', '0+'),
-        F('rack_id', 'string', '0+', nullable='0+', default=None),
-        F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
-    ),
-)
 
-SHARE_GROUP_HEARTBEAT_RESPONSE = M(
-    'ShareGroupHeartbeatResponse', 76, 'response', '1', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
-        F('member_id', 'string', '0+', nullable='0+', default=None),
-        F('member_epoch', 'int32', '0+'),
-        F('heartbeat_interval_ms', 'int32', '0+'),
-        F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
-            F('topic_partitions', '[]TopicPartitions', '0+', fields=(
-                F('topic_id', 'uuid', '0+'),
-                F('partitions', '[]int32', '0+'),
-            )),
-        )),
-    ),
-)
-
-CONSUMER_GROUP_DESCRIBE_REQUEST = M(
-    'ConsumerGroupDescribeRequest', 69, 'request', '0-1', '0+', (
-        F('group_ids', '[]string', '0+'),
-        F('include_authorized_operations', 'bool', '0+'),
-    ),
-)
-
-CONSUMER_GROUP_DESCRIBE_RESPONSE = M(
-    'ConsumerGroupDescribeResponse', 69, 'response', '0-1', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('groups', '[]DescribedGroup', '0+', fields=(
+def _consumer_group_heartbeat_response() -> Message:
+    return M(
+        'ConsumerGroupHeartbeatResponse', 68, 'response', '0-1', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('member_id', 'string', '0+', nullable='0+', default=None),
+            F('member_epoch', 'int32', '0+'),
+            F('heartbeat_interval_ms', 'int32', '0+'),
+            F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+                F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                    F('topic_id', 'uuid', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _share_group_heartbeat_request() -> Message:
+    return M(
+        'ShareGroupHeartbeatRequest', 76, 'request', '1', '0+', (
             F('group_id', 'string', '0+'),
-            F('group_state', 'string', '0+'),
-            F('group_epoch', 'int32', '0+'),
-            F('assignment_epoch', 'int32', '0+'),
-            F('assignor_name', 'string', '0+'),
-            F('members', '[]Member', '0+', fields=(
-                F('member_id', 'string', '0+'),
-                F('instance_id', 'string', '0+', nullable='0+', default=None),
-                F('rack_id', 'string', '0+', nullable='0+', default=None),
-                F('member_epoch', 'int32', '0+'),
-                F('client_id', 'string', '0+'),
-                F('client_host', 'string', '0+'),
-                F('subscribed_topic_names', '[]string', '0+'),
-                F('subscribed_topic_regex', 'string', '0+', nullable='0+', default=None),
-                F('assignment', 'Assignment', '0+', fields=(
-                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
-                        F('topic_id', 'uuid', '0+'),
-                        F('topic_name', 'string', '0+'),
-                        F('partitions', '[]int32', '0+'),
-                    )),
-                )),
-                F('target_assignment', 'Assignment', '0+', fields=(
-                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
-                        F('topic_id', 'uuid', '0+'),
-                        F('topic_name', 'string', '0+'),
-                        F('partitions', '[]int32', '0+'),
-                    )),
-                )),
-                F('member_type', 'int8', '1+', default=-1, ignorable=True),
-            )),
-            F('authorized_operations', 'int32', '0+', default=-2147483648),
-        )),
-    ),
-)
+            F('member_id', 'string', '0+'),
+            F('member_epoch', 'int32', '0+'),
+            F('rack_id', 'string', '0+', nullable='0+', default=None),
+            F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
+        ),
+    )
 
-SHARE_GROUP_DESCRIBE_REQUEST = M(
-    'ShareGroupDescribeRequest', 77, 'request', '1', '1+', (
-        F('group_ids', '[]string', '1+'),
-        F('include_authorized_operations', 'bool', '1+'),
-    ),
-)
 
-SHARE_GROUP_DESCRIBE_RESPONSE = M(
-    'ShareGroupDescribeResponse', 77, 'response', '1', '1+', (
-        F('throttle_time_ms', 'int32', '1+'),
-        F('groups', '[]DescribedGroup', '1+', fields=(
-            F('error_code', 'int16', '1+'),
-            F('error_message', 'string', '1+', nullable='1+', default=None),
-            F('group_id', 'string', '1+'),
-            F('group_state', 'string', '1+'),
-            F('group_epoch', 'int32', '1+'),
-            F('assignment_epoch', 'int32', '1+'),
-            F('assignor_name', 'string', '1+'),
-            F('members', '[]Member', '1+', fields=(
-                F('member_id', 'string', '1+'),
-                F('rack_id', 'string', '1+', nullable='1+', default=None),
-                F('member_epoch', 'int32', '1+'),
-                F('client_id', 'string', '1+'),
-                F('client_host', 'string', '1+'),
-                F('subscribed_topic_names', '[]string', '1+'),
-                F('assignment', 'Assignment', '1+', fields=(
-                    F('topic_partitions', '[]TopicPartitions', '1+', fields=(
-                        F('topic_id', 'uuid', '1+'),
-                        F('topic_name', 'string', '1+'),
-                        F('partitions', '[]int32', '1+'),
-                    )),
+def _share_group_heartbeat_response() -> Message:
+    return M(
+        'ShareGroupHeartbeatResponse', 76, 'response', '1', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('member_id', 'string', '0+', nullable='0+', default=None),
+            F('member_epoch', 'int32', '0+'),
+            F('heartbeat_interval_ms', 'int32', '0+'),
+            F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+                F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                    F('topic_id', 'uuid', '0+'),
+                    F('partitions', '[]int32', '0+'),
                 )),
             )),
-            F('authorized_operations', 'int32', '1+', default=-2147483648),
-        )),
-    ),
-)
+        ),
+    )
 
-SHARE_FETCH_REQUEST = M(
-    'ShareFetchRequest', 78, 'request', '1-2', '0+', (
-        F('group_id', 'string', '0+', nullable='0+', default=None),
-        F('member_id', 'string', '0+', nullable='0+'),
-        F('share_session_epoch', 'int32', '0+'),
-        F('max_wait_ms', 'int32', '0+'),
-        F('min_bytes', 'int32', '0+'),
-        F('max_bytes', 'int32', '0+', default=2147483647),
-        F('max_records', 'int32', '1+'),
-        F('batch_size', 'int32', '1+'),
-        F('share_acquire_mode', 'int8', '2+'),
-        F('is_renew_ack', 'bool', '2+', default=False),
-        F('topics', '[]FetchTopic', '0+', fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]FetchPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('partition_max_bytes', 'int32', '0'),
-                F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
-                    F('first_offset', 'int64', '0+'),
-                    F('last_offset', 'int64', '0+'),
-                    F('acknowledge_types', '[]int8', '0+'),
-                )),
-            )),
-        )),
-        F('forgotten_topics_data', '[]ForgottenTopic', '0+', fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]int32', '0+'),
-        )),
-    ),
-)
 
-SHARE_FETCH_RESPONSE = M(
-    'ShareFetchResponse', 78, 'response', '1-2', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
-        F('acquisition_lock_timeout_ms', 'int32', '1+'),
-        F('responses', '[]ShareFetchableTopicResponse', '0+', fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]PartitionData', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
+def _consumer_group_describe_request() -> Message:
+    return M(
+        'ConsumerGroupDescribeRequest', 69, 'request', '0-1', '0+', (
+            F('group_ids', '[]string', '0+'),
+            F('include_authorized_operations', 'bool', '0+'),
+        ),
+    )
+
+
+def _consumer_group_describe_response() -> Message:
+    return M(
+        'ConsumerGroupDescribeResponse', 69, 'response', '0-1', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('groups', '[]DescribedGroup', '0+', fields=(
                 F('error_code', 'int16', '0+'),
                 F('error_message', 'string', '0+', nullable='0+', default=None),
-                F('acknowledge_error_code', 'int16', '0+'),
-                F('acknowledge_error_message', 'string', '0+', nullable='0+', default=None),
-                F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
-                    F('leader_id', 'int32', '0+'),
-                    F('leader_epoch', 'int32', '0+'),
+                F('group_id', 'string', '0+'),
+                F('group_state', 'string', '0+'),
+                F('group_epoch', 'int32', '0+'),
+                F('assignment_epoch', 'int32', '0+'),
+                F('assignor_name', 'string', '0+'),
+                F('members', '[]Member', '0+', fields=(
+                    F('member_id', 'string', '0+'),
+                    F('instance_id', 'string', '0+', nullable='0+', default=None),
+                    F('rack_id', 'string', '0+', nullable='0+', default=None),
+                    F('member_epoch', 'int32', '0+'),
+                    F('client_id', 'string', '0+'),
+                    F('client_host', 'string', '0+'),
+                    F('subscribed_topic_names', '[]string', '0+'),
+                    F('subscribed_topic_regex', 'string', '0+', nullable='0+', default=None),
+                    F('assignment', 'Assignment', '0+', fields=(
+                        F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                            F('topic_id', 'uuid', '0+'),
+                            F('topic_name', 'string', '0+'),
+                            F('partitions', '[]int32', '0+'),
+                        )),
+                    )),
+                    F('target_assignment', 'Assignment', '0+', fields=(
+                        F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                            F('topic_id', 'uuid', '0+'),
+                            F('topic_name', 'string', '0+'),
+                            F('partitions', '[]int32', '0+'),
+                        )),
+                    )),
+                    F('member_type', 'int8', '1+', default=-1, ignorable=True),
                 )),
-                F('records', 'records', '0+', nullable='0+'),
-                F('acquired_records', '[]AcquiredRecords', '0+', fields=(
-                    F('first_offset', 'int64', '0+'),
-                    F('last_offset', 'int64', '0+'),
-                    F('delivery_count', 'int16', '0+'),
+                F('authorized_operations', 'int32', '0+', default=-2147483648),
+            )),
+        ),
+    )
+
+
+def _share_group_describe_request() -> Message:
+    return M(
+        'ShareGroupDescribeRequest', 77, 'request', '1', '1+', (
+            F('group_ids', '[]string', '1+'),
+            F('include_authorized_operations', 'bool', '1+'),
+        ),
+    )
+
+
+def _share_group_describe_response() -> Message:
+    return M(
+        'ShareGroupDescribeResponse', 77, 'response', '1', '1+', (
+            F('throttle_time_ms', 'int32', '1+'),
+            F('groups', '[]DescribedGroup', '1+', fields=(
+                F('error_code', 'int16', '1+'),
+                F('error_message', 'string', '1+', nullable='1+', default=None),
+                F('group_id', 'string', '1+'),
+                F('group_state', 'string', '1+'),
+                F('group_epoch', 'int32', '1+'),
+                F('assignment_epoch', 'int32', '1+'),
+                F('assignor_name', 'string', '1+'),
+                F('members', '[]Member', '1+', fields=(
+                    F('member_id', 'string', '1+'),
+                    F('rack_id', 'string', '1+', nullable='1+', default=None),
+                    F('member_epoch', 'int32', '1+'),
+                    F('client_id', 'string', '1+'),
+                    F('client_host', 'string', '1+'),
+                    F('subscribed_topic_names', '[]string', '1+'),
+                    F('assignment', 'Assignment', '1+', fields=(
+                        F('topic_partitions', '[]TopicPartitions', '1+', fields=(
+                            F('topic_id', 'uuid', '1+'),
+                            F('topic_name', 'string', '1+'),
+                            F('partitions', '[]int32', '1+'),
+                        )),
+                    )),
+                )),
+                F('authorized_operations', 'int32', '1+', default=-2147483648),
+            )),
+        ),
+    )
+
+
+def _share_fetch_request() -> Message:
+    return M(
+        'ShareFetchRequest', 78, 'request', '1-2', '0+', (
+            F('group_id', 'string', '0+', nullable='0+', default=None),
+            F('member_id', 'string', '0+', nullable='0+'),
+            F('share_session_epoch', 'int32', '0+'),
+            F('max_wait_ms', 'int32', '0+'),
+            F('min_bytes', 'int32', '0+'),
+            F('max_bytes', 'int32', '0+', default=2147483647),
+            F('max_records', 'int32', '1+'),
+            F('batch_size', 'int32', '1+'),
+            F('share_acquire_mode', 'int8', '2+'),
+            F('is_renew_ack', 'bool', '2+', default=False),
+            F('topics', '[]FetchTopic', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]FetchPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('partition_max_bytes', 'int32', '0'),
+                    F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
+                        F('first_offset', 'int64', '0+'),
+                        F('last_offset', 'int64', '0+'),
+                        F('acknowledge_types', '[]int8', '0+'),
+                    )),
                 )),
             )),
-        )),
-        F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
-            F('node_id', 'int32', '0+'),
-            F('host', 'string', '0+'),
-            F('port', 'int32', '0+'),
-            F('rack', 'string', '0+', nullable='0+', default=None),
-        )),
-    ),
-)
+            F('forgotten_topics_data', '[]ForgottenTopic', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        ),
+    )
 
-SHARE_ACKNOWLEDGE_REQUEST = M(
-    'ShareAcknowledgeRequest', 79, 'request', '1-2', '0+', (
-        F('group_id', 'string', '0+', nullable='0+', default=None),
-        F('member_id', 'string', '0+', nullable='0+'),
-        F('share_session_epoch', 'int32', '0+'),
-        F('is_renew_ack', 'bool', '2+', default=False),
-        F('topics', '[]AcknowledgeTopic', '0+', fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]AcknowledgePartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
-                    F('first_offset', 'int64', '0+'),
-                    F('last_offset', 'int64', '0+'),
-                    F('acknowledge_types', '[]int8', '0+'),
+
+def _share_fetch_response() -> Message:
+    return M(
+        'ShareFetchResponse', 78, 'response', '1-2', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('acquisition_lock_timeout_ms', 'int32', '1+'),
+            F('responses', '[]ShareFetchableTopicResponse', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]PartitionData', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                    F('acknowledge_error_code', 'int16', '0+'),
+                    F('acknowledge_error_message', 'string', '0+', nullable='0+', default=None),
+                    F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
+                        F('leader_id', 'int32', '0+'),
+                        F('leader_epoch', 'int32', '0+'),
+                    )),
+                    F('records', 'records', '0+', nullable='0+'),
+                    F('acquired_records', '[]AcquiredRecords', '0+', fields=(
+                        F('first_offset', 'int64', '0+'),
+                        F('last_offset', 'int64', '0+'),
+                        F('delivery_count', 'int16', '0+'),
+                    )),
                 )),
             )),
-        )),
-    ),
-)
+            F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
+                F('node_id', 'int32', '0+'),
+                F('host', 'string', '0+'),
+                F('port', 'int32', '0+'),
+                F('rack', 'string', '0+', nullable='0+', default=None),
+            )),
+        ),
+    )
 
-SHARE_ACKNOWLEDGE_RESPONSE = M(
-    'ShareAcknowledgeResponse', 79, 'response', '1-2', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
-        F('acquisition_lock_timeout_ms', 'int32', '2+', ignorable=True),
-        F('responses', '[]ShareAcknowledgeTopicResponse', '0+', fields=(
-            F('topic_id', 'uuid', '0+'),
-            F('partitions', '[]PartitionData', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
-                F('error_message', 'string', '0+', nullable='0+', default=None),
-                F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
-                    F('leader_id', 'int32', '0+'),
-                    F('leader_epoch', 'int32', '0+'),
+
+def _share_acknowledge_request() -> Message:
+    return M(
+        'ShareAcknowledgeRequest', 79, 'request', '1-2', '0+', (
+            F('group_id', 'string', '0+', nullable='0+', default=None),
+            F('member_id', 'string', '0+', nullable='0+'),
+            F('share_session_epoch', 'int32', '0+'),
+            F('is_renew_ack', 'bool', '2+', default=False),
+            F('topics', '[]AcknowledgeTopic', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]AcknowledgePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('acknowledgement_batches', '[]AcknowledgementBatch', '0+', fields=(
+                        F('first_offset', 'int64', '0+'),
+                        F('last_offset', 'int64', '0+'),
+                        F('acknowledge_types', '[]int8', '0+'),
+                    )),
                 )),
             )),
-        )),
-        F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
-            F('node_id', 'int32', '0+'),
-            F('host', 'string', '0+'),
-            F('port', 'int32', '0+'),
-            F('rack', 'string', '0+', nullable='0+', default=None),
-        )),
-    ),
-)
+        ),
+    )
 
-ADD_PARTITIONS_TO_TXN_REQUEST = M(
-    'AddPartitionsToTxnRequest', 24, 'request', '0-5', '3+', (
-        F('transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
-            F('transactional_id', 'string', '4+'),
-            F('producer_id', 'int64', '4+'),
-            F('producer_epoch', 'int16', '4+'),
-            F('verify_only', 'bool', '4+', default=False),
-            F('topics', '[]AddPartitionsToTxnTopic', '4+', fields=(
+
+def _share_acknowledge_response() -> Message:
+    return M(
+        'ShareAcknowledgeResponse', 79, 'response', '1-2', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('acquisition_lock_timeout_ms', 'int32', '2+', ignorable=True),
+            F('responses', '[]ShareAcknowledgeTopicResponse', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]PartitionData', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                    F('current_leader', 'LeaderIdAndEpoch', '0+', fields=(
+                        F('leader_id', 'int32', '0+'),
+                        F('leader_epoch', 'int32', '0+'),
+                    )),
+                )),
+            )),
+            F('node_endpoints', '[]NodeEndpoint', '0+', fields=(
+                F('node_id', 'int32', '0+'),
+                F('host', 'string', '0+'),
+                F('port', 'int32', '0+'),
+                F('rack', 'string', '0+', nullable='0+', default=None),
+            )),
+        ),
+    )
+
+
+def _add_partitions_to_txn_request() -> Message:
+    return M(
+        'AddPartitionsToTxnRequest', 24, 'request', '0-5', '3+', (
+            F('transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
+                F('transactional_id', 'string', '4+'),
+                F('producer_id', 'int64', '4+'),
+                F('producer_epoch', 'int16', '4+'),
+                F('verify_only', 'bool', '4+', default=False),
+                F('topics', '[]AddPartitionsToTxnTopic', '4+', fields=(
+                    F('name', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                )),
+            )),
+            F('v3_and_below_transactional_id', 'string', '0-3'),
+            F('v3_and_below_producer_id', 'int64', '0-3'),
+            F('v3_and_below_producer_epoch', 'int16', '0-3'),
+            F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0-3', fields=(
                 F('name', 'string', '0+'),
                 F('partitions', '[]int32', '0+'),
             )),
-        )),
-        F('v3_and_below_transactional_id', 'string', '0-3'),
-        F('v3_and_below_producer_id', 'int64', '0-3'),
-        F('v3_and_below_producer_epoch', 'int16', '0-3'),
-        F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0-3', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]int32', '0+'),
-        )),
-    ),
-)
+        ),
+    )
 
-ADD_PARTITIONS_TO_TXN_RESPONSE = M(
-    'AddPartitionsToTxnResponse', 24, 'response', '0-5', '3+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '4+', ignorable=True),
-        F('results_by_transaction', '[]AddPartitionsToTxnResult', '4+', fields=(
-            F('transactional_id', 'string', '4+'),
-            F('topic_results', '[]AddPartitionsToTxnTopicResult', '4+', fields=(
+
+def _add_partitions_to_txn_response() -> Message:
+    return M(
+        'AddPartitionsToTxnResponse', 24, 'response', '0-5', '3+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '4+', ignorable=True),
+            F('results_by_transaction', '[]AddPartitionsToTxnResult', '4+', fields=(
+                F('transactional_id', 'string', '4+'),
+                F('topic_results', '[]AddPartitionsToTxnTopicResult', '4+', fields=(
+                    F('name', 'string', '0+'),
+                    F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                        F('partition_index', 'int32', '0+'),
+                        F('partition_error_code', 'int16', '0+'),
+                    )),
+                )),
+            )),
+            F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
                 F('name', 'string', '0+'),
                 F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
                     F('partition_index', 'int32', '0+'),
                     F('partition_error_code', 'int16', '0+'),
                 )),
             )),
-        )),
-        F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
-            F('name', 'string', '0+'),
-            F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('partition_error_code', 'int16', '0+'),
+        ),
+    )
+
+
+def _add_offsets_to_txn_request() -> Message:
+    return M(
+        'AddOffsetsToTxnRequest', 25, 'request', '0-4', '3+', (
+            F('transactional_id', 'string', '0+'),
+            F('producer_id', 'int64', '0+'),
+            F('producer_epoch', 'int16', '0+'),
+            F('group_id', 'string', '0+'),
+        ),
+    )
+
+
+def _add_offsets_to_txn_response() -> Message:
+    return M(
+        'AddOffsetsToTxnResponse', 25, 'response', '0-4', '3+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+        ),
+    )
+
+
+def _end_txn_request() -> Message:
+    return M(
+        'EndTxnRequest', 26, 'request', '0-5', '3+', (
+            F('transactional_id', 'string', '0+'),
+            F('producer_id', 'int64', '0+'),
+            F('producer_epoch', 'int16', '0+'),
+            F('committed', 'bool', '0+'),
+        ),
+    )
+
+
+def _end_txn_response() -> Message:
+    return M(
+        'EndTxnResponse', 26, 'response', '0-5', '3+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('producer_id', 'int64', '5+', default=-1, ignorable=True),
+            F('producer_epoch', 'int16', '5+', default=-1, ignorable=True),
+        ),
+    )
+
+
+def _txn_offset_commit_request() -> Message:
+    return M(
+        'TxnOffsetCommitRequest', 28, 'request', '0-5', '3+', (
+            F('transactional_id', 'string', '0+'),
+            F('group_id', 'string', '0+'),
+            F('producer_id', 'int64', '0+'),
+            F('producer_epoch', 'int16', '0+'),
+            F('generation_id', 'int32', '3+', default=-1),
+            F('member_id', 'string', '3+', default=''),
+            F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+            F('topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('committed_offset', 'int64', '0+'),
+                    F('committed_leader_epoch', 'int32', '2+', default=-1, ignorable=True),
+                    F('committed_metadata', 'string', '0+', nullable='0+'),
+                )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-ADD_OFFSETS_TO_TXN_REQUEST = M(
-    'AddOffsetsToTxnRequest', 25, 'request', '0-4', '3+', (
-        F('transactional_id', 'string', '0+'),
-        F('producer_id', 'int64', '0+'),
-        F('producer_epoch', 'int16', '0+'),
-        F('group_id', 'string', '0+'),
-    ),
-)
 
-ADD_OFFSETS_TO_TXN_RESPONSE = M(
-    'AddOffsetsToTxnResponse', 25, 'response', '0-4', '3+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-    ),
-)
-
-END_TXN_REQUEST = M(
-    'EndTxnRequest', 26, 'request', '0-5', '3+', (
-        F('transactional_id', 'string', '0+'),
-        F('producer_id', 'int64', '0+'),
-        F('producer_epoch', 'int16', '0+'),
-        F('committed', 'bool', '0+'),
-    ),
-)
-
-END_TXN_RESPONSE = M(
-    'EndTxnResponse', 26, 'response', '0-5', '3+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('producer_id', 'int64', '5+', default=-1, ignorable=True),
-        F('producer_epoch', 'int16', '5+', default=-1, ignorable=True),
-    ),
-)
-
-TXN_OFFSET_COMMIT_REQUEST = M(
-    'TxnOffsetCommitRequest', 28, 'request', '0-5', '3+', (
-        F('transactional_id', 'string', '0+'),
-        F('group_id', 'string', '0+'),
-        F('producer_id', 'int64', '0+'),
-        F('producer_epoch', 'int16', '0+'),
-        F('generation_id', 'int32', '3+', default=-1),
-        F('member_id', 'string', '3+', default=''),
-        F('group_instance_id', 'string', '3+', nullable='3+', default=None),
-        F('topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('committed_offset', 'int64', '0+'),
-                F('committed_leader_epoch', 'int32', '2+', default=-1, ignorable=True),
-                F('committed_metadata', 'string', '0+', nullable='0+'),
+def _txn_offset_commit_response() -> Message:
+    return M(
+        'TxnOffsetCommitResponse', 28, 'response', '0-5', '3+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]TxnOffsetCommitResponsePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                )),
             )),
-        )),
-    ),
-)
+        ),
+    )
 
-TXN_OFFSET_COMMIT_RESPONSE = M(
-    'TxnOffsetCommitResponse', 28, 'response', '0-5', '3+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
-            F('name', 'string', '0+'),
-            F('partitions', '[]TxnOffsetCommitResponsePartition', '0+', fields=(
-                F('partition_index', 'int32', '0+'),
-                F('error_code', 'int16', '0+'),
+
+def _get_telemetry_subscriptions_request() -> Message:
+    return M(
+        'GetTelemetrySubscriptionsRequest', 71, 'request', '0', '0+', (
+            F('client_instance_id', 'uuid', '0+'),
+        ),
+    )
+
+
+def _get_telemetry_subscriptions_response() -> Message:
+    return M(
+        'GetTelemetrySubscriptionsResponse', 71, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('client_instance_id', 'uuid', '0+'),
+            F('subscription_id', 'int32', '0+'),
+            F('accepted_compression_types', '[]int8', '0+'),
+            F('push_interval_ms', 'int32', '0+'),
+            F('telemetry_max_bytes', 'int32', '0+'),
+            F('delta_temporality', 'bool', '0+'),
+            F('requested_metrics', '[]string', '0+'),
+        ),
+    )
+
+
+def _push_telemetry_request() -> Message:
+    return M(
+        'PushTelemetryRequest', 72, 'request', '0', '0+', (
+            F('client_instance_id', 'uuid', '0+'),
+            F('subscription_id', 'int32', '0+'),
+            F('terminating', 'bool', '0+'),
+            F('compression_type', 'int8', '0+'),
+            F('metrics', 'bytes', '0+'),
+        ),
+    )
+
+
+def _push_telemetry_response() -> Message:
+    return M(
+        'PushTelemetryResponse', 72, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+        ),
+    )
+
+
+def _request_header() -> Message:
+    return M(
+        'RequestHeader', None, 'header', '0-2', '2+', (
+            F('request_api_key', 'int16', '0+'),
+            F('request_api_version', 'int16', '0+'),
+            F('correlation_id', 'int32', '0+'),
+            F('client_id', 'string', '1+', nullable='1+', flexible='none'),
+        ),
+    )
+
+
+def _response_header() -> Message:
+    return M(
+        'ResponseHeader', None, 'header', '0-1', '1+', (
+            F('correlation_id', 'int32', '0+'),
+        ),
+    )
+
+
+def _consumer_protocol_subscription() -> Message:
+    return M(
+        'ConsumerProtocolSubscription', None, 'data', '0-3', 'none', (
+            F('topics', '[]string', '0+'),
+            F('user_data', 'bytes', '0+', nullable='0+', default=None),
+            F('owned_partitions', '[]TopicPartition', '1+', ignorable=True, fields=(
+                F('topic', 'string', '1+'),
+                F('partitions', '[]int32', '1+'),
             )),
-        )),
-    ),
-)
+            F('generation_id', 'int32', '2+', default=-1, ignorable=True),
+            F('rack_id', 'string', '3+', nullable='3+', default=None, ignorable=True),
+        ),
+    )
 
-GET_TELEMETRY_SUBSCRIPTIONS_REQUEST = M(
-    'GetTelemetrySubscriptionsRequest', 71, 'request', '0', '0+', (
-        F('client_instance_id', 'uuid', '0+'),
-    ),
-)
 
-GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE = M(
-    'GetTelemetrySubscriptionsResponse', 71, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-        F('client_instance_id', 'uuid', '0+'),
-        F('subscription_id', 'int32', '0+'),
-        F('accepted_compression_types', '[]int8', '0+'),
-        F('push_interval_ms', 'int32', '0+'),
-        F('telemetry_max_bytes', 'int32', '0+'),
-        F('delta_temporality', 'bool', '0+'),
-        F('requested_metrics', '[]string', '0+'),
-    ),
-)
+def _consumer_protocol_assignment() -> Message:
+    return M(
+        'ConsumerProtocolAssignment', None, 'data', '0-3', 'none', (
+            F('assigned_partitions', '[]TopicPartition', '0+', fields=(
+                F('topic', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+            F('user_data', 'bytes', '0+', nullable='0+', default=None),
+        ),
+    )
 
-PUSH_TELEMETRY_REQUEST = M(
-    'PushTelemetryRequest', 72, 'request', '0', '0+', (
-        F('client_instance_id', 'uuid', '0+'),
-        F('subscription_id', 'int32', '0+'),
-        F('terminating', 'bool', '0+'),
-        F('compression_type', 'int8', '0+'),
-        F('metrics', 'bytes', '0+'),
-    ),
-)
 
-PUSH_TELEMETRY_RESPONSE = M(
-    'PushTelemetryResponse', 72, 'response', '0', '0+', (
-        F('throttle_time_ms', 'int32', '0+'),
-        F('error_code', 'int16', '0+'),
-    ),
-)
+#: constant -> (builder, message name, API key, kind, valid versions), in Kafka's API order
+TABLE: dict[str, tuple[Callable[[], Message], str, int | None, str, str]] = {
+    'API_VERSIONS_REQUEST': (_api_versions_request, 'ApiVersionsRequest', 18, 'request', '0-4'),
+    'API_VERSIONS_RESPONSE': (_api_versions_response, 'ApiVersionsResponse', 18, 'response', '0-4'),
+    'METADATA_REQUEST': (_metadata_request, 'MetadataRequest', 3, 'request', '0-13'),
+    'METADATA_RESPONSE': (_metadata_response, 'MetadataResponse', 3, 'response', '0-13'),
+    'PRODUCE_REQUEST': (_produce_request, 'ProduceRequest', 0, 'request', '3-13'),
+    'PRODUCE_RESPONSE': (_produce_response, 'ProduceResponse', 0, 'response', '3-13'),
+    'FETCH_REQUEST': (_fetch_request, 'FetchRequest', 1, 'request', '4-18'),
+    'FETCH_RESPONSE': (_fetch_response, 'FetchResponse', 1, 'response', '4-18'),
+    'LIST_OFFSETS_REQUEST': (_list_offsets_request, 'ListOffsetsRequest', 2, 'request', '1-11'),
+    'LIST_OFFSETS_RESPONSE': (_list_offsets_response, 'ListOffsetsResponse', 2, 'response', '1-11'),
+    'FIND_COORDINATOR_REQUEST': (_find_coordinator_request, 'FindCoordinatorRequest', 10, 'request', '0-6'),
+    'FIND_COORDINATOR_RESPONSE': (_find_coordinator_response, 'FindCoordinatorResponse', 10, 'response', '0-6'),
+    'JOIN_GROUP_REQUEST': (_join_group_request, 'JoinGroupRequest', 11, 'request', '0-9'),
+    'JOIN_GROUP_RESPONSE': (_join_group_response, 'JoinGroupResponse', 11, 'response', '0-9'),
+    'SYNC_GROUP_REQUEST': (_sync_group_request, 'SyncGroupRequest', 14, 'request', '0-5'),
+    'SYNC_GROUP_RESPONSE': (_sync_group_response, 'SyncGroupResponse', 14, 'response', '0-5'),
+    'HEARTBEAT_REQUEST': (_heartbeat_request, 'HeartbeatRequest', 12, 'request', '0-4'),
+    'HEARTBEAT_RESPONSE': (_heartbeat_response, 'HeartbeatResponse', 12, 'response', '0-4'),
+    'LEAVE_GROUP_REQUEST': (_leave_group_request, 'LeaveGroupRequest', 13, 'request', '0-5'),
+    'LEAVE_GROUP_RESPONSE': (_leave_group_response, 'LeaveGroupResponse', 13, 'response', '0-5'),
+    'OFFSET_COMMIT_REQUEST': (_offset_commit_request, 'OffsetCommitRequest', 8, 'request', '2-10'),
+    'OFFSET_COMMIT_RESPONSE': (_offset_commit_response, 'OffsetCommitResponse', 8, 'response', '2-10'),
+    'OFFSET_FETCH_REQUEST': (_offset_fetch_request, 'OffsetFetchRequest', 9, 'request', '1-10'),
+    'OFFSET_FETCH_RESPONSE': (_offset_fetch_response, 'OffsetFetchResponse', 9, 'response', '1-10'),
+    'INIT_PRODUCER_ID_REQUEST': (_init_producer_id_request, 'InitProducerIdRequest', 22, 'request', '0-6'),
+    'INIT_PRODUCER_ID_RESPONSE': (_init_producer_id_response, 'InitProducerIdResponse', 22, 'response', '0-6'),
+    'CREATE_TOPICS_REQUEST': (_create_topics_request, 'CreateTopicsRequest', 19, 'request', '0-7'),
+    'CREATE_TOPICS_RESPONSE': (_create_topics_response, 'CreateTopicsResponse', 19, 'response', '0-7'),
+    'DELETE_TOPICS_REQUEST': (_delete_topics_request, 'DeleteTopicsRequest', 20, 'request', '0-6'),
+    'DELETE_TOPICS_RESPONSE': (_delete_topics_response, 'DeleteTopicsResponse', 20, 'response', '0-6'),
+    'SASL_HANDSHAKE_REQUEST': (_sasl_handshake_request, 'SaslHandshakeRequest', 17, 'request', '0-1'),
+    'SASL_HANDSHAKE_RESPONSE': (_sasl_handshake_response, 'SaslHandshakeResponse', 17, 'response', '0-1'),
+    'SASL_AUTHENTICATE_REQUEST': (_sasl_authenticate_request, 'SaslAuthenticateRequest', 36, 'request', '0-2'),
+    'SASL_AUTHENTICATE_RESPONSE': (_sasl_authenticate_response, 'SaslAuthenticateResponse', 36, 'response', '0-2'),
+    'DESCRIBE_CLUSTER_REQUEST': (_describe_cluster_request, 'DescribeClusterRequest', 60, 'request', '0-2'),
+    'DESCRIBE_CLUSTER_RESPONSE': (_describe_cluster_response, 'DescribeClusterResponse', 60, 'response', '0-2'),
+    'LIST_GROUPS_REQUEST': (_list_groups_request, 'ListGroupsRequest', 16, 'request', '0-5'),
+    'LIST_GROUPS_RESPONSE': (_list_groups_response, 'ListGroupsResponse', 16, 'response', '0-5'),
+    'DESCRIBE_GROUPS_REQUEST': (_describe_groups_request, 'DescribeGroupsRequest', 15, 'request', '0-6'),
+    'DESCRIBE_GROUPS_RESPONSE': (_describe_groups_response, 'DescribeGroupsResponse', 15, 'response', '0-6'),
+    'DELETE_GROUPS_REQUEST': (_delete_groups_request, 'DeleteGroupsRequest', 42, 'request', '0-2'),
+    'DELETE_GROUPS_RESPONSE': (_delete_groups_response, 'DeleteGroupsResponse', 42, 'response', '0-2'),
+    'OFFSET_DELETE_REQUEST': (_offset_delete_request, 'OffsetDeleteRequest', 47, 'request', '0'),
+    'OFFSET_DELETE_RESPONSE': (_offset_delete_response, 'OffsetDeleteResponse', 47, 'response', '0'),
+    'DESCRIBE_CONFIGS_REQUEST': (_describe_configs_request, 'DescribeConfigsRequest', 32, 'request', '1-4'),
+    'DESCRIBE_CONFIGS_RESPONSE': (_describe_configs_response, 'DescribeConfigsResponse', 32, 'response', '1-4'),
+    'INCREMENTAL_ALTER_CONFIGS_REQUEST': (_incremental_alter_configs_request, 'IncrementalAlterConfigsRequest', 44, 'request', '0-1'),
+    'INCREMENTAL_ALTER_CONFIGS_RESPONSE': (_incremental_alter_configs_response, 'IncrementalAlterConfigsResponse', 44, 'response', '0-1'),
+    'CREATE_PARTITIONS_REQUEST': (_create_partitions_request, 'CreatePartitionsRequest', 37, 'request', '0-3'),
+    'CREATE_PARTITIONS_RESPONSE': (_create_partitions_response, 'CreatePartitionsResponse', 37, 'response', '0-3'),
+    'DELETE_RECORDS_REQUEST': (_delete_records_request, 'DeleteRecordsRequest', 21, 'request', '0-2'),
+    'DELETE_RECORDS_RESPONSE': (_delete_records_response, 'DeleteRecordsResponse', 21, 'response', '0-2'),
+    'DESCRIBE_ACLS_REQUEST': (_describe_acls_request, 'DescribeAclsRequest', 29, 'request', '1-3'),
+    'DESCRIBE_ACLS_RESPONSE': (_describe_acls_response, 'DescribeAclsResponse', 29, 'response', '1-3'),
+    'CREATE_ACLS_REQUEST': (_create_acls_request, 'CreateAclsRequest', 30, 'request', '1-3'),
+    'CREATE_ACLS_RESPONSE': (_create_acls_response, 'CreateAclsResponse', 30, 'response', '1-3'),
+    'DELETE_ACLS_REQUEST': (_delete_acls_request, 'DeleteAclsRequest', 31, 'request', '1-3'),
+    'DELETE_ACLS_RESPONSE': (_delete_acls_response, 'DeleteAclsResponse', 31, 'response', '1-3'),
+    'ELECT_LEADERS_REQUEST': (_elect_leaders_request, 'ElectLeadersRequest', 43, 'request', '0-2'),
+    'ELECT_LEADERS_RESPONSE': (_elect_leaders_response, 'ElectLeadersResponse', 43, 'response', '0-2'),
+    'DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST': (_describe_user_scram_credentials_request, 'DescribeUserScramCredentialsRequest', 50, 'request', '0'),
+    'DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE': (_describe_user_scram_credentials_response, 'DescribeUserScramCredentialsResponse', 50, 'response', '0'),
+    'ALTER_USER_SCRAM_CREDENTIALS_REQUEST': (_alter_user_scram_credentials_request, 'AlterUserScramCredentialsRequest', 51, 'request', '0'),
+    'ALTER_USER_SCRAM_CREDENTIALS_RESPONSE': (_alter_user_scram_credentials_response, 'AlterUserScramCredentialsResponse', 51, 'response', '0'),
+    'DESCRIBE_PRODUCERS_REQUEST': (_describe_producers_request, 'DescribeProducersRequest', 61, 'request', '0'),
+    'DESCRIBE_PRODUCERS_RESPONSE': (_describe_producers_response, 'DescribeProducersResponse', 61, 'response', '0'),
+    'LIST_TRANSACTIONS_REQUEST': (_list_transactions_request, 'ListTransactionsRequest', 66, 'request', '0-2'),
+    'LIST_TRANSACTIONS_RESPONSE': (_list_transactions_response, 'ListTransactionsResponse', 66, 'response', '0-2'),
+    'DESCRIBE_TRANSACTIONS_REQUEST': (_describe_transactions_request, 'DescribeTransactionsRequest', 65, 'request', '0'),
+    'DESCRIBE_TRANSACTIONS_RESPONSE': (_describe_transactions_response, 'DescribeTransactionsResponse', 65, 'response', '0'),
+    'ALTER_PARTITION_REASSIGNMENTS_REQUEST': (_alter_partition_reassignments_request, 'AlterPartitionReassignmentsRequest', 45, 'request', '0-1'),
+    'ALTER_PARTITION_REASSIGNMENTS_RESPONSE': (_alter_partition_reassignments_response, 'AlterPartitionReassignmentsResponse', 45, 'response', '0-1'),
+    'LIST_PARTITION_REASSIGNMENTS_REQUEST': (_list_partition_reassignments_request, 'ListPartitionReassignmentsRequest', 46, 'request', '0'),
+    'LIST_PARTITION_REASSIGNMENTS_RESPONSE': (_list_partition_reassignments_response, 'ListPartitionReassignmentsResponse', 46, 'response', '0'),
+    'DESCRIBE_CLIENT_QUOTAS_REQUEST': (_describe_client_quotas_request, 'DescribeClientQuotasRequest', 48, 'request', '0-1'),
+    'DESCRIBE_CLIENT_QUOTAS_RESPONSE': (_describe_client_quotas_response, 'DescribeClientQuotasResponse', 48, 'response', '0-1'),
+    'ALTER_CLIENT_QUOTAS_REQUEST': (_alter_client_quotas_request, 'AlterClientQuotasRequest', 49, 'request', '0-1'),
+    'ALTER_CLIENT_QUOTAS_RESPONSE': (_alter_client_quotas_response, 'AlterClientQuotasResponse', 49, 'response', '0-1'),
+    'CONSUMER_GROUP_HEARTBEAT_REQUEST': (_consumer_group_heartbeat_request, 'ConsumerGroupHeartbeatRequest', 68, 'request', '0-1'),
+    'CONSUMER_GROUP_HEARTBEAT_RESPONSE': (_consumer_group_heartbeat_response, 'ConsumerGroupHeartbeatResponse', 68, 'response', '0-1'),
+    'SHARE_GROUP_HEARTBEAT_REQUEST': (_share_group_heartbeat_request, 'ShareGroupHeartbeatRequest', 76, 'request', '1'),
+    'SHARE_GROUP_HEARTBEAT_RESPONSE': (_share_group_heartbeat_response, 'ShareGroupHeartbeatResponse', 76, 'response', '1'),
+    'CONSUMER_GROUP_DESCRIBE_REQUEST': (_consumer_group_describe_request, 'ConsumerGroupDescribeRequest', 69, 'request', '0-1'),
+    'CONSUMER_GROUP_DESCRIBE_RESPONSE': (_consumer_group_describe_response, 'ConsumerGroupDescribeResponse', 69, 'response', '0-1'),
+    'SHARE_GROUP_DESCRIBE_REQUEST': (_share_group_describe_request, 'ShareGroupDescribeRequest', 77, 'request', '1'),
+    'SHARE_GROUP_DESCRIBE_RESPONSE': (_share_group_describe_response, 'ShareGroupDescribeResponse', 77, 'response', '1'),
+    'SHARE_FETCH_REQUEST': (_share_fetch_request, 'ShareFetchRequest', 78, 'request', '1-2'),
+    'SHARE_FETCH_RESPONSE': (_share_fetch_response, 'ShareFetchResponse', 78, 'response', '1-2'),
+    'SHARE_ACKNOWLEDGE_REQUEST': (_share_acknowledge_request, 'ShareAcknowledgeRequest', 79, 'request', '1-2'),
+    'SHARE_ACKNOWLEDGE_RESPONSE': (_share_acknowledge_response, 'ShareAcknowledgeResponse', 79, 'response', '1-2'),
+    'ADD_PARTITIONS_TO_TXN_REQUEST': (_add_partitions_to_txn_request, 'AddPartitionsToTxnRequest', 24, 'request', '0-5'),
+    'ADD_PARTITIONS_TO_TXN_RESPONSE': (_add_partitions_to_txn_response, 'AddPartitionsToTxnResponse', 24, 'response', '0-5'),
+    'ADD_OFFSETS_TO_TXN_REQUEST': (_add_offsets_to_txn_request, 'AddOffsetsToTxnRequest', 25, 'request', '0-4'),
+    'ADD_OFFSETS_TO_TXN_RESPONSE': (_add_offsets_to_txn_response, 'AddOffsetsToTxnResponse', 25, 'response', '0-4'),
+    'END_TXN_REQUEST': (_end_txn_request, 'EndTxnRequest', 26, 'request', '0-5'),
+    'END_TXN_RESPONSE': (_end_txn_response, 'EndTxnResponse', 26, 'response', '0-5'),
+    'TXN_OFFSET_COMMIT_REQUEST': (_txn_offset_commit_request, 'TxnOffsetCommitRequest', 28, 'request', '0-5'),
+    'TXN_OFFSET_COMMIT_RESPONSE': (_txn_offset_commit_response, 'TxnOffsetCommitResponse', 28, 'response', '0-5'),
+    'GET_TELEMETRY_SUBSCRIPTIONS_REQUEST': (_get_telemetry_subscriptions_request, 'GetTelemetrySubscriptionsRequest', 71, 'request', '0'),
+    'GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE': (_get_telemetry_subscriptions_response, 'GetTelemetrySubscriptionsResponse', 71, 'response', '0'),
+    'PUSH_TELEMETRY_REQUEST': (_push_telemetry_request, 'PushTelemetryRequest', 72, 'request', '0'),
+    'PUSH_TELEMETRY_RESPONSE': (_push_telemetry_response, 'PushTelemetryResponse', 72, 'response', '0'),
+    'REQUEST_HEADER': (_request_header, 'RequestHeader', None, 'header', '0-2'),
+    'RESPONSE_HEADER': (_response_header, 'ResponseHeader', None, 'header', '0-1'),
+    'CONSUMER_PROTOCOL_SUBSCRIPTION': (_consumer_protocol_subscription, 'ConsumerProtocolSubscription', None, 'data', '0-3'),
+    'CONSUMER_PROTOCOL_ASSIGNMENT': (_consumer_protocol_assignment, 'ConsumerProtocolAssignment', None, 'data', '0-3'),
+}
 
-REQUEST_HEADER = M(
-    'RequestHeader', None, 'header', '0-2', '2+', (
-        F('request_api_key', 'int16', '0+'),
-        F('request_api_version', 'int16', '0+'),
-        F('correlation_id', 'int32', '0+'),
-        F('client_id', 'string', '1+', nullable='1+', flexible='none'),
-    ),
-)
 
-RESPONSE_HEADER = M(
-    'ResponseHeader', None, 'header', '0-1', '1+', (
-        F('correlation_id', 'int32', '0+'),
-    ),
-)
+def message(const: str) -> Message:
+    """The schema named ``const`` (``"FETCH_REQUEST"``), built on first use and kept (one object per schema)."""
+    built = globals().get(const)
+    if built is None:
+        built = globals()[const] = TABLE[const][0]()
+    return built  # type: ignore[no-any-return]
 
-CONSUMER_PROTOCOL_SUBSCRIPTION = M(
-    'ConsumerProtocolSubscription', None, 'data', '0-3', 'none', (
-        F('topics', '[]string', '0+'),
-        F('user_data', 'bytes', '0+', nullable='0+', default=None),
-        F('owned_partitions', '[]TopicPartition', '1+', ignorable=True, fields=(
-            F('topic', 'string', '1+'),
-            F('partitions', '[]int32', '1+'),
-        )),
-        F('generation_id', 'int32', '2+', default=-1, ignorable=True),
-        F('rack_id', 'string', '3+', nullable='3+', default=None, ignorable=True),
-    ),
-)
 
-CONSUMER_PROTOCOL_ASSIGNMENT = M(
-    'ConsumerProtocolAssignment', None, 'data', '0-3', 'none', (
-        F('assigned_partitions', '[]TopicPartition', '0+', fields=(
-            F('topic', 'string', '0+'),
-            F('partitions', '[]int32', '0+'),
-        )),
-        F('user_data', 'bytes', '0+', nullable='0+', default=None),
-    ),
-)
-
-ALL: tuple[Message, ...] = (
-    API_VERSIONS_REQUEST,
-    API_VERSIONS_RESPONSE,
-    METADATA_REQUEST,
-    METADATA_RESPONSE,
-    PRODUCE_REQUEST,
-    PRODUCE_RESPONSE,
-    FETCH_REQUEST,
-    FETCH_RESPONSE,
-    LIST_OFFSETS_REQUEST,
-    LIST_OFFSETS_RESPONSE,
-    FIND_COORDINATOR_REQUEST,
-    FIND_COORDINATOR_RESPONSE,
-    JOIN_GROUP_REQUEST,
-    JOIN_GROUP_RESPONSE,
-    SYNC_GROUP_REQUEST,
-    SYNC_GROUP_RESPONSE,
-    HEARTBEAT_REQUEST,
-    HEARTBEAT_RESPONSE,
-    LEAVE_GROUP_REQUEST,
-    LEAVE_GROUP_RESPONSE,
-    OFFSET_COMMIT_REQUEST,
-    OFFSET_COMMIT_RESPONSE,
-    OFFSET_FETCH_REQUEST,
-    OFFSET_FETCH_RESPONSE,
-    INIT_PRODUCER_ID_REQUEST,
-    INIT_PRODUCER_ID_RESPONSE,
-    CREATE_TOPICS_REQUEST,
-    CREATE_TOPICS_RESPONSE,
-    DELETE_TOPICS_REQUEST,
-    DELETE_TOPICS_RESPONSE,
-    SASL_HANDSHAKE_REQUEST,
-    SASL_HANDSHAKE_RESPONSE,
-    SASL_AUTHENTICATE_REQUEST,
-    SASL_AUTHENTICATE_RESPONSE,
-    DESCRIBE_CLUSTER_REQUEST,
-    DESCRIBE_CLUSTER_RESPONSE,
-    LIST_GROUPS_REQUEST,
-    LIST_GROUPS_RESPONSE,
-    DESCRIBE_GROUPS_REQUEST,
-    DESCRIBE_GROUPS_RESPONSE,
-    DELETE_GROUPS_REQUEST,
-    DELETE_GROUPS_RESPONSE,
-    OFFSET_DELETE_REQUEST,
-    OFFSET_DELETE_RESPONSE,
-    DESCRIBE_CONFIGS_REQUEST,
-    DESCRIBE_CONFIGS_RESPONSE,
-    INCREMENTAL_ALTER_CONFIGS_REQUEST,
-    INCREMENTAL_ALTER_CONFIGS_RESPONSE,
-    CREATE_PARTITIONS_REQUEST,
-    CREATE_PARTITIONS_RESPONSE,
-    DELETE_RECORDS_REQUEST,
-    DELETE_RECORDS_RESPONSE,
-    DESCRIBE_ACLS_REQUEST,
-    DESCRIBE_ACLS_RESPONSE,
-    CREATE_ACLS_REQUEST,
-    CREATE_ACLS_RESPONSE,
-    DELETE_ACLS_REQUEST,
-    DELETE_ACLS_RESPONSE,
-    ELECT_LEADERS_REQUEST,
-    ELECT_LEADERS_RESPONSE,
-    DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
-    DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
-    ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
-    ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
-    DESCRIBE_PRODUCERS_REQUEST,
-    DESCRIBE_PRODUCERS_RESPONSE,
-    LIST_TRANSACTIONS_REQUEST,
-    LIST_TRANSACTIONS_RESPONSE,
-    DESCRIBE_TRANSACTIONS_REQUEST,
-    DESCRIBE_TRANSACTIONS_RESPONSE,
-    ALTER_PARTITION_REASSIGNMENTS_REQUEST,
-    ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
-    LIST_PARTITION_REASSIGNMENTS_REQUEST,
-    LIST_PARTITION_REASSIGNMENTS_RESPONSE,
-    DESCRIBE_CLIENT_QUOTAS_REQUEST,
-    DESCRIBE_CLIENT_QUOTAS_RESPONSE,
-    ALTER_CLIENT_QUOTAS_REQUEST,
-    ALTER_CLIENT_QUOTAS_RESPONSE,
-    CONSUMER_GROUP_HEARTBEAT_REQUEST,
-    CONSUMER_GROUP_HEARTBEAT_RESPONSE,
-    SHARE_GROUP_HEARTBEAT_REQUEST,
-    SHARE_GROUP_HEARTBEAT_RESPONSE,
-    CONSUMER_GROUP_DESCRIBE_REQUEST,
-    CONSUMER_GROUP_DESCRIBE_RESPONSE,
-    SHARE_GROUP_DESCRIBE_REQUEST,
-    SHARE_GROUP_DESCRIBE_RESPONSE,
-    SHARE_FETCH_REQUEST,
-    SHARE_FETCH_RESPONSE,
-    SHARE_ACKNOWLEDGE_REQUEST,
-    SHARE_ACKNOWLEDGE_RESPONSE,
-    ADD_PARTITIONS_TO_TXN_REQUEST,
-    ADD_PARTITIONS_TO_TXN_RESPONSE,
-    ADD_OFFSETS_TO_TXN_REQUEST,
-    ADD_OFFSETS_TO_TXN_RESPONSE,
-    END_TXN_REQUEST,
-    END_TXN_RESPONSE,
-    TXN_OFFSET_COMMIT_REQUEST,
-    TXN_OFFSET_COMMIT_RESPONSE,
-    GET_TELEMETRY_SUBSCRIPTIONS_REQUEST,
-    GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE,
-    PUSH_TELEMETRY_REQUEST,
-    PUSH_TELEMETRY_RESPONSE,
-    REQUEST_HEADER,
-    RESPONSE_HEADER,
-    CONSUMER_PROTOCOL_SUBSCRIPTION,
-    CONSUMER_PROTOCOL_ASSIGNMENT,
-)
+def __getattr__(name: str) -> Any:
+    if name == "ALL":    # every schema, in TABLE's order
+        return tuple(message(const) for const in TABLE)
+    if name in TABLE:
+        return message(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
