@@ -130,3 +130,26 @@ def test_bad_correlation_id_and_client_id() -> None:
         encode_request(ApiKey.METADATA, 1, 1 << 31, None, {})
     with pytest.raises(ProtocolError, match="correlation id"):
         encode_response(ApiKey.METADATA, 1, "1", {})  # type: ignore[arg-type]
+
+
+def test_schemas_are_built_on_first_use_and_kept() -> None:
+    """Importing the codec builds only the two headers; a request builds its own schema once (fresh interpreter:
+    this one has built them all)."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        from akresil.protocol import api, specs
+        def built():
+            return sorted(c for c in specs.TABLE if c in vars(specs))
+        print(built())
+        api.encode_request(3, 12, 1, "c", {"topics": None})
+        first = api.REQUESTS[3]
+        print(built(), first is specs.METADATA_REQUEST is api.MESSAGES["MetadataRequest"])
+        print(len(api.RESPONSES) == len(list(api.RESPONSES)), 1 in api.REQUESTS, 7 in api.REQUESTS)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['REQUEST_HEADER', 'RESPONSE_HEADER']",
+                                        "['METADATA_REQUEST', 'REQUEST_HEADER', 'RESPONSE_HEADER'] True",
+                                        "True True False"]
