@@ -9,20 +9,24 @@ step's time (median and worst round, ms; the akresil part of the process start),
 
     python benchmarks/bench_spark_imports.py [--rounds 9] [--tree PATH] [--out F]
 
-``--tree`` runs the children against another checkout (``PYTHONPATH=PATH``), for a before/after comparison.
-Prints one JSON document.
+``--tree`` runs the children against another checkout, for a before/after comparison. The children import a
+copy of that checkout's ``akresil`` compiled to bytecode, as an installed package is (``--no-compile``: from
+source, as a checkout under ``PYTHONDONTWRITEBYTECODE=1`` is). Prints one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import pickle
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -107,16 +111,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--tree", help="checkout the children import akresil from (default: this one)")
+    ap.add_argument("--no-compile", action="store_true", help="children compile akresil from source")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.rounds < 3:
         ap.error("--rounds: at least 3 (the report gives the median and the worst round)")
-    env = dict(os.environ)
-    if args.tree:
-        env["PYTHONPATH"] = args.tree
-    report: dict[str, Any] = {"rounds": args.rounds, "tree": args.tree or "this checkout",
+    tree = args.tree or str(Path(__file__).resolve().parent.parent)
+    report: dict[str, Any] = {"rounds": args.rounds, "tree": tree, "bytecode": not args.no_compile,
                               "load_average": os.getloadavg(), "scenarios": {}}
     with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=tree)
+        if not args.no_compile:
+            copy = Path(tmp) / "tree"
+            shutil.copytree(Path(tree) / "akresil", copy / "akresil")
+            if not compileall.compile_dir(str(copy / "akresil"), quiet=1):
+                raise SystemExit(f"compiling {copy} failed")
+            env["PYTHONPATH"] = str(copy)
         data = pickle.dumps(_payload(tmp))
         for name, (runner, body) in SCENARIOS.items():
             times, modules = [], []
