@@ -23,6 +23,14 @@ waited ~100 ms behind the bootstrap answer's backoff):
   request allowed auto-creation, or partitions without a leader) is a topic being created or electing: the
   next refresh is due at once, then after 1, 2, 4 ... ms (doubling, jittered) up to ``retry_backoff_max_ms``.
   The fast part is short and bounded: about seven answers in, the wait is ``retry_backoff_ms`` again.
+
+A refresh asked for while a request is out normally stays pending when its answer lands: a broker's error
+(NOT_LEADER_OR_FOLLOWER, a lost connection) may postdate the answer being written. A refresh asked for because
+the cache *lacks* something (``missing=True``: a partition with no leader or no leader endpoint yet) joins the
+request in flight instead, as every refresh does in Java's client (one Metadata request at a time, answered for
+all who asked): that answer is the one it waits for, and a second one right after it carries the same. At
+10,000 partitions the consumer's first plans, made while the first answer was on its way, fetched all of it
+twice (issue 35). A topic wanted since the request went out is not in it and still gets its own request.
 """
 
 from __future__ import annotations
@@ -230,10 +238,14 @@ class MetadataCache:
     def failures(self) -> int:
         return self._failures
 
-    def request_refresh(self, reason: str, now: float) -> float:
-        """Ask for a refresh as soon as the backoff allows; returns when it is due."""
+    def request_refresh(self, reason: str, now: float, *, missing: bool = False) -> float:
+        """Ask for a refresh as soon as the backoff allows; returns when it is due.
+
+        ``missing``: the cache lacks something (no leader, no endpoint) rather than holding something a broker
+        said is stale: a request already in flight answers it (module notes)."""
         self._need_update = True
-        self._request_version += 1
+        if not missing:
+            self._request_version += 1
         if reason not in self._causes:
             self._causes.append(reason)
         due = self.next_refresh_at(now)

@@ -371,9 +371,10 @@ class Cluster:
         self.metadata.set_topics(topics, self.clock(), all_topics=all_topics)
         self._refresh_wanted.set()
 
-    def request_metadata_refresh(self, cause: str) -> None:
-        """Ask for an asynchronous, backed-off refresh (KIP-580 backoff inside the metadata cache)."""
-        self.metadata.request_refresh(cause, self.clock())
+    def request_metadata_refresh(self, cause: str, *, missing: bool = False) -> None:
+        """Ask for an asynchronous, backed-off refresh (KIP-580 backoff inside the metadata cache).
+        ``missing``: the cache lacks a leader or endpoint: a refresh in flight answers it (``core.metadata``)."""
+        self.metadata.request_refresh(cause, self.clock(), missing=missing)
         self._refresh_wanted.set()
 
     async def wait_for_metadata(self, *, timeout_ms: float, until: Callable[[], bool]) -> None:
@@ -385,7 +386,7 @@ class Cluster:
                 if self.fatal_error is not None:
                     raise _fresh(self.fatal_error)
                 changed = self._metadata_changed.current()
-                self.request_metadata_refresh("wait")
+                self.request_metadata_refresh("wait", missing=True)
                 await changed.wait()
 
     async def _bootstrap_metadata(self) -> None:

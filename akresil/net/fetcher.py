@@ -154,7 +154,7 @@ class Fetcher:
             for tp in resets:
                 lead = snapshot.leader_of(tp)
                 if lead is None or lead[0] not in snapshot.brokers:   # as in plan_fetches: wait for metadata
-                    cluster.request_metadata_refresh("reset-unknown-leader")
+                    cluster.request_metadata_refresh("reset-unknown-leader", missing=True)
                     continue
                 by_node.setdefault(lead[0], []).append(tp)
             for node, tps in by_node.items():
@@ -162,7 +162,7 @@ class Fetcher:
         plan = state.plan_fetches(now, cluster.metadata.snapshot,
                                   lambda node: cluster.node(node).next_send_at(now))
         if plan.needs_metadata:
-            cluster.request_metadata_refresh("fetch-unknown-leader")
+            cluster.request_metadata_refresh("fetch-unknown-leader", missing=True)
         for request in plan.requests:
             state.begin_fetch(request)
             self._tg.start_soon(self._fetch, request)

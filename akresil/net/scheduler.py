@@ -226,7 +226,7 @@ class Sender:
                     self._tg.start_soon(self._connect, node_id)
         drained = acc.drain(now, sendable=sendable, leader_of=leader_of)
         if drained.unknown_leaders:
-            cluster.request_metadata_refresh("unknown-leader")
+            cluster.request_metadata_refresh("unknown-leader", missing=True)
         for node_id, batches in drained.batches.items():
             self._send(node_id, batches, now)
         # Pipelining: a drain takes one batch per partition, so a node below its in-flight limit with more

@@ -81,7 +81,7 @@ class ShareFetcher:
         now = self.cluster.clock()
         plans = state.plan(now, leader_of=self._leader_of, topic_id_of=self._topic_id_of)
         if any(self._topic_id_of(tp.topic) is None or self._leader_of(tp) is None for tp in state.assignment):
-            self.cluster.request_metadata_refresh("share-fetch-unknown-leader")
+            self.cluster.request_metadata_refresh("share-fetch-unknown-leader", missing=True)
         assert self._tg is not None
         for plan in plans:
             self._in_flight += 1

@@ -175,6 +175,36 @@ def test_refresh_requested_during_flight_stays_pending() -> None:
     assert c.next_refresh_at(5010) == 65_010
 
 
+def test_a_refresh_for_missing_leaders_joins_the_request_in_flight() -> None:
+    # issue 35: the consumer's plans, made while the first answer for 10,000 partitions was on its way, asked
+    # for their leaders again, and all of it was fetched twice
+    c = cache(metadata_max_age_ms=60_000)
+    c.update_from_metadata(response(), now=0)
+    c.request_refresh("startup", now=400)
+    token = c.begin_refresh(now=500)
+    c.request_refresh("fetch-unknown-leader", now=510, missing=True)
+    c.update_from_metadata(response(), now=520, token=token)
+    assert c.next_refresh_at(520) == 60_520                     # answered by the request that was out
+    # with no request out it is a refresh as any other, and a broker's error during one stays pending
+    c.request_refresh("fetch-unknown-leader", now=600, missing=True)
+    assert c.next_refresh_at(600) < 1000                        # after the backoff since the answer
+    token = c.begin_refresh(now=620)
+    c.request_refresh("fetch-unknown-leader", now=625, missing=True)
+    c.request_refresh("NotLeaderOrFollowerError", now=630)
+    c.update_from_metadata(response(), now=640, token=token)
+    assert c.next_refresh_at(5000) == 5000
+
+
+def test_a_refresh_for_missing_leaders_of_a_topic_wanted_after_the_request_went_out_stays_pending() -> None:
+    c = cache(metadata_max_age_ms=60_000)
+    c.update_from_metadata(response(), now=0)
+    token = c.begin_refresh(now=500)
+    c.want_topics(["new"], now=505)                             # not in the request that is out
+    c.request_refresh("fetch-unknown-leader", now=510, missing=True)
+    c.update_from_metadata(response(), now=520, token=token)
+    assert c.next_refresh_at(520) == 520
+
+
 # ------------------------------------------------------------------ new and not-ready topics (issue 18)
 def topic_answer(name: str, error: int = 0, leaders: tuple[int, ...] = (1,)) -> dict:
     return {"brokers": [{"node_id": 1, "host": "h1", "port": 9001, "rack": None}],
