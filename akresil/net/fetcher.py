@@ -19,7 +19,7 @@ from the consumer's next call, and nothing is sent after it. Retrying would only
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, cast
 
 import anyio
 
@@ -109,7 +109,8 @@ class Fetcher:
         async def close(node: int, session_id: int) -> None:
             try:
                 await cluster.request(node, ApiKey.FETCH,
-                                      lambda v: self.state.build_close_body(session_id, min_bytes=self._min_bytes),
+                                      lambda v: cast("FetchBody", self.state.build_close_body(
+                                          session_id, min_bytes=self._min_bytes)),
                                       min_version=7, timeout_ms=self.config.request_timeout_ms)
             except (errors.KafkaError, OSError) as exc:
                 log.debug("closing fetch session %s on node %s failed: %s", session_id, node, exc)
@@ -234,7 +235,7 @@ class Fetcher:
                                              min_bytes=self._min_bytes)
         if body["max_bytes"] > self._max_bytes:
             body["max_bytes"] = self._max_bytes
-        return body
+        return cast("FetchBody", body)    # a FetchRequest body whose partition entries are packed (fetch_codec)
 
     def _fail_partitions(self, request: FetchRequest, exc: BaseException) -> None:
         for p in request.partitions:

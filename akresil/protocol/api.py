@@ -16,6 +16,7 @@ from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol import primitives as P
 from akresil.protocol import specs
 from akresil.protocol.compiler import decoder, diagnose, encoder
+from akresil.protocol.fetch_codec import PackedFetchBody, encode_fetch_body
 from akresil.protocol.schema import Message, Versions
 
 Buffer = bytes | bytearray | memoryview
@@ -245,7 +246,10 @@ def encode_request(
     P.write_nullable_string(parts, client_id)  # ClientId is never compact, even in header v2
     if hv >= 2:
         parts.append(b"\x00")
-    encoder(schema, version)(body, parts)  # type: ignore[arg-type]
+    if type(body) is PackedFetchBody:
+        encode_fetch_body(body, version, parts)   # the consumer's Fetch: its partition entries already packed
+    else:
+        encoder(schema, version)(body, parts)  # type: ignore[arg-type]
     return _framed(parts, schema, version, body)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from akresil import errors
 from akresil.core.fetch_session import FetchSession
 from akresil.core.fetch_state import FetchRequest, FetchState
+from akresil.protocol.api import ApiKey, decode_request, encode_request
 
 from .test_fetch_state import T, TID, TP0, TP1, TP2, batch, fetch_state, metadata, response
 
@@ -25,7 +26,14 @@ def send(st: FetchState, cache: Any, now: float = 0, version: int = 16) -> tuple
     assert len(plan.requests) == 1, plan
     req = plan.requests[0]
     st.begin_fetch(req)
-    return req, st.build_request_body(req, version, max_wait_ms=500, min_bytes=1)
+    return req, on_the_wire(st.build_request_body(req, version, max_wait_ms=500, min_bytes=1), version)
+
+
+def on_the_wire(body: dict[str, Any], version: int) -> dict[str, Any]:
+    """The body with its topics and forgotten topics as a broker reads them (the generic decoder over the packed
+    request's bytes)."""
+    wire = decode_request(encode_request(ApiKey.FETCH, version, 1, "c", body)[4:])[1]
+    return dict(body, topics=wire["topics"], forgotten_topics_data=wire.get("forgotten_topics_data", []))
 
 
 def listed(body: dict[str, Any]) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ from akresil import errors
 from akresil.core.fetch_state import FetchRequest, FetchState, NoOffsetForPartitionError
 from akresil.core.metadata import MetadataCache
 from akresil.types import ConsumerRecord, TopicPartition
+from akresil.protocol.api import ApiKey, decode_request, encode_request
 
 T = "t"
 TP0, TP1, TP2 = TopicPartition(T, 0), TopicPartition(T, 1), TopicPartition(T, 2)
@@ -123,7 +124,8 @@ def test_body_names_topics_by_id_from_v13_and_caps_version_without_ids() -> None
     req = only_request(st, 0, metadata({0: (1, 2)}))
     assert req.max_version == 17
     body = st.build_request_body(req, 16, max_wait_ms=250, min_bytes=1)
-    assert body["topics"] == [{"topic_id": TID, "partitions": [{
+    _, wire = decode_request(encode_request(ApiKey.FETCH, 16, 1, "c", body)[4:])
+    assert wire["topics"] == [{"topic_id": TID, "partitions": [{
         "partition": 0, "current_leader_epoch": 2, "fetch_offset": 3, "last_fetched_epoch": -1,
         "log_start_offset": -1, "partition_max_bytes": 4096}]}]
     assert (body["replica_id"], body["isolation_level"], body["session_id"], body["session_epoch"],
