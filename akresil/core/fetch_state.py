@@ -72,7 +72,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
 from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
-from ..protocol.fetch_codec import PackedFetchBody, pack_partitions
+from ..protocol.fetch_codec import FetchedPartition, PackedFetchBody, pack_partitions
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
@@ -882,7 +882,8 @@ class FetchState:
 
     def on_fetch_response(self, request: FetchRequest, response: Mapping[str, Any], now: float,
                           metadata: MetadataCache) -> ResponseOutcome:
-        """Buffer the data and act on the errors of one Fetch response (any version 4-17)."""
+        """Buffer the data and act on the errors of one Fetch response (any version 4-17), as
+        ``fetch_codec.decode_fetch_body`` reads it (partition entries are ``FetchedPartition`` tuples)."""
         self._end_fetch(request)
         planned = {p.tp: p for p in request.partitions}
         refresh: str | None = None
@@ -914,31 +915,31 @@ class FetchState:
                     continue
             for part in topic["partitions"]:
                 # ``tuple.__new__`` skips the NamedTuple's Python-level ``__new__`` (once per entry per answer)
-                key = new_tp(TopicPartition, (name, part["partition_index"]))
+                key = new_tp(TopicPartition, (name, part.partition_index))
                 plan = planned.get(key)
                 st = partitions.get(key)
                 if plan is None or st is None or st.generation != plan.generation:
                     continue  # not asked for, unassigned meanwhile, or seeked meanwhile
-                code = part["error_code"]
+                code = part.error_code
                 if code == 0:
                     # the common case, once per partition per answer (most carry no records at 10,000
                     # partitions): what every answer says is kept here, the records go to ``_buffer``
-                    st.high_watermark = part.get("high_watermark", st.high_watermark)
-                    lso = part.get("last_stable_offset", -1)
-                    if lso is not None and lso >= 0:
+                    st.high_watermark = part.high_watermark
+                    lso = part.last_stable_offset
+                    if lso >= 0:
                         st.last_stable_offset = lso
-                    lso = part.get("log_start_offset", -1)
-                    if lso is not None and lso >= 0:
+                    lso = part.log_start_offset
+                    if lso >= 0:
                         st.log_start_offset = lso
-                    if part.get("records") and self._buffer(st, plan, part):
+                    if part.records and self._buffer(st, plan, part):
                         data = True
                         self.starved = False    # records for the application: it is about to drain
                     if st.retry.failures:
                         st.retry.on_success()
                     if st.behind.failures:
                         st.behind.on_success()
-                    preferred = part.get("preferred_read_replica", -1)
-                    if preferred is None or preferred < 0:
+                    preferred = part.preferred_read_replica
+                    if preferred < 0:
                         continue
                     if preferred != st.read_replica:
                         st.read_replica = preferred       # KIP-392: the leader points to a closer replica
@@ -958,15 +959,14 @@ class FetchState:
                         refresh = refresh or "fetch-read-replica-error"
                     continue
                 if code in _LEADER_ERRORS:
-                    hint = part.get("current_leader")
+                    hint = part.current_leader
                     accepted = False
-                    if hint is not None and hint.get("leader_id", -1) >= 0:
+                    if hint is not None and hint[0] >= 0:
                         if endpoints is None:
                             endpoints = {e["node_id"]: BrokerInfo(e["node_id"], e["host"], e["port"], e.get("rack"))
                                          for e in (response.get("node_endpoints") or ())}
-                        leader_id = hint["leader_id"]
-                        accepted = metadata.apply_leader_hint(tp, leader_id, hint["leader_epoch"],
-                                                              endpoints.get(leader_id))
+                        leader_id = hint[0]
+                        accepted = metadata.apply_leader_hint(tp, leader_id, hint[1], endpoints.get(leader_id))
                     if accepted:
                         refresh = "fetch-not-leader"
                         replan = True     # KIP-951: straight to the new leader, no backoff
@@ -980,8 +980,8 @@ class FetchState:
                     if self.auto_offset_reset == "none":
                         self.fail(st, errors.OffsetOutOfRangeError(
                             f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range "
-                            f"(log start {part.get('log_start_offset', -1)}, high watermark "
-                            f"{part.get('high_watermark', -1)}) and auto_offset_reset='none'"))
+                            f"(log start {part.log_start_offset}, high watermark "
+                            f"{part.high_watermark}) and auto_offset_reset='none'"))
                         data = True
                     else:
                         self.request_reset(tp)
@@ -1001,18 +1001,17 @@ class FetchState:
                 data = True
         return ResponseOutcome(refresh, data, replan)
 
-    def _buffer(self, st: PartitionFetchState, plan: FetchPartition, part: Mapping[str, Any]) -> bool:
-        """Keep the records of one partition's answer (``part["records"]``, not empty); True when any can be
+    def _buffer(self, st: PartitionFetchState, plan: FetchPartition, part: FetchedPartition) -> bool:
+        """Keep the records of one partition's answer (``part.records``, not empty); True when any can be
         handed out."""
-        blob = part["records"]
+        blob = part.records
         fetch_offset = plan.fetch_offset
         end = fetch_offset
         data_batches: list[RecordBatchView] = []
         aborted = None
         aborted_pids: set[int] = set()
-        if self.read_committed and part.get("aborted_transactions"):
-            aborted = sorted(((a["first_offset"], a["producer_id"]) for a in part["aborted_transactions"]),
-                             reverse=True)
+        if self.read_committed and part.aborted_transactions:
+            aborted = sorted(((first, pid) for pid, first in part.aborted_transactions), reverse=True)
         nbytes = 0
         check_crcs = self.check_crcs
         error: BaseException | None = None

@@ -30,7 +30,7 @@ import anyio.abc
 from anyio.streams.tls import TLSStream
 
 from .. import __version__, errors
-from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_response, encode_request,
+from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_answer, decode_response, encode_request,
                             negotiate)
 from .clock import Clock, monotonic_ms
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, InFlight
@@ -235,7 +235,7 @@ class Connection:
             api_key, version, lambda cid: encode_request(api_key, version, cid, client_id, body),
             timeout_ms=timeout_ms)
         try:
-            response = decode_response(api_key, version, frame)
+            response = decode_answer(api_key, version, frame, body)
         except Exception as exc:
             error = errors.ProtocolError(
                 f"malformed {_api_name(api_key)} v{version} response from {self._where()}: {exc}")

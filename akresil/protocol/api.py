@@ -16,7 +16,7 @@ from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol import primitives as P
 from akresil.protocol import specs
 from akresil.protocol.compiler import decoder, diagnose, encoder
-from akresil.protocol.fetch_codec import PackedFetchBody, encode_fetch_body
+from akresil.protocol.fetch_codec import PackedFetchBody, decode_fetch_body, encode_fetch_body
 from akresil.protocol.schema import Message, Versions
 
 Buffer = bytes | bytearray | memoryview
@@ -324,6 +324,14 @@ def decode_response(api_key: int, version: int, frame: Buffer, *, strict: bool =
     if strict:
         _no_trailing(frame, pos, schema.name, version)
     return body
+
+
+def decode_answer(api_key: int, version: int, frame: Buffer, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to ``request``: ``decode_response``, except for the consumer's Fetch (a ``PackedFetchBody``),
+    whose partition entries ``fetch_codec`` reads as ``FetchedPartition`` tuples rather than dicts."""
+    if type(request) is PackedFetchBody:
+        return decode_fetch_body(frame, _body_offset(frame, response_header_version(api_key, version)), version)
+    return decode_response(api_key, version, frame)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any]) -> bytes:

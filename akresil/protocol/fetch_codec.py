@@ -1,4 +1,4 @@
-"""The consumer's Fetch request, written out by hand for the versions akresil sends (4-17).
+"""The consumer's Fetch request and response, written out by hand for the versions akresil speaks (4-17).
 
 A consumer of 10,000 partitions lists thousands of partition entries in every Fetch (librdkafka's mock keeps no
 fetch sessions, so each one is full). The generic encoder (``protocol.compiler``) takes a dict per entry and
@@ -8,17 +8,23 @@ checks its keys, looks up six fields and writes the tagged-field byte, one call 
 the forgotten topics of a KIP-227 session). The bytes are the generic encoder's for the same body, version for
 version (tests compare them).
 
-Only the bodies ``core.fetch_state`` builds come here (``PackedFetchBody``); any other Fetch body, a test's or the
-proxy's, takes the generic path.
+The answer to such a request is read by ``decode_fetch_body``: the generic decoder builds an 11-key dict per
+partition entry (thousands per answer, most with nothing new); here an entry is a ``FetchedPartition`` tuple, an
+empty or null record set the one shared ``b""``, and the rare nested fields (aborted transactions, KIP-951
+current leader, diverging epoch) small tuples. The topic and top-level parts stay dicts with the generic keys.
+Tests check it against the generic decoder on the same bytes, version for version.
+
+Only the bodies ``core.fetch_state`` builds come here (``PackedFetchBody``), and their answers (``api.decode_answer``);
+any other Fetch, a test's or the proxy's, takes the generic path.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Union
 
 from akresil.errors import ProtocolError, UnsupportedVersionError
-from akresil.protocol.primitives import uvarint_bytes
+from akresil.protocol.primitives import read_uvarint, uvarint_bytes
 
 #: the first flexible Fetch version (compact strings and arrays, tagged fields)
 FLEXIBLE_VERSION = 12
@@ -140,3 +146,236 @@ def encode_fetch_body(body: PackedFetchBody, version: int, out: list[Any]) -> No
         _string(out, body["rack_id"], flexible)
     if flexible:
         out.append(b"\x00")        # no tagged fields: no cluster id, no replica state (a consumer's)
+
+
+# --------------------------------------------------------------------------------------------- the answer
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class FetchedPartition(NamedTuple):
+    """One partition entry of a Fetch answer (the generic decoder's ``PartitionData`` without the dict)."""
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    #: -1 before v5
+    log_start_offset: int
+    #: ``(producer_id, first_offset)`` per aborted transaction, or None
+    aborted_transactions: list[tuple[int, int]] | None
+    #: KIP-392, -1 before v11
+    preferred_read_replica: int
+    #: the record batches; ``b""`` when the answer has none (empty or null)
+    records: Buffer
+    #: KIP-951 ``(leader_id, leader_epoch)`` (v12+ tagged field), or None
+    current_leader: tuple[int, int] | None
+    #: ``(epoch, end_offset)`` (v12+ tagged field), or None
+    diverging_epoch: tuple[int, int] | None
+
+
+_I32_AT = struct.Struct(">i").unpack_from
+_TOP7_AT = struct.Struct(">ihi").unpack_from
+_PART4_AT = struct.Struct(">ihqq").unpack_from
+_PART5_AT = struct.Struct(">ihqqq").unpack_from
+#: a flexible entry up to its record set's length: the fixed fields, the aborted transactions' length (one byte
+#: when null or short), preferred_read_replica, the records' length (one byte when null, empty or short)
+_EMPTY_ENTRY_AT = struct.Struct(">ihqqqBiB").unpack_from
+_PAIR_QQ_AT = struct.Struct(">qq").unpack_from
+_PAIR_II_AT = struct.Struct(">ii").unpack_from
+_PAIR_IQ_AT = struct.Struct(">iq").unpack_from
+_NO_RECORDS = b""
+_new = tuple.__new__
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError)
+
+
+def _length(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array or bytes length (-1: null)."""
+    if flexible:
+        n = buf[pos]
+        if n > 127:
+            n, pos = read_uvarint(buf, pos)
+        else:
+            pos += 1
+        return n - 1, pos
+    return _I32_AT(buf, pos)[0], pos + 4
+
+
+def _count(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    n, pos = _length(buf, pos, flexible)
+    if n < 0:
+        raise ProtocolError(f"array before offset {pos} has invalid length {n}")
+    return n, pos
+
+
+def _read_string(buf: Buffer, pos: int, flexible: bool) -> tuple[str, int]:
+    if flexible:
+        n, pos = _length(buf, pos, True)
+    else:
+        n = struct.unpack_from(">h", buf, pos)[0]
+        pos += 2
+    if n < 0 or pos + n > len(buf):
+        raise ProtocolError(f"string before offset {pos} has invalid length {n}")
+    return bytes(buf[pos:pos + n]).decode(), pos + n
+
+
+def _read_nullable_compact_string(buf: Buffer, pos: int) -> tuple[str | None, int]:
+    n, pos = _length(buf, pos, True)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise ProtocolError(f"string before offset {pos} has invalid length {n}")
+    return bytes(buf[pos:pos + n]).decode(), pos + n
+
+
+def _tagged(buf: Buffer, pos: int) -> tuple[list[tuple[int, int, int]], int]:
+    """The tagged-field section at ``pos``: ``(tag, start, end)`` of each field, and the position after it."""
+    n = buf[pos]
+    if n == 0:
+        return [], pos + 1
+    n, pos = read_uvarint(buf, pos)
+    if n > len(buf) - pos:
+        raise ProtocolError(f"tag section at offset {pos} claims {n} tags")
+    out = []
+    for _ in range(n):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise ProtocolError(f"tagged field {tag} at offset {pos} has size {size}, past the end")
+        out.append((tag, pos, end))
+        pos = end
+    return out, pos
+
+
+def _pair(unpack: Any, buf: Buffer, start: int, end: int, width: int) -> tuple[int, int]:
+    """A tagged struct of two fixed fields (its own tagged fields after them are skipped)."""
+    if end - start < width + 1:
+        raise ProtocolError(f"tagged field at offset {start} is too short ({end - start} bytes)")
+    return unpack(buf, start)  # type: ignore[no-any-return]
+
+
+def decode_fetch_body(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
+    """The Fetch response body at ``pos`` (after the header) of ``version``: the generic decoder's dict, with
+    ``FetchedPartition`` entries. Raises ``ProtocolError`` on bytes that do not parse."""
+    if version < MIN_VERSION:
+        raise UnsupportedVersionError(f"Fetch v{version}: akresil reads v{MIN_VERSION} or later")
+    try:
+        return _decode(buf, pos, version)
+    except ProtocolError as exc:
+        raise ProtocolError(f"FetchResponse v{version}: {exc}") from None
+    except _DECODE_ERRORS as exc:
+        raise ProtocolError(f"FetchResponse v{version}: malformed or truncated ({type(exc).__name__}: {exc})") \
+            from None
+
+
+def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
+    flexible = version >= FLEXIBLE_VERSION
+    by_id = version >= TOPIC_ID_VERSION
+    has_log_start = version >= 5
+    has_replica = version >= 11
+    size = len(buf)
+    if version >= SESSION_VERSION:
+        throttle, error_code, session_id = _TOP7_AT(buf, pos)
+        pos += 10
+    else:
+        throttle, error_code, session_id = _I32_AT(buf, pos)[0], 0, 0
+        pos += 4
+    n_topics, pos = _count(buf, pos, flexible)
+    topics = []
+    for _ in range(n_topics):
+        topic: dict[str, Any]
+        if by_id:
+            if pos + 16 > size:
+                raise ProtocolError(f"uuid at offset {pos} past the end")
+            topic = {"topic_id": bytes(buf[pos:pos + 16])}
+            pos += 16
+        else:
+            name, pos = _read_string(buf, pos, flexible)
+            topic = {"topic": name}
+        n_parts, pos = _count(buf, pos, flexible)
+        parts: list[FetchedPartition] = []
+        append = parts.append
+        for _ in range(n_parts):
+            if flexible:
+                # most entries at 10,000 partitions say only "nothing new": no aborted transactions (null), no
+                # records (empty or null), no tagged fields; one unpack reads such an entry whole
+                index, code, hwm, lso, log_start, n_aborted, replica, n_records = _EMPTY_ENTRY_AT(buf, pos)
+                if n_aborted == 0 and n_records <= 1 and buf[pos + 36] == 0:
+                    append(_new(FetchedPartition, (index, code, hwm, lso, log_start, None, replica, _NO_RECORDS,
+                                                   None, None)))
+                    pos += 37
+                    continue
+            if has_log_start:
+                index, code, hwm, lso, log_start = _PART5_AT(buf, pos)
+                pos += 30
+            else:
+                index, code, hwm, lso = _PART4_AT(buf, pos)
+                log_start = -1
+                pos += 22
+            n, pos = _length(buf, pos, flexible)
+            aborted: list[tuple[int, int]] | None = None
+            if n >= 0:
+                if n * 16 > size - pos:
+                    raise ProtocolError(f"array at offset {pos} claims {n} aborted transactions past the end")
+                aborted = []
+                for _ in range(n):
+                    aborted.append(_PAIR_QQ_AT(buf, pos))
+                    pos += 16
+                    if flexible:
+                        pos = _tagged(buf, pos)[1]
+            if has_replica:
+                replica = _I32_AT(buf, pos)[0]
+                pos += 4
+            else:
+                replica = -1
+            n, pos = _length(buf, pos, flexible)
+            if n > 0:
+                end = pos + n
+                if end > size:
+                    raise ProtocolError(f"bytes at offset {pos} claims {n} bytes but only {size - pos} remain")
+                records: Buffer = buf[pos:end]
+                pos = end
+            else:
+                records = _NO_RECORDS
+            leader = diverging = None
+            if flexible:
+                if buf[pos]:
+                    fields, pos = _tagged(buf, pos)
+                    for tag, start, end in fields:
+                        if tag == 0:
+                            diverging = _pair(_PAIR_IQ_AT, buf, start, end, 12)
+                        elif tag == 1:
+                            leader = _pair(_PAIR_II_AT, buf, start, end, 8)
+                else:
+                    pos += 1
+            append(_new(FetchedPartition, (index, code, hwm, lso, log_start, aborted, replica, records, leader,
+                                           diverging)))
+        if flexible:
+            pos = _tagged(buf, pos)[1]
+        topic["partitions"] = parts
+        topics.append(topic)
+    endpoints = None
+    if flexible:
+        fields, pos = _tagged(buf, pos)
+        for tag, start, end in fields:
+            if tag == 0 and version >= 16:
+                endpoints, at = _endpoints(buf, start)
+                if at != end:
+                    raise ProtocolError(f"tagged field node_endpoints (tag 0) declared {end - start} bytes but its "
+                                        f"value took {at - start}")
+    return {"throttle_time_ms": throttle, "error_code": error_code, "session_id": session_id, "responses": topics,
+            "node_endpoints": endpoints}
+
+
+def _endpoints(buf: Buffer, pos: int) -> tuple[list[dict[str, Any]], int]:
+    """KIP-951 node endpoints (v16+): the generic decoder's dicts, a few per answer at most."""
+    n, pos = _count(buf, pos, True)
+    out = []
+    for _ in range(n):
+        node_id = _I32_AT(buf, pos)[0]
+        host, pos = _read_string(buf, pos + 4, True)
+        port = _I32_AT(buf, pos)[0]
+        rack, pos = _read_nullable_compact_string(buf, pos + 4)
+        pos = _tagged(buf, pos)[1]
+        out.append({"node_id": node_id, "host": host, "port": port, "rack": rack})
+    return out, pos

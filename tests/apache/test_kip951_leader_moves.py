@@ -105,12 +105,13 @@ def test_consumer_lag_behind_acks_stays_low_across_leader_moves(kafka_cluster: K
         # a refetch that waited for Metadata or a backoff would hold the records after the move >= 1.6 s
         assert lags[-1] < min(slack, BACKOFF_FLOOR_MS), (lags[-5:], slack)
         # the old leaders told the consumer where the partition went, and it took their word at once
-        refusals = [(f["node_id"], p["error_code"], p.get("current_leader"), f["response"].get("node_endpoints"))
+        # (the consumer's Fetch answers are read by ``fetch_codec``: entries are FetchedPartition tuples)
+        refusals = [(f["node_id"], p.error_code, p.current_leader, f["response"].get("node_endpoints"))
                     for _, f in consumer_hook.named(events.RESPONSE_RECEIVED, api_key=ApiKey.FETCH)
                     for t in f["response"]["responses"] for p in t["partitions"]
-                    if p["error_code"] in (NOT_LEADER, FENCED)]
+                    if p.error_code in (NOT_LEADER, FENCED)]
         hints = [f for _, f in consumer_hook.named(events.LEADER_HINT, topic=topic)]
         assert refusals and any(h["accepted"] for h in hints), (hints, refusals)
-        assert all(hint and hint["leader_id"] >= 0 for _, _, hint, _ in refusals), refusals
+        assert all(hint and hint[0] >= 0 for _, _, hint, _ in refusals), refusals   # (leader_id, leader_epoch)
 
     run(backend, scenario)

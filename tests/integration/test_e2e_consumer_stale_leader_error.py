@@ -64,8 +64,9 @@ class LeaderErrors:
     def on_event(self, name: str, fields: dict[str, Any]) -> None:
         if name != events.RESPONSE_RECEIVED or fields.get("api_key") != ApiKey.FETCH or self.consumer is None:
             return
-        codes = [p.get("error_code") for t in (fields["response"].get("responses") or ())
-                 for p in t.get("partitions") or () if p.get("partition_index") == self.tp.partition]
+        # the consumer's Fetch answers are read by ``fetch_codec``: partition entries are FetchedPartition tuples
+        codes = [p.error_code for t in (fields["response"].get("responses") or ())
+                 for p in t.get("partitions") or () if p.partition_index == self.tp.partition]
         if NotLeaderOrFollowerError.errno in codes:
             cached = self.consumer._cluster.metadata.snapshot.leader_of(self.tp)   # noqa: SLF001
             self.seen.append((fields["node_id"], cached))

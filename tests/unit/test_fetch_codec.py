@@ -1,5 +1,7 @@
-"""The consumer's Fetch request packer (``protocol.fetch_codec``) against the generic encoder, byte for byte, for
-every version akresil sends: sessions and forgotten topics, topic names and ids, a rack, a long partition list."""
+"""The consumer's Fetch codec (``protocol.fetch_codec``) against the generic one for every version akresil speaks:
+the packed request byte for byte (sessions and forgotten topics, topic names and ids, a rack, a long partition
+list), and the lean answer field for field on the same bytes (records, aborted transactions, preferred read
+replica, KIP-951 current leader and endpoints, diverging epoch, unknown tags, truncation)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from akresil.protocol.api import ApiKey, decode_request, encode_request
-from akresil.protocol.fetch_codec import PackedFetchBody, pack_partitions
+from akresil.errors import ProtocolError
+from akresil.protocol.api import ApiKey, decode_answer, decode_request, decode_response, encode_request, encode_response
+from akresil.protocol.fetch_codec import FetchedPartition, PackedFetchBody, pack_partitions
 
 TID_A, TID_B = bytes(range(16)), bytes(range(16, 32))
 #: (topic, topic id, [(partition, current_leader_epoch, fetch_offset)])
@@ -65,3 +68,90 @@ def test_the_packed_fetch_decodes_to_the_planned_entries() -> None:
             first["partitions"][3]["fetch_offset"]) == (3, 7, 3003)
     assert decoded["forgotten_topics_data"] == [{"topic_id": TID_B, "partitions": [4, 9]}]
     assert decoded["rack_id"] == "r"
+
+
+# ------------------------------------------------------------------------------------------ the answer
+RECORDS = bytes(range(256)) * 3
+
+
+def answer(version: int) -> dict[str, Any]:
+    """A Fetch answer using every field the version has: records, empty and null record sets, aborted
+    transactions, a preferred read replica, KIP-951 current leader and node endpoints, a diverging epoch, a
+    snapshot id (read by neither consumer), an error."""
+    flexible, by_id = version >= 12, version >= 13
+
+    def part(index: int, **fields: Any) -> dict[str, Any]:
+        p = {"partition_index": index, "error_code": 0, "high_watermark": 1000 + index, "last_stable_offset": 900,
+             "log_start_offset": 5, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+        if version < 5:
+            del p["log_start_offset"]
+        if version < 11:
+            del p["preferred_read_replica"]
+        p.update(fields)
+        return p
+
+    parts = [part(0, records=RECORDS),
+             part(1, records=None),
+             part(2, aborted_transactions=[{"producer_id": 7, "first_offset": 40},
+                                           {"producer_id": 1 << 40, "first_offset": 3}], records=RECORDS[:61]),
+             part(3, aborted_transactions=[]),
+             part(4, error_code=6)]
+    parts += [part(i, high_watermark=i) for i in range(5, 140)]       # 140 entries: a two-byte varint count
+    if version >= 11:
+        parts[1]["preferred_read_replica"] = 3
+    if flexible:
+        parts[4]["current_leader"] = {"leader_id": 2, "leader_epoch": 9}
+        parts[0]["diverging_epoch"] = {"epoch": 4, "end_offset": 77}
+        parts[3]["snapshot_id"] = {"end_offset": 10, "epoch": 1}
+        parts[5]["_unknown_tags"] = {9: b"\x01\x02"}
+    key = "topic_id" if by_id else "topic"
+    body: dict[str, Any] = {"throttle_time_ms": 12, "responses": [
+        {key: TID_A if by_id else "orders", "partitions": parts},
+        {key: TID_B if by_id else "é-ü", "partitions": [part(0, records=RECORDS[:10])]},
+        {key: bytes(16) if by_id else "empty", "partitions": []}]}
+    if version >= 7:
+        body.update(error_code=0, session_id=123)
+    if version >= 16:
+        body["node_endpoints"] = [{"node_id": 2, "host": "b2.example", "port": 9094, "rack": "r1"},
+                                  {"node_id": 3, "host": "b3", "port": 9095, "rack": None}]
+    return body
+
+
+def as_read(p: dict[str, Any]) -> tuple[Any, ...]:
+    """The generic decoder's partition entry in ``FetchedPartition`` form."""
+    aborted = p.get("aborted_transactions")
+    leader, diverging = p.get("current_leader"), p.get("diverging_epoch")
+    return (p["partition_index"], p["error_code"], p["high_watermark"], p["last_stable_offset"],
+            p.get("log_start_offset", -1),
+            None if aborted is None else [(a["producer_id"], a["first_offset"]) for a in aborted],
+            p.get("preferred_read_replica", -1), bytes(p["records"] or b""),
+            None if leader is None else (leader["leader_id"], leader["leader_epoch"]),
+            None if diverging is None else (diverging["epoch"], diverging["end_offset"]))
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+@pytest.mark.parametrize("view", [False, True])
+def test_the_lean_answer_reads_what_the_generic_decoder_reads(version: int, view: bool) -> None:
+    frame = encode_response(ApiKey.FETCH, version, 9, answer(version))[4:]
+    buf = memoryview(frame) if view else frame
+    generic = decode_response(ApiKey.FETCH, version, buf)
+    lean = decode_answer(ApiKey.FETCH, version, buf, PackedFetchBody())
+    assert (lean["throttle_time_ms"], lean["error_code"], lean["session_id"]) == (
+        generic["throttle_time_ms"], generic.get("error_code", 0), generic.get("session_id", 0))
+    assert lean["node_endpoints"] == generic.get("node_endpoints")
+    key = "topic_id" if version >= 13 else "topic"
+    assert [t[key] for t in lean["responses"]] == [t[key] for t in generic["responses"]]
+    for mine, theirs in zip(lean["responses"], generic["responses"]):
+        assert all(type(p) is FetchedPartition for p in mine["partitions"])
+        assert [(*p[:7], bytes(p.records), *p[8:]) for p in mine["partitions"]] == \
+            [as_read(p) for p in theirs["partitions"]]
+    entries = lean["responses"][0]["partitions"]
+    assert entries[1].records is entries[3].records is entries[9].records     # one shared b"", empty or null
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 16])
+def test_a_truncated_or_lying_answer_is_a_protocol_error(version: int) -> None:
+    frame = encode_response(ApiKey.FETCH, version, 9, answer(version))[4:]
+    for cut in (6, 40, 200, len(frame) - 300, len(frame) - 1):
+        with pytest.raises(ProtocolError, match=f"FetchResponse v{version}"):
+            decode_answer(ApiKey.FETCH, version, frame[:cut], PackedFetchBody())

@@ -14,7 +14,8 @@ from akresil import errors
 from akresil.core.fetch_state import FetchRequest, FetchState, NoOffsetForPartitionError
 from akresil.core.metadata import MetadataCache
 from akresil.types import ConsumerRecord, TopicPartition
-from akresil.protocol.api import ApiKey, decode_request, encode_request
+from akresil.protocol.api import ApiKey, decode_answer, decode_request, encode_request, encode_response
+from akresil.protocol.fetch_codec import PackedFetchBody
 
 T = "t"
 TP0, TP1, TP2 = TopicPartition(T, 0), TopicPartition(T, 1), TopicPartition(T, 2)
@@ -71,15 +72,20 @@ def fetch_state(**kw: Any) -> FetchState:
 
 
 def response(parts: dict[TopicPartition, dict[str, Any]], *, by_id: bool = False, **top: Any) -> dict[str, Any]:
+    """A Fetch answer as the consumer reads it: these fields (the generic encoder's keys) on the wire, read back by
+    ``fetch_codec`` (v16, topics by id, with ``by_id`` or KIP-951 node endpoints; else v12, topics by name)."""
+    version = 16 if by_id or top.get("node_endpoints") else 12
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp, fields in parts.items():
         p = {"partition_index": tp.partition, "error_code": 0, "high_watermark": 100, "last_stable_offset": -1,
              "log_start_offset": 0, "aborted_transactions": None, "current_leader": None, "records": b""}
         p.update(fields)
         topics.setdefault(tp.topic, []).append(p)
-    key = "topic_id" if by_id else "topic"
-    return {"error_code": 0, "responses": [{key: TID if by_id else t, "partitions": ps} for t, ps in topics.items()],
-            **top}
+    key = "topic_id" if version >= 13 else "topic"
+    body = {"error_code": 0, "responses": [{key: TID if version >= 13 else t, "partitions": ps}
+                                           for t, ps in topics.items()], **top}
+    frame = encode_response(ApiKey.FETCH, version, 1, body)[4:]
+    return decode_answer(ApiKey.FETCH, version, frame, PackedFetchBody())
 
 
 def only_request(st: FetchState, now: float, cache: MetadataCache) -> FetchRequest:
