@@ -21,7 +21,7 @@ any other Fetch, a test's or the proxy's, takes the generic path.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NamedTuple, Union
+from typing import Any, Iterable, NamedTuple, Sequence, Union
 
 from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol.primitives import read_uvarint, uvarint_bytes
@@ -161,8 +161,8 @@ class FetchedPartition(NamedTuple):
     last_stable_offset: int
     #: -1 before v5
     log_start_offset: int
-    #: ``(producer_id, first_offset)`` per aborted transaction, or None
-    aborted_transactions: list[tuple[int, int]] | None
+    #: ``(producer_id, first_offset)`` per aborted transaction (an empty list: the one shared ``()``), or None
+    aborted_transactions: Sequence[tuple[int, int]] | None
     #: KIP-392, -1 before v11
     preferred_read_replica: int
     #: the record batches; ``b""`` when the answer has none (empty or null)
@@ -184,6 +184,7 @@ _PAIR_QQ_AT = struct.Struct(">qq").unpack_from
 _PAIR_II_AT = struct.Struct(">ii").unpack_from
 _PAIR_IQ_AT = struct.Struct(">iq").unpack_from
 _NO_RECORDS = b""
+_NO_ABORTED: tuple[tuple[int, int], ...] = ()
 _new = tuple.__new__
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError)
 
@@ -300,8 +301,9 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
                 # most entries at 10,000 partitions say only "nothing new": no aborted transactions (null), no
                 # records (empty or null), no tagged fields; one unpack reads such an entry whole
                 index, code, hwm, lso, log_start, n_aborted, replica, n_records = _EMPTY_ENTRY_AT(buf, pos)
-                if n_aborted == 0 and n_records <= 1 and buf[pos + 36] == 0:
-                    append(_new(FetchedPartition, (index, code, hwm, lso, log_start, None, replica, _NO_RECORDS,
+                if n_aborted <= 1 and n_records <= 1 and buf[pos + 36] == 0:
+                    append(_new(FetchedPartition, (index, code, hwm, lso, log_start,
+                                                   _NO_ABORTED if n_aborted else None, replica, _NO_RECORDS,
                                                    None, None)))
                     pos += 37
                     continue
@@ -313,16 +315,19 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
                 log_start = -1
                 pos += 22
             n, pos = _length(buf, pos, flexible)
-            aborted: list[tuple[int, int]] | None = None
-            if n >= 0:
+            aborted: Sequence[tuple[int, int]] | None = None
+            if n == 0:
+                aborted = _NO_ABORTED
+            elif n > 0:
                 if n * 16 > size - pos:
                     raise ProtocolError(f"array at offset {pos} claims {n} aborted transactions past the end")
-                aborted = []
+                found: list[tuple[int, int]] = []
                 for _ in range(n):
-                    aborted.append(_PAIR_QQ_AT(buf, pos))
+                    found.append(_PAIR_QQ_AT(buf, pos))
                     pos += 16
                     if flexible:
                         pos = _tagged(buf, pos)[1]
+                aborted = found
             if has_replica:
                 replica = _I32_AT(buf, pos)[0]
                 pos += 4
