@@ -57,7 +57,8 @@ class PackedPartitions(NamedTuple):
 
 class PackedFetchBody(dict):  # type: ignore[type-arg]
     """A Fetch request body whose topics carry ``PackedPartitions``: ``api.encode_request`` writes it with
-    ``encode_fetch_body``. Otherwise the same keys as the generic ``FetchRequest`` body."""
+    ``encode_fetch_body``, and the connection reads its answer with ``decode_fetch_body`` (``api.decode_answer``).
+    Otherwise the same keys as the generic ``FetchRequest`` body."""
 
 
 def pack_partitions(version: int, entries: Iterable[tuple[int, int, int]], partition_max_bytes: int
