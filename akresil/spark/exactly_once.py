@@ -34,7 +34,7 @@ from .. import errors
 from ..types import TopicPartition
 from .kafka_io import _Cached, WorkerClients, admin_config, worker_clients
 from .options import WriteOptions
-from .writer import TaskDelivery, TaskRows, _Tally, send_rows
+from .writer import TaskDelivery, TaskRows, _Tally, key_placement, send_rows
 
 if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
     import pyarrow as pa
@@ -81,6 +81,7 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
     try:
         entry = _initialised(worker, {**options.producer, "transactional_id": name})
         producer = entry.client
+        rows.partition_count = key_placement(producer)
         committed = portal.call(_committed_offset, admin.client, name, marker)
         if committed is not None and committed > batch_id:
             skipped = rows.drain()

@@ -31,7 +31,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["DeliveryFailedError", "TaskDelivery", "WriteSummary", "AkresilWriter", "RowGroup", "TaskRows",
-           "group_batch", "deliver_batches", "send_rows", "needs_row_order", "check_input_schema", "read_summary",
+           "group_batch", "deliver_batches", "key_placement", "send_rows", "needs_row_order", "check_input_schema", "read_summary",
            "store_summary", "raise_on_failed_tasks"]
 
 #: first failed rows quoted per partition in an error
@@ -229,14 +229,20 @@ def check_input_schema(schema: StructType, default_topic: str | None) -> tuple[s
     return tuple(c for c in _COLUMNS if c in fields)
 
 
-def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: str | None, row_base: int
-                ) -> list[RowGroup]:
+def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: str | None, row_base: int,
+                partition_count: Callable[[str], int | None] | None = None) -> list[RowGroup]:
     """Split one Arrow batch by (topic, partition column) into groups that keep their rows in row order.
 
     Columnar: the checks are Arrow compute calls, the grouping a stable sort of one integer code per row,
     and each group's keys and values come out of Arrow with one ``take`` + ``to_pylist`` per column, so
     no Python code runs per row. ``default_topic`` (the ``topic`` option) overrides the topic column, as
     in Spark's Kafka sink. Groups come in the order of their first row.
+
+    ``partition_count(topic)``: the topic's partition count when the producer places keyed records with the
+    built-in partitioner (None: unknown, or placement is the producer's own). Rows with a key and no
+    ``partition`` column then get the partition that partitioner would give them, computed for the whole
+    column at once (``key_hash``), instead of a ``murmur2`` call per row inside the producer; rows with a
+    null key still go to the producer's sticky partitioner.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -263,6 +269,8 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
             first = pc.index(negative, True).as_py()
             raise errors.ConfigError(f"row {row_base + first}: partition {parts[first].as_py()} is negative")
 
+    if parts is None and keys is not None and partition_count is not None:
+        parts = _placed_by_key(keys, topics, default_topic, partition_count)
     if topics is None and parts is None:
         spans: list[tuple[str, int | None, Any]] = [(default_topic, None, None)]  # type: ignore[list-item]
     else:
@@ -284,6 +292,28 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
                   if row else [] for row in take(headers).to_pylist()]
         groups.append(RowGroup(topic, partition, pairs, hs, rows, nbytes))
     return groups
+
+
+def _placed_by_key(keys: pa.Array, topics: pa.Array | None, default_topic: str | None,
+                   partition_count: Callable[[str], int | None]) -> pa.Array | None:
+    """Each keyed row's partition as the producer's built-in partitioner would choose it (nulls for null keys),
+    or None when a topic's partition count is not known yet (the producer then places the rows itself)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from .key_hash import key_partitions
+
+    if keys.null_count == len(keys):
+        return None
+    if topics is None:
+        count = partition_count(default_topic)  # type: ignore[arg-type]
+        return None if not count else key_partitions(keys, count)
+    encoded = pc.dictionary_encode(topics)
+    counts = [partition_count(name) for name in encoded.dictionary.to_pylist()]
+    if not all(counts):
+        return None
+    per_row = np.asarray(counts, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
+    return key_partitions(keys, per_row)
 
 
 def _spans(topics: pa.Array | None, parts: pa.Array | None, default_topic: str | None, n: int
@@ -356,6 +386,8 @@ class TaskRows:
     def __init__(self, iterator: Iterable[pa.RecordBatch], columns: Sequence[str], default_topic: str | None) -> None:
         self._batches = iter(iterator)
         self.columns, self.default_topic = columns, default_topic
+        #: see ``group_batch``: set once the task's producer is known (``key_placement``)
+        self.partition_count: Callable[[str], int | None] | None = None
         self.rows = 0
         self._peeked: list[RowGroup] | None = None
         self.bad_input: errors.ConfigError | None = None
@@ -367,7 +399,8 @@ class TaskRows:
         for batch in self._batches:
             if batch.num_rows:
                 try:
-                    groups = group_batch(batch, self.columns, default_topic=self.default_topic, row_base=self.rows)
+                    groups = group_batch(batch, self.columns, default_topic=self.default_topic, row_base=self.rows,
+                                         partition_count=self.partition_count)
                 except errors.ConfigError as exc:
                     self.bad_input, self.bad_rows = exc, batch.num_rows
                     self.rows += batch.num_rows
@@ -396,6 +429,18 @@ class TaskRows:
             left += batch.num_rows
             self.rows += batch.num_rows
         return left
+
+
+def key_placement(producer: Any) -> Callable[[str], int | None] | None:
+    """``group_batch``'s ``partition_count`` for ``producer``: its metadata's partition count of a topic, when
+    keyed records go through the built-in partitioner (no custom ``partitioner``, keys not ignored)."""
+    config = producer.config
+    if config.partitioner is not None or config.partitioner_ignore_keys:
+        return None
+
+    def count(topic: str) -> int | None:
+        return len(producer.partitions_for(topic)) or None
+    return count
 
 
 def send_rows(portal: Any, producer: Any, rows: TaskRows, tally: "_Tally") -> None:
@@ -440,6 +485,7 @@ def deliver_batches(iterator: Iterable[pa.RecordBatch], options: WriteOptions, c
     before = entry.mark
     tally = _Tally(task, attempt)
     rows = TaskRows(iterator, columns, options.topic)
+    rows.partition_count = key_placement(entry.client)
     healthy = False
     try:
         send_rows(worker.portal, entry.client, rows, tally)

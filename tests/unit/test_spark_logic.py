@@ -419,3 +419,68 @@ def test_task_rows_stop_at_a_row_the_sink_cannot_write_and_the_report_names_it()
     assert delivery.report == ("akresil write task 1 (attempt 0): bad input: row 4: topic is null; set the 'topic' "
                                "option for a default; 3 acknowledged, 6 not sent after the bad row (retries 0); "
                                "records acknowledged before it stay.")
+
+
+def test_key_hash_equals_the_java_clients_murmur2_for_every_key() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from akresil.core.partitioner import murmur2
+    from akresil.spark.key_hash import murmur2_column
+
+    rng = random.Random(7)
+    keys = [None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 41)))
+            for _ in range(3000)]
+    for arr in (pa.array(keys, pa.binary()), pa.array(keys, pa.large_binary())):
+        for sliced, expected in ((arr, keys), (arr.slice(11, 2000), keys[11:2011])):
+            hashes, valid = murmur2_column(sliced)
+            got = [(int(h) - (1 << 32) if h >= 1 << 31 else int(h)) if ok else None for h, ok in zip(hashes, valid)]
+            assert got == [None if k is None else murmur2(k) for k in expected]
+
+
+def test_group_batch_places_keyed_rows_as_the_producers_partitioner_would() -> None:
+    import pyarrow as pa
+
+    from akresil.core.partitioner import DefaultPartitioner
+    from akresil.spark.writer import group_batch, key_placement, needs_row_order
+
+    keys = [str(i).encode() for i in range(200)]
+    batch = pa.record_batch([pa.array(keys, pa.binary()), pa.array([b"v"] * 200, pa.binary())], names=["key", "value"])
+    counts = {"t": 7, "u": 3}
+    groups = group_batch(batch, ("key", "value"), default_topic="t", row_base=0, partition_count=counts.get)
+    placed = {row: g.partition for g in groups for row in g.rows}
+    java = DefaultPartitioner(16384)
+    assert placed == {i: java.partition("t", keys[i], 7, range(7)) for i in range(200)}
+    assert all(g.pairs == [(keys[r], b"v") for r in g.rows] for g in groups)     # each group keeps row order
+    assert not needs_row_order(groups)
+    # a topic column: each topic's own count; null keys stay with the producer's sticky partitioner
+    topics = pa.array(["t", "u", "t", "u"])
+    with_topic = pa.record_batch([pa.array([b"1", b"2", None, b"4"], pa.binary()), pa.array([b"a", b"b", b"c", b"d"]),
+                                  topics], names=["key", "value", "topic"])
+    groups = group_batch(with_topic, ("key", "value", "topic"), default_topic=None, row_base=0,
+                         partition_count=counts.get)
+    expected: dict[tuple[str, int], list[int]] = {}
+    for row, spec in enumerate([("t", b"1", 7), ("u", b"2", 3), None, ("u", b"4", 3)]):
+        if spec is not None:
+            expected.setdefault((spec[0], java.partition(spec[0], spec[1], spec[2], range(spec[2]))), []).append(row)
+    assert {(g.topic, g.partition): list(g.rows) for g in groups if g.partition is not None} == expected
+    assert [list(g.rows) for g in groups if g.partition is None] == [[2]]
+    # a topic whose count is not known yet: the producer places the rows itself
+    unknown = group_batch(batch, ("key", "value"), default_topic="v", row_base=0, partition_count=counts.get)
+    assert [(g.partition, len(g.pairs)) for g in unknown] == [(None, 200)]
+
+    class _Config:
+        partitioner = None
+        partitioner_ignore_keys = False
+
+    class _Producer:
+        config = _Config()
+
+        def partitions_for(self, topic: str) -> tuple[int, ...]:
+            return tuple(range(counts.get(topic, 0)))
+
+    count = key_placement(_Producer())
+    assert count is not None and count("t") == 7 and count("missing") is None
+    _Config.partitioner_ignore_keys = True
+    assert key_placement(_Producer()) is None        # keys ignored: sticky placement is the producer's
