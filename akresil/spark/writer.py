@@ -269,12 +269,13 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
             first = pc.index(negative, True).as_py()
             raise errors.ConfigError(f"row {row_base + first}: partition {parts[first].as_py()} is negative")
 
+    codes = _topic_codes(topics) if topics is not None else None
     if parts is None and keys is not None and partition_count is not None:
-        parts = _placed_by_key(keys, topics, default_topic, partition_count)
-    if topics is None and parts is None:
+        parts = _placed_by_key(keys, codes, default_topic, partition_count)
+    if codes is None and parts is None:
         spans: list[tuple[str, int | None, Any]] = [(default_topic, None, None)]  # type: ignore[list-item]
     else:
-        spans = _spans(topics, parts, default_topic, n)
+        spans = _spans(codes, parts, default_topic, n)
     groups = []
     for topic, partition, index in spans:
         take = (lambda arr: arr) if index is None else (lambda arr: arr.take(index))
@@ -294,42 +295,48 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
     return groups
 
 
-def _placed_by_key(keys: pa.Array, topics: pa.Array | None, default_topic: str | None,
+def _topic_codes(topics: pa.Array) -> tuple[list[str], Any]:
+    """The topic column dictionary-encoded once per batch: (topic names, one int64 code per row)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(topics)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _placed_by_key(keys: pa.Array, codes: tuple[list[str], Any] | None, default_topic: str | None,
                    partition_count: Callable[[str], int | None]) -> pa.Array | None:
     """Each keyed row's partition as the producer's built-in partitioner would choose it (nulls for null keys),
     or None when a topic's partition count is not known yet (the producer then places the rows itself)."""
     import numpy as np
-    import pyarrow.compute as pc
 
     from .key_hash import key_partitions
 
     if keys.null_count == len(keys):
         return None
-    if topics is None:
+    if codes is None:
         count = partition_count(default_topic)  # type: ignore[arg-type]
         return None if not count else key_partitions(keys, count)
-    encoded = pc.dictionary_encode(topics)
-    counts = [partition_count(name) for name in encoded.dictionary.to_pylist()]
+    names, tcode = codes
+    counts = [partition_count(name) for name in names]
     if not all(counts):
         return None
-    per_row = np.asarray(counts, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
-    return key_partitions(keys, per_row)
+    return key_partitions(keys, np.asarray(counts, dtype=np.int64)[tcode])
 
 
-def _spans(topics: pa.Array | None, parts: pa.Array | None, default_topic: str | None, n: int
+def _spans(codes: tuple[list[str], Any] | None, parts: pa.Array | None, default_topic: str | None, n: int
            ) -> list[tuple[str, int | None, Any]]:
     """(topic, partition, row indices) per group: rows grouped by one int64 code with a stable sort."""
     import numpy as np
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    if topics is not None:
-        encoded = pc.dictionary_encode(topics).combine_chunks() if isinstance(topics, pa.ChunkedArray) \
-            else pc.dictionary_encode(topics)
-        names = encoded.dictionary.to_pylist()
-        tcode = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if codes is not None:
+        names, tcode = codes
     else:
-        names = [default_topic]
+        names = [default_topic]  # type: ignore[list-item]
         tcode = np.zeros(n, dtype=np.int64)
     if parts is not None:
         pcode = pc.fill_null(parts, -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1   # null -> 0
