@@ -121,12 +121,13 @@ class ShareFetcher:
             if not self._stopping and self.fatal_error is None:
                 # plan before waking the application: a request this answer unblocks (the fetch after a
                 # leader's acknowledgements settled) is written before the application works through the
-                # records it holds, so the broker serves it meanwhile
-                self._turn()
+                # records it holds, so the broker serves it meanwhile; the loop wakes only for a sooner timer
+                self._loop.turn_now()
+            else:
+                self.wake()
             self._changed.fire()
             if self._in_flight == 0:
                 self._idle.fire()
-            self.wake()
 
     def _apply(self, outcome: FetchOutcome) -> None:
         metadata = self.cluster.metadata

@@ -17,24 +17,43 @@ import anyio
 class TurnLoop:
     """Run ``turn()`` until ``done()``, sleeping the ms each turn returns (None: until ``wake()``)."""
 
-    __slots__ = ("_wakeup",)
+    __slots__ = ("_wakeup", "_turn", "_until")
 
     def __init__(self) -> None:
         self._wakeup = anyio.Event()
+        self._turn: Callable[[], float | None] | None = None
+        #: when the loop's sleep ends on its own (anyio time); None: only a wake() ends it
+        self._until: float | None = None
 
     def wake(self) -> None:
         self._wakeup.set()
 
+    def turn_now(self) -> None:
+        """Take a turn at once, from an answer's handler, and wake the loop only if that turn's timer is due
+        sooner than the sleep the loop is in: one planning pass per answer instead of two."""
+        if self._turn is None:
+            self.wake()
+            return
+        delay_ms = self._turn()
+        if delay_ms is not None and (self._until is None or anyio.current_time() + delay_ms / 1000.0 < self._until):
+            self.wake()
+
     async def run(self, turn: Callable[[], float | None], *, done: Callable[[], bool]) -> None:
-        while not done():
-            # re-armed before the turn: a wake() during or after the turn is never lost
-            self._wakeup = anyio.Event()
-            delay_ms = turn()
-            if delay_ms is None:
-                await self._wakeup.wait()
-            elif delay_ms > 0:
-                with anyio.move_on_after(delay_ms / 1000.0):
+        self._turn = turn
+        try:
+            while not done():
+                # re-armed before the turn: a wake() during or after the turn is never lost
+                self._wakeup = anyio.Event()
+                delay_ms = turn()
+                if delay_ms is None:
+                    self._until = None
                     await self._wakeup.wait()
+                elif delay_ms > 0:
+                    self._until = anyio.current_time() + delay_ms / 1000.0
+                    with anyio.move_on_after(delay_ms / 1000.0):
+                        await self._wakeup.wait()
+        finally:
+            self._turn = None
 
 
 class Broadcast:

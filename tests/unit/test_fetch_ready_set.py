@@ -10,7 +10,7 @@ from __future__ import annotations
 from akresil.core.fetch_state import FetchPlan, FetchState
 from akresil.core.metadata import MetadataCache
 
-from .test_fetch_state import TP0, TP1, TP2, batch, fetch_state, metadata, response
+from .test_fetch_state import TP0, TP1, TP2, _held_and_caught_up, batch, fetch_state, metadata, response
 
 
 def nodes(plan: FetchPlan) -> dict[int, list[tuple[int, int]]]:
@@ -188,17 +188,7 @@ def test_a_partition_that_waited_for_its_busy_node_goes_with_that_nodes_next_fet
 def _deferred_caught_up() -> tuple[FetchState, MetadataCache]:
     """TP0 (node 1) holds its prefetch bound with records left on the broker; TP1 (node 1) is caught up, so node
     1's Fetch would only long-poll: it is deferred while the application drains TP0."""
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    first, second = batch(0, [b"x" * 1000] * 8), batch(8, [b"y" * 1000] * 8)
-    st = fetch_state(max_partition_fetch_bytes=len(second))
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
-    (req,) = st.plan_fetches(0, cache.snapshot).requests
-    st.begin_fetch(req)
-    st.on_fetch_response(req, response({TP0: {"records": first + second, "high_watermark": 100},
-                                        TP1: {"high_watermark": 0}}), 0, cache)
-    st.drain(4)
+    st, cache = _held_and_caught_up()
     assert st.plan_fetches(0, cache.snapshot).requests == []
     return st, cache
 

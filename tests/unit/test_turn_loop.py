@@ -1,0 +1,63 @@
+"""TurnLoop.turn_now: a turn taken from an answer's handler wakes the loop only for a sooner timer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from akresil.net.signals import TurnLoop
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_turn_now_wakes_the_loop_only_for_a_sooner_timer() -> None:
+    loop = TurnLoop()
+    delays: list[float | None] = [60_000.0]        # what the next turn returns
+    turns: list[str] = []
+    stop = False
+
+    def turn() -> float | None:
+        turns.append("turn")
+        return delays[0]
+
+    task = asyncio.create_task(loop.run(turn, done=lambda: stop))
+    await _settle()
+    assert turns == ["turn"]                        # the loop sleeps for a minute
+
+    delays[0] = 120_000.0                           # a later timer: no second pass
+    loop.turn_now()
+    await _settle()
+    assert turns == ["turn", "turn"]
+
+    delays[0] = None                                # no timer at all: no second pass either
+    loop.turn_now()
+    await _settle()
+    assert len(turns) == 3
+
+    delays[0] = 1.0                                 # a sooner timer: the loop wakes and re-arms for it
+    loop.turn_now()
+    await _settle()
+    assert len(turns) == 5
+
+    stop = True
+    loop.wake()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_turn_now_outside_a_running_loop_takes_no_turn() -> None:
+    loop = TurnLoop()
+    ran: list[int] = []
+
+    def turn() -> float | None:
+        ran.append(1)
+        return None
+
+    loop.turn_now()                                 # no loop yet: nothing is run
+    task = asyncio.create_task(loop.run(turn, done=lambda: len(ran) >= 1))
+    await _settle()
+    loop.wake()
+    await asyncio.wait_for(task, 5)
+    loop.turn_now()                                 # the loop has ended: its turn is not taken again
+    assert ran == [1]
