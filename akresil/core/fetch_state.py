@@ -271,7 +271,7 @@ class PartitionFetchState:
     __slots__ = ("tp", "position", "position_epoch", "fetch_offset", "paused", "reset", "awaiting_committed",
                  "lookup_in_flight", "in_flight", "generation", "chunks", "buffered_bytes", "error", "retry",
                  "behind", "high_watermark", "last_stable_offset", "log_start_offset", "read_replica",
-                 "read_replica_until")
+                 "read_replica_until", "planned")
 
     def __init__(self, tp: TopicPartition, backoff: ExponentialBackoff, behind_backoff: ExponentialBackoff) -> None:
         self.tp = tp
@@ -304,6 +304,11 @@ class PartitionFetchState:
         #: ``read_replica_until``
         self.read_replica: int | None = None
         self.read_replica_until = 0.0
+        #: the ``FetchPartition`` of the last plan that listed this partition: planned again as is while its
+        #: fetch offset, leader epoch and generation are unchanged (most partitions of a 10,000-partition Fetch
+        #: get nothing in an answer), so a plan allocates nothing for them and the garbage collector sees one
+        #: long-lived tuple instead of a new one per Fetch
+        self.planned: FetchPartition | None = None
 
     def next_try_at(self) -> float | None:
         """When the partition may be fetched again after errors (None: now)."""
@@ -653,6 +658,11 @@ class FetchState:
         # ``snapshot.leader_of`` and ``st.next_try_at`` inlined: this loop runs once per partition per answer
         topics, brokers = snapshot.topics, snapshot.brokers
         new = tuple.__new__
+        # the last topic's partitions and the last node's list: consecutive partitions mostly share both
+        last_topic: str | None = None
+        in_topic: Mapping[int, Any] | None = None
+        last_node = -1
+        parts: list[FetchPartition] = []
         for tp, st in fetchable.items():
             if (st.in_flight or st.paused or st.error is not None or st.fetch_offset is None
                     or st.reset is not None or st.awaiting_committed or partitions.get(tp) is not st):
@@ -675,7 +685,9 @@ class FetchState:
                         wake_at = retry_at
                     still[tp] = st
                     continue
-            in_topic = topics.get(tp[0])
+            name = tp[0]
+            if name is not last_topic:
+                last_topic, in_topic = name, topics.get(name)
             info = None if in_topic is None else in_topic.get(tp[1])
             if info is None or info.leader < 0 or info.leader not in brokers:
                 # no leader, or one the metadata has no endpoint for (a broker that is down drops out of the
@@ -700,10 +712,15 @@ class FetchState:
                     wake_at = ready_at
                 still[tp] = st
                 continue
-            parts = by_node.get(node)
-            if parts is None:
-                parts = by_node[node] = []
-            parts.append(new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation)))
+            if node != last_node:
+                last_node = node
+                parts = by_node.get(node)       # type: ignore[assignment]
+                if parts is None:
+                    parts = by_node[node] = []
+            fp = st.planned
+            if fp is None or fp[1] != st.fetch_offset or fp[2] != epoch or fp[3] != st.generation:
+                fp = st.planned = new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation))
+            parts.append(fp)
             still[tp] = st      # until ``begin_fetch`` takes it: a plan is only a proposal
         self._fetchable = still
         held_nodes = self._held_nodes(snapshot, total_room) if by_node and not self.starved else ()
@@ -815,15 +832,15 @@ class FetchState:
         sreq = session.build(request.partitions, request.topic_ids, version)
         wanted = request.partitions
         listed = wanted if sreq.full else [wanted[i] for i in sreq.send]
-        # (partition, current_leader_epoch, fetch_offset) per topic, packed per topic by ``fetch_codec`` (no dict
-        # per partition entry: thousands per Fetch at 10,000 partitions)
-        topics: dict[str, list[tuple[int, int, int]]] = {}
+        # the planned entries per topic, packed per topic by ``fetch_codec`` (no dict or tuple per partition
+        # entry: thousands per Fetch at 10,000 partitions)
+        topics: dict[str, list[FetchPartition]] = {}
         for p in listed:
-            tp = p[0]
-            parts = topics.get(tp[0])
+            name = p[0][0]
+            parts = topics.get(name)
             if parts is None:
-                parts = topics[tp[0]] = []
-            parts.append((tp[1], p[2], p[1]))
+                parts = topics[name] = []
+            parts.append(p)
         pmax = self.max_partition_fetch_bytes
         by_id = version >= TOPIC_ID_VERSION
         key = "topic_id" if by_id else "topic"
@@ -885,7 +902,13 @@ class FetchState:
         """Buffer the data and act on the errors of one Fetch response (any version 4-17), as
         ``fetch_codec.decode_fetch_body`` reads it (partition entries are ``FetchedPartition`` tuples)."""
         self._end_fetch(request)
-        planned = {p.tp: p for p in request.partitions}
+        asked = request.partitions
+        n_asked = len(asked)
+        #: the answer's entries usually come in the order they were asked for (a full Fetch of one topic: the
+        #: broker answers every partition in request order), so each is matched with ``asked[at]`` first;
+        #: ``planned`` (built on the first entry that does not match) finds the others
+        at = 0
+        planned: dict[TopicPartition, FetchPartition] | None = None
         refresh: str | None = None
         data = replan = False
         top_code = response.get("error_code", 0) or 0
@@ -914,9 +937,17 @@ class FetchState:
                 if name is None:
                     continue
             for part in topic["partitions"]:
-                # ``tuple.__new__`` skips the NamedTuple's Python-level ``__new__`` (once per entry per answer)
-                key = new_tp(TopicPartition, (name, part.partition_index))
-                plan = planned.get(key)
+                index = part.partition_index
+                plan = asked[at] if at < n_asked else None
+                if plan is not None and planned is None and plan[0][1] == index and plan[0][0] == name:
+                    at += 1
+                    key = plan[0]
+                else:
+                    if planned is None:
+                        planned = {p.tp: p for p in asked}
+                    # ``tuple.__new__`` skips the NamedTuple's Python-level ``__new__``
+                    key = new_tp(TopicPartition, (name, index))
+                    plan = planned.get(key)
                 st = partitions.get(key)
                 if plan is None or st is None or st.generation != plan.generation:
                     continue  # not asked for, unassigned meanwhile, or seeked meanwhile

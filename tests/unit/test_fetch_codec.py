@@ -33,7 +33,8 @@ def bodies(version: int, *, session: bool, rack: str) -> tuple[dict[str, Any], P
              "log_start_offset": -1, "partition_max_bytes": 1048576} for p, e, o in parts]}
         for name, tid, parts in TOPICS])
     packed = PackedFetchBody(top, forgotten_topics_data=forgotten, topics=[
-        {key: tid if by_id else name, "partitions": pack_partitions(version, parts, 1048576)}
+        {key: tid if by_id else name, "partitions": pack_partitions(
+            version, [((name, p), o, e, 0) for p, e, o in parts], 1048576)}    # as fetch_state plans them
         for name, tid, parts in TOPICS])
     return generic, packed
 

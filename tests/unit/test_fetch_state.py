@@ -471,6 +471,50 @@ def test_seek_during_a_fetch_drops_the_stale_answer() -> None:
     assert st.plan_fetches(0, cache.snapshot).requests[0].partitions[0].fetch_offset == 100
 
 
+def test_an_answer_in_another_order_than_asked_is_applied_entry_by_entry() -> None:
+    # entries are matched with the request in order first; one out of order, one never asked for and a repeat
+    # fall back to a lookup by partition, and each still reaches its own partition only
+    tp3 = TopicPartition(T, 3)
+    cache = metadata({0: (1, 0), 1: (1, 0), 2: (1, 0), 3: (2, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1, TP2, tp3])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 0)
+    req = only_request(st, 0, cache)
+    assert [p.tp for p in req.partitions] == [TP0, TP1, TP2]
+    parts = {TP0: {"high_watermark": 7}, TP2: {"records": batch(0, [b"two"]), "high_watermark": 9},
+             tp3: {"records": batch(0, [b"not asked"]), "high_watermark": 5}, TP1: {"high_watermark": 8}}
+    out = st.on_fetch_response(req, response(parts), 1, cache)
+    assert out.data
+    assert [st.partitions[tp].high_watermark for tp in (TP0, TP1, TP2, tp3)] == [7, 8, 9, -1]
+    assert {tp: [r.value for r in rs] for tp, rs in st.drain(10).items()} == {TP2: [b"two"]}
+
+
+def test_an_unchanged_partition_is_planned_with_the_same_entry_and_a_change_makes_a_new_one() -> None:
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    first = only_request(st, 0, cache)
+    st.on_fetch_response(first, response({TP0: {"high_watermark": 5},
+                                          TP1: {"records": batch(0, [b"a"]), "high_watermark": 1}}), 1, cache)
+    st.drain(10)
+    second = only_request(st, 1, cache)
+    by_tp = {p.tp: p for p in second.partitions}
+    assert by_tp[TP0] is first.partitions[0]                     # nothing changed: the same tuple
+    assert (by_tp[TP1].fetch_offset, by_tp[TP1].generation) == (1, first.partitions[1].generation)
+    st.on_fetch_response(second, response({}), 2, cache)
+    st.seek(TP0, 0)                                              # same offset, new generation: a new entry
+    third = only_request(st, 2, cache)
+    assert third.partitions[0] is not first.partitions[0]
+    assert third.partitions[0].generation == first.partitions[0].generation + 1
+    st.on_fetch_response(third, response({}), 3, cache)
+    refresh(cache, leader=1, epoch=4, now=3)                     # a new leader epoch: a new entry
+    fourth = only_request(st, 3, cache)
+    assert fourth.partitions[0] is not third.partitions[0] and fourth.partitions[0].current_leader_epoch == 4
+
+
 def test_seek_drops_buffered_data() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()
