@@ -145,6 +145,7 @@ async def _consume(bootstrap: str, registry: CollectorRegistry, partitions: int,
                 batches = await consumer.getmany(timeout_ms=100)
                 for records in batches.values():
                     for rec in records:
+                        assert rec.value is not None, "the demo writes a value in every record"
                         value = int(rec.value)
                         if value in state.consumed:
                             state.consumed_duplicates += 1

@@ -56,7 +56,7 @@ class RequestTimeoutError(KafkaError):
     retriable = True
 
 
-class KafkaTimeoutError(KafkaError, TimeoutError):
+class KafkaTimeoutError(KafkaError, TimeoutError):  # type: ignore[misc]  # errno: the Kafka code (-1), not an OS one
     """A client-side wait (metadata, buffer space, flush) exceeded its bound, e.g. ``max_block_ms``."""
 
 

@@ -94,7 +94,8 @@ class ClientMetrics(SeriesHook):
 
     def _sink(self, series: Series, labels: Labels) -> Callable[[float], object]:
         child = self._m.metrics[series].labels(self.client_id, *labels)
-        return child.inc if series.kind == "counter" else child.observe
+        sink: Callable[[float], object] = child.inc if series.kind == "counter" else child.observe
+        return sink
 
 
 class MetricsServer:

@@ -286,7 +286,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             await self._wait_until(lambda: not self._acc.incomplete_batches and not txn.pending)
         finally:
             self._acc.end_flush()
-        if txn.state is TxnState.ABORTABLE_ERROR:
+        if txn.spoilt:            # a record failed while the commit's flush waited
             assert txn.error is not None
             raise txn.error
         await io.end(True)
@@ -386,8 +386,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             return await self._send_traced(tracer, topic, value, key, partition, timestamp_ms, headers)
         fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, None)
         if fut.__class__ is not DeliveryFuture:
-            fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, None)
-        return await fut  # type: ignore[misc]
+            fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, None)  # type: ignore[arg-type]
+        return await fut
 
     async def _send_rest(self, first: _Blocked | None, topic: str, value: Any, key: Any, partition: int | None,
                          timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordMetadata:
@@ -396,7 +396,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if first is not None:
             first = first._replace(fut=DeliveryFuture(self._loop))
         fut = await self._enqueue_slow(first, topic, value, key, partition, timestamp_ms, headers, None)
-        return await fut  # type: ignore[misc]
+        return await fut
 
     async def _send_traced(self, tracer: Tracer, topic: str, value: Any, key: Any, partition: int | None,
                            timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordMetadata:
@@ -406,8 +406,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         try:
             fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, span.headers, None)
             if fut.__class__ is not DeliveryFuture:
-                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers, None)
-            md: RecordMetadata = await fut  # type: ignore[misc]
+                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers, None)  # type: ignore[arg-type]
+            md: RecordMetadata = await fut
         except BaseException as exc:
             span.end(error=exc)
             raise
@@ -430,8 +430,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
                                               on_delivery)
         fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         if fut.__class__ is DeliveryFuture:
-            return fut  # type: ignore[return-value]
-        return await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, on_delivery)
+            return fut
+        return await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, headers, on_delivery)  # type: ignore[arg-type]
 
     async def _enqueue_traced(self, tracer: Tracer, topic: str, value: Any, key: Any, partition: int | None,
                               timestamp_ms: int | None, headers: Sequence[Header] | None,
@@ -443,13 +443,13 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         try:
             fut = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, span.headers, on_delivery)
             if fut.__class__ is not DeliveryFuture:
-                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers,
+                fut = await self._enqueue_slow(fut, topic, value, key, partition, timestamp_ms, span.headers,  # type: ignore[arg-type]
                                                on_delivery)
         except BaseException as exc:
             span.end(error=exc)
             raise
         span.end()
-        return fut  # type: ignore[return-value]
+        return fut
 
     def _enqueue_nowait(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
                         headers: Sequence[Header] | None, on_delivery: DeliveryCallback | None,
@@ -536,7 +536,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
                 await self._partitions(topic, deadline)
             result = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
             if result.__class__ is DeliveryFuture:
-                return result  # type: ignore[return-value]
+                return result
             blocked = result  # type: ignore[assignment]
         appended = await self._append_waiting(blocked.tp, blocked.timestamp_ms, blocked.key, blocked.value,
                                               blocked.headers, blocked.fut, blocked.needed, deadline)
@@ -740,7 +740,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             if (h.__class__ is not tuple or len(h) != 2 or h[0].__class__ is not str
                     or not (h[1] is None or isinstance(h[1], (bytes, bytearray)))):
                 raise TypeError(f"headers must be (str, bytes | None) pairs, got {h!r}")
-        return headers if headers.__class__ is list else list(headers)  # type: ignore[return-value]
+        return headers if headers.__class__ is list else list(headers)
 
     def _check_pairs(self, items: list[Any]) -> tuple[list[tuple[bytes | None, bytes | None]], int, int, int, int]:
         """Serialize and type-check ``send_many``'s records without touching the caller's list.

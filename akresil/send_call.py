@@ -41,10 +41,11 @@ class SendCall(DeliveryFuture):
         self._asyncio_future_blocking = None  # type: ignore[assignment]
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        return self  # type: ignore[return-value]
+        return self
 
-    def send(self, value: None) -> DeliveryFuture:
-        """One step: the first buffers the record; later ones are the future's (or the slow coroutine's)."""
+    def send(self, value: None) -> Any:
+        """One step: the first buffers the record; later ones are the future's (or the slow coroutine's, which
+        yields whatever it awaits: hence ``Any``)."""
         args = self._args
         if args is not None:
             self._args = None
@@ -56,12 +57,12 @@ class SendCall(DeliveryFuture):
                                                  partition, timestamp_ms, headers)
         slow = self._slow
         if slow is not None:
-            return slow.send(value)  # type: ignore[return-value]
+            return slow.send(value)
         return DeliveryFuture.send(self, value)
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> DeliveryFuture:
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._slow is not None:
-            return self._slow.throw(typ, val, tb)  # type: ignore[return-value]
+            return self._slow.throw(typ, val, tb)
         self._args = None                      # thrown in before the first step: the record is never sent
         return DeliveryFuture.throw(self, typ, val, tb)
 

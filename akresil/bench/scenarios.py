@@ -290,12 +290,12 @@ def throttle_arrivals(requests: Sequence[RecordedRequest], responses: Sequence[R
     out: list[tuple[float, float]] = []
     for q in requests:
         conn = (q.node_id, q.connection_id)
-        periods = mutes.get(conn)
-        if not periods:
+        muted = mutes.get(conn)
+        if not muted:
             continue
         i = bisect.bisect_left(starts[conn], q.time_ms) - 1   # the last notice strictly before the arrival
-        if i >= 0 and q.time_ms < periods[i][1]:
-            out.append((q.time_ms / 1000, q.time_ms - periods[i][0]))
+        if i >= 0 and q.time_ms < muted[i][1]:
+            out.append((q.time_ms / 1000, q.time_ms - muted[i][0]))
     return out
 
 

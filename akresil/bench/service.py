@@ -48,7 +48,8 @@ class Adapter:
 
     async def start(self, bootstrap: str) -> None: ...
     async def stop(self) -> None: ...
-    async def buffer(self, topic: str) -> Awaitable[Any]: ...          # returns the record's future
+    async def buffer(self, topic: str) -> Awaitable[Any]:       # returns the record's future
+        raise NotImplementedError
     async def send_wait(self, topic: str) -> None: ...
     async def with_callback(self, topic: str, cb: Callable[[], None]) -> None: ...
 
@@ -85,7 +86,8 @@ class AiokafkaAdapter(Adapter):
         await self.p.stop()
 
     async def buffer(self, topic: str) -> Awaitable[Any]:
-        return await self.p.send(topic, VALUE)
+        fut: Awaitable[Any] = await self.p.send(topic, VALUE)
+        return fut
 
     async def send_wait(self, topic: str) -> None:
         await self.p.send_and_wait(topic, VALUE)
@@ -232,7 +234,9 @@ async def open_loop(adapter: Adapter, topic: str, rate: int, duration_s: float) 
         if tasks:
             await asyncio.gather(*tasks)
     latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
+
+    def pick(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
     return {"p50_ms": pick(0.5), "p99_ms": pick(0.99), "p999_ms": pick(0.999), "max_ms": latencies[-1] * 1000,
             "achieved_per_s": n / r.wall, "cpu_us_per_record": r.cpu / n * 1e6, "failed": failed[0]}
 

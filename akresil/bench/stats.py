@@ -210,7 +210,7 @@ def rate_series(times_s: Iterable[float], start_s: float, duration_s: float, buc
 
 
 def delivery_series(log: DeliveryLog, start_s: float, duration_s: float, bucket_s: float = 1.0
-                    ) -> dict[str, list[float | None]]:
+                    ) -> dict[str, Sequence[float | None]]:
     """Per bucket: records acknowledged per second (by ack time), records failed per second, and the p50 /
     p99 / max produce latency of records *sent* in that bucket (so a stall shows where it began)."""
     n = bucket_count(duration_s, bucket_s)

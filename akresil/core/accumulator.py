@@ -328,7 +328,7 @@ class RecordAccumulator:
             size += headers_size(headers)
         if size + BATCH_OVERHEAD > self._size_limit or self._used + size > self.buffer_memory:
             return 0
-        if last.payload.append_at(last.record_count, timestamp_ms, key, value, headers) is None:  # type: ignore[arg-type]
+        if last.payload.append_at(last.record_count, timestamp_ms, key, value, headers) is None:
             last.open = False
             return 0
         last.singles += (last.record_count, timestamp_ms, callback, key_size, value_size)

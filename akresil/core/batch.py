@@ -112,9 +112,9 @@ class BulkCompletion:
         """Records at ``positions`` landed at ``first_offset``, ``first_offset + 1``, ... (-1: unknown)."""
         records, results = self.records, self.results
         n = len(positions)
-        contiguous = positions.__class__ is range and positions.step == 1
-        if contiguous:
-            run: Sequence[tuple[bytes | None, bytes | None]] = records[positions.start:positions.stop]
+        span = (positions.start, positions.stop) if isinstance(positions, range) and positions.step == 1 else None
+        if span is not None:
+            run: Sequence[tuple[bytes | None, bytes | None]] = records[span[0]:span[1]]
         else:
             run = list(map(records.__getitem__, positions))
         offsets: Iterable[int] = range(first_offset, first_offset + n) if first_offset >= 0 else repeat(-1)
@@ -130,8 +130,8 @@ class BulkCompletion:
         finally:
             if paused:
                 gc.enable()
-        if contiguous:
-            results[positions.start:positions.stop] = mds
+        if span is not None:
+            results[span[0]:span[1]] = mds
         else:
             for j, md in zip(positions, mds):
                 results[j] = md
@@ -170,7 +170,7 @@ def _sizes(mode: str, run: Sequence[tuple[bytes | None, bytes | None]], field: i
     if mode == "none":
         return repeat(-1)
     if mode == "len":
-        return map(len, map(_KEY if field == 0 else _VALUE, run))   # type: ignore[arg-type]
+        return map(len, map(_KEY if field == 0 else _VALUE, run))
     return [-1 if r[field] is None else len(r[field]) for r in run]   # type: ignore[arg-type]
 
 
@@ -251,7 +251,7 @@ class ProducerBatch:
             return "in-flight"
         if self.state is BatchState.QUEUED and self.attempts > 0 and now < self.retry_at:
             return "backing-off"
-        return self.state.value
+        return str(self.state.value)
 
     def try_append(self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header],
                    callback: RecordCallback | None) -> bool:
@@ -259,7 +259,7 @@ class ProducerBatch:
             return False
         if headers.__class__ is not list:
             headers = list(headers)
-        if self.payload.append_at(self.record_count, timestamp_ms, key, value, headers) is None:  # type: ignore[arg-type]
+        if self.payload.append_at(self.record_count, timestamp_ms, key, value, headers) is None:
             self.open = False
             return False
         self.singles += (self.record_count, timestamp_ms, callback, -1 if key is None else len(key),

@@ -129,7 +129,12 @@ class TelemetryState:
         self.phase = Phase.SUBSCRIPTION_IN_PROGRESS
         return self.subscription.client_instance_id if self.subscription is not None else ZERO_UUID
 
-    def on_subscription(self, response: Mapping[str, Any], now: float) -> None:
+    def on_subscription(self, response: Mapping[str, Any], now: float) -> Phase:
+        """Take a GetTelemetrySubscriptions answer; returns the phase it leads to."""
+        self._take_subscription(response, now)
+        return self.phase
+
+    def _take_subscription(self, response: Mapping[str, Any], now: float) -> None:
         if self.phase is not Phase.SUBSCRIPTION_IN_PROGRESS:
             return                       # closing began while the request was out: its answer is moot
         error = int(response.get("error_code") or 0)

@@ -236,6 +236,11 @@ class TransactionManager:
                 self.on_spoilt()
 
     @property
+    def spoilt(self) -> bool:
+        """The transaction can only be aborted now (a record or a request failed in it)."""
+        return self.state is TxnState.ABORTABLE_ERROR
+
+    @property
     def in_transaction(self) -> bool:
         """Records may be appended: IN_TRANSACTION (or COMMITTING while the commit's flush drains them)."""
         return self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)

@@ -147,7 +147,7 @@ class TelemetryPusher:
                 instance = state.start_get()
                 _, response = await self._cluster.request(node, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
                                                           {"client_instance_id": instance})
-                state.on_subscription(response, clock())
+                phase = state.on_subscription(response, clock())
                 if state.subscription is not None:
                     self._refusal = None
                 elif not state.enabled:      # an answer that rules telemetry out for this client
@@ -156,9 +156,9 @@ class TelemetryPusher:
                     what = kind.__name__ if error else "an all-zero client instance id"
                     self._refusal = (kind, f"node {node} answered GetTelemetrySubscriptions with {what}: the "
                                            "cluster gives this client no instance id")
-                if state.phase is Phase.PUSH_NEEDED:
+                if phase is Phase.PUSH_NEEDED:
                     self._attach()
-                elif state.phase is Phase.SUBSCRIPTION_NEEDED and not response.get("error_code"):
+                elif phase is Phase.SUBSCRIPTION_NEEDED and not response.get("error_code"):
                     self._detach()           # subscribed to nothing: no series to keep until that changes
             else:
                 await self._push(node)

@@ -95,7 +95,7 @@ class _Schemas(dict[Any, Message]):
         m = self[key] = specs.message(const)
         return m
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: Any, default: Message | None = None) -> Message | None:  # type: ignore[override]
         try:
             return self[key]
         except KeyError:

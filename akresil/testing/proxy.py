@@ -168,7 +168,8 @@ def produce_acks(frame: bytes, header: RequestHeader) -> int:
             pos += 2 + max(n, 0)
     if pos + 2 > len(frame):
         raise ProtocolError("Produce request: truncated before acks")
-    return struct.unpack_from(">h", frame, pos)[0]
+    acks: int = struct.unpack_from(">h", frame, pos)[0]
+    return acks
 
 
 # ---------------------------------------------------------------------------------------------- connections
@@ -679,7 +680,9 @@ class FaultProxy:
                  sasl_mechanisms: Sequence[str] = MECHANISMS,
                  sasl_oauth_validator: OAuthValidator | None = None) -> None:
         self.upstream_host, self.upstream_port = _parse_upstream(upstream)
-        if isinstance(nodes, int) and not isinstance(nodes, bool):
+        if isinstance(nodes, bool):
+            raise TypeError(f"nodes: expected a count or a sequence of node ids, got {nodes!r}")
+        if isinstance(nodes, int):
             if nodes < 1:
                 raise ValueError(f"nodes: need at least one virtual node, got {nodes}")
             node_ids: tuple[int, ...] = tuple(range(1, nodes + 1))

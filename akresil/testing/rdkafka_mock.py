@@ -30,7 +30,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from akresil.protocol.api import ApiKey   # re-exported: fault scripts name APIs with it
 
@@ -335,8 +335,8 @@ class MockCluster:
             raise RuntimeError("MockCluster is closed")
         return self._cluster
 
-    def _fn(self, name: str) -> ctypes._CFuncPtr:
-        fn = getattr(self._lib, name, None)
+    def _fn(self, name: str) -> Callable[..., Any]:
+        fn: Callable[..., Any] | None = getattr(self._lib, name, None)
         if fn is None:
             raise NotImplementedError(f"this librdkafka ({librdkafka_version()}) has no {name}")
         return fn
@@ -660,7 +660,7 @@ class MockControl(ControlDefaults):
         await self._call(self.mock.broker_set_up, node)
 
 
-def _libc_free(pointer: object) -> None:  # pragma: no cover - old-librdkafka fallback only
+def _libc_free(pointer: ctypes.Array[ctypes.c_void_p] | ctypes.c_void_p | int) -> None:  # pragma: no cover - old-librdkafka fallback only
     libc = ctypes.CDLL(None)
     libc.free.argtypes = [_c_void_p]
     libc.free(ctypes.cast(pointer, _c_void_p))
