@@ -191,7 +191,7 @@ def message(const: str) -> Message:
     built = globals().get(const)
     if built is None:
         built = globals()[const] = TABLE[const][0]()
-    return built  # type: ignore[no-any-return]
+    return built
 
 
 def __getattr__(name: str) -> Any:
