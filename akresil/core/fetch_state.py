@@ -662,6 +662,7 @@ class FetchState:
         last_topic: str | None = None
         in_topic: Mapping[int, Any] | None = None
         last_node = -1
+        open_node: int | None = None
         parts: list[FetchPartition] = []
         for tp, st in fetchable.items():
             if (st.in_flight or st.paused or st.error is not None or st.fetch_offset is None
@@ -689,6 +690,15 @@ class FetchState:
             if name is not last_topic:
                 last_topic, in_topic = name, topics.get(name)
             info = None if in_topic is None else in_topic.get(tp[1])
+            if info is not None and info.leader == open_node and st.read_replica is None:
+                # the leader of the partition before, which passed the checks below: straight into its request
+                epoch = info.leader_epoch
+                fp = st.planned
+                if fp is None or fp[1] != st.fetch_offset or fp[2] != epoch or fp[3] != st.generation:
+                    fp = st.planned = new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation))
+                parts.append(fp)
+                still[tp] = st
+                continue
             if info is None or info.leader < 0 or info.leader not in brokers:
                 # no leader, or one the metadata has no endpoint for (a broker that is down drops out of the
                 # broker list while still named leader): wait for metadata, woken by its change
@@ -717,6 +727,8 @@ class FetchState:
                 parts = by_node.get(node)       # type: ignore[assignment]
                 if parts is None:
                     parts = by_node[node] = []
+            # a leader fetched from, known and ready: the next partitions it leads skip the node's checks
+            open_node = node if st.read_replica is None else None
             fp = st.planned
             if fp is None or fp[1] != st.fetch_offset or fp[2] != epoch or fp[3] != st.generation:
                 fp = st.planned = new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation))

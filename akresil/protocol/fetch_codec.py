@@ -179,9 +179,11 @@ _I32_AT = struct.Struct(">i").unpack_from
 _TOP7_AT = struct.Struct(">ihi").unpack_from
 _PART4_AT = struct.Struct(">ihqq").unpack_from
 _PART5_AT = struct.Struct(">ihqqq").unpack_from
-#: a flexible entry up to its record set's length: the fixed fields, the aborted transactions' length (one byte
-#: when null or short), preferred_read_replica, the records' length (one byte when null, empty or short)
-_EMPTY_ENTRY_AT = struct.Struct(">ihqqqBiB").unpack_from
+#: flexible entries with nothing new, one after another: the fixed fields, the aborted transactions' length (one
+#: byte when null or short), preferred_read_replica, the records' length (one byte when null, empty or short) and
+#: the tagged-field count
+_EMPTY_ENTRIES = struct.Struct(">ihqqqBiBB").iter_unpack
+_EMPTY_SIZE = 37
 _PAIR_QQ_AT = struct.Struct(">qq").unpack_from
 _PAIR_II_AT = struct.Struct(">ii").unpack_from
 _PAIR_IQ_AT = struct.Struct(">iq").unpack_from
@@ -277,6 +279,7 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
     has_log_start = version >= 5
     has_replica = version >= 11
     size = len(buf)
+    view = memoryview(buf)
     if version >= SESSION_VERSION:
         throttle, error_code, session_id = _TOP7_AT(buf, pos)
         pos += 10
@@ -298,65 +301,29 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
         n_parts, pos = _count(buf, pos, flexible)
         parts: list[FetchedPartition] = []
         append = parts.append
-        for _ in range(n_parts):
-            if flexible:
-                # most entries at 10,000 partitions say only "nothing new": no aborted transactions (null), no
-                # records (empty or null), no tagged fields; one unpack reads such an entry whole
-                index, code, hwm, lso, log_start, n_aborted, replica, n_records = _EMPTY_ENTRY_AT(buf, pos)
-                if n_aborted <= 1 and n_records <= 1 and buf[pos + 36] == 0:
+        left = n_parts
+        while left:
+            if flexible and buf[pos + 30] <= 1 and buf[pos + 35] <= 1 and buf[pos + 36] == 0:
+                # most entries at 10,000 partitions say only "nothing new": no aborted transactions (null or
+                # empty), no records (empty or null), no tagged fields, 37 bytes each. A run of them is read
+                # with one ``iter_unpack`` up to the first entry that is not such (checked per entry)
+                run = min(left, (size - pos) // _EMPTY_SIZE)
+                before = len(parts)
+                for index, code, hwm, lso, log_start, n_aborted, replica, n_records, tags in _EMPTY_ENTRIES(
+                        view[pos:pos + run * _EMPTY_SIZE]):
+                    if n_aborted > 1 or n_records > 1 or tags:
+                        break
                     append(_new(FetchedPartition, (index, code, hwm, lso, log_start,
                                                    _NO_ABORTED if n_aborted else None, replica, _NO_RECORDS,
                                                    None, None)))
-                    pos += 37
+                taken = len(parts) - before
+                pos += taken * _EMPTY_SIZE
+                left -= taken
+                if taken:
                     continue
-            if has_log_start:
-                index, code, hwm, lso, log_start = _PART5_AT(buf, pos)
-                pos += 30
-            else:
-                index, code, hwm, lso = _PART4_AT(buf, pos)
-                log_start = -1
-                pos += 22
-            n, pos = _length(buf, pos, flexible)
-            aborted: Sequence[tuple[int, int]] | None = None
-            if n == 0:
-                aborted = _NO_ABORTED
-            elif n > 0:
-                if n * 16 > size - pos:
-                    raise ProtocolError(f"array at offset {pos} claims {n} aborted transactions past the end")
-                found: list[tuple[int, int]] = []
-                for _ in range(n):
-                    found.append(_PAIR_QQ_AT(buf, pos))
-                    pos += 16
-                    if flexible:
-                        pos = _tagged(buf, pos)[1]
-                aborted = found
-            if has_replica:
-                replica = _I32_AT(buf, pos)[0]
-                pos += 4
-            else:
-                replica = -1
-            n, pos = _length(buf, pos, flexible)
-            if n > 0:
-                end = pos + n
-                if end > size:
-                    raise ProtocolError(f"bytes at offset {pos} claims {n} bytes but only {size - pos} remain")
-                records: Buffer = buf[pos:end]
-                pos = end
-            else:
-                records = _NO_RECORDS
-            leader = diverging = None
-            if flexible:
-                if buf[pos]:
-                    fields, pos = _tagged(buf, pos)
-                    for tag, start, end in fields:
-                        if tag == 0:
-                            diverging = _pair(_PAIR_IQ_AT, buf, start, end, 12)
-                        elif tag == 1:
-                            leader = _pair(_PAIR_II_AT, buf, start, end, 8)
-                else:
-                    pos += 1
-            append(_new(FetchedPartition, (index, code, hwm, lso, log_start, aborted, replica, records, leader,
-                                           diverging)))
+            part, pos = _entry(buf, pos, size, flexible, has_log_start, has_replica)
+            append(part)
+            left -= 1
         if flexible:
             pos = _tagged(buf, pos)[1]
         topic["partitions"] = parts
@@ -372,6 +339,59 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
                                         f"value took {at - start}")
     return {"throttle_time_ms": throttle, "error_code": error_code, "session_id": session_id, "responses": topics,
             "node_endpoints": endpoints}
+
+
+def _entry(buf: Buffer, pos: int, size: int, flexible: bool, has_log_start: bool, has_replica: bool
+           ) -> tuple[FetchedPartition, int]:
+    """One partition entry of any shape at ``pos``, and the position after it."""
+    if has_log_start:
+        index, code, hwm, lso, log_start = _PART5_AT(buf, pos)
+        pos += 30
+    else:
+        index, code, hwm, lso = _PART4_AT(buf, pos)
+        log_start = -1
+        pos += 22
+    n, pos = _length(buf, pos, flexible)
+    aborted: Sequence[tuple[int, int]] | None = None
+    if n == 0:
+        aborted = _NO_ABORTED
+    elif n > 0:
+        if n * 16 > size - pos:
+            raise ProtocolError(f"array at offset {pos} claims {n} aborted transactions past the end")
+        found: list[tuple[int, int]] = []
+        for _ in range(n):
+            found.append(_PAIR_QQ_AT(buf, pos))
+            pos += 16
+            if flexible:
+                pos = _tagged(buf, pos)[1]
+        aborted = found
+    if has_replica:
+        replica = _I32_AT(buf, pos)[0]
+        pos += 4
+    else:
+        replica = -1
+    n, pos = _length(buf, pos, flexible)
+    if n > 0:
+        end = pos + n
+        if end > size:
+            raise ProtocolError(f"bytes at offset {pos} claims {n} bytes but only {size - pos} remain")
+        records: Buffer = buf[pos:end]
+        pos = end
+    else:
+        records = _NO_RECORDS
+    leader = diverging = None
+    if flexible:
+        if buf[pos]:
+            fields, pos = _tagged(buf, pos)
+            for tag, start, end in fields:
+                if tag == 0:
+                    diverging = _pair(_PAIR_IQ_AT, buf, start, end, 12)
+                elif tag == 1:
+                    leader = _pair(_PAIR_II_AT, buf, start, end, 8)
+        else:
+            pos += 1
+    return _new(FetchedPartition, (index, code, hwm, lso, log_start, aborted, replica, records, leader,
+                                   diverging)), pos
 
 
 def _endpoints(buf: Buffer, pos: int) -> tuple[list[dict[str, Any]], int]:
