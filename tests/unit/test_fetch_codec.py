@@ -98,6 +98,8 @@ def answer(version: int) -> dict[str, Any]:
              part(3, aborted_transactions=[]),
              part(4, error_code=6)]
     parts += [part(i, high_watermark=i) for i in range(5, 140)]       # 141 entries: a two-byte varint count
+    parts[70]["records"] = RECORDS[:30]                               # ends a run of entries with nothing new
+    parts[71]["error_code"] = 1                                       # an error alone: read with the run after
     parts.append(part(140, aborted_transactions=[]))                  # as librdkafka's mock answers: [] not null
     if version >= 11:
         parts[1]["preferred_read_replica"] = 3
