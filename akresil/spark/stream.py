@@ -11,8 +11,9 @@ Admission control: ``maxOffsetsPerTrigger`` becomes the default ``ReadMaxRows`` 
 partitions in proportion to their backlog. ``minOffsetsPerTrigger`` skips a trigger (``latestOffset``
 returns the start, so Spark plans no micro-batch) while fewer new offsets are available, until
 ``maxTriggerDelay`` has passed since the last micro-batch; Spark's Python API has no composite read
-limit, so the reader keeps that clock itself. ``Trigger.AvailableNow`` pins the latest offsets when the
-query starts (``prepareForTriggerAvailableNow``) and never reads past them, honouring the limit per batch.
+limit, so the reader keeps that clock itself. ``Trigger.AvailableNow`` pins the offsets when the query
+starts (``prepareForTriggerAvailableNow``) and never reads past them, honouring the limit per batch; its
+triggers plan from that one look-up, as Spark's Kafka source does, instead of asking the brokers each time.
 Partitions that appear later start at their earliest offset; a partition that disappears, or offsets
 deleted before they were read, are data loss (an error unless failOnDataLoss=false).
 """
@@ -46,8 +47,8 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = with_group_id(options)
         self._driver = driver_config(self.options)
-        #: latest offsets pinned by Trigger.AvailableNow (None: follow the log)
-        self._target: dict[TopicPartition, int] | None = None
+        #: the offsets Trigger.AvailableNow pinned when the query started (None: follow the log)
+        self._pinned: kafka_io.PartitionSnapshot | None = None
         #: wall-clock ms of the last trigger let through (0: never, so the first one is, as in Spark's Kafka
         #: source); minOffsetsPerTrigger holds triggers back for at most maxTriggerDelay after it
         self._last_trigger_ms = 0.0
@@ -55,10 +56,19 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _now_ms(self) -> float:
         return time.time() * 1000
 
+    def _snapshot(self) -> kafka_io.PartitionSnapshot:
+        """The subscription's offsets: looked up now, or under Trigger.AvailableNow the ones pinned when the query
+        started. Spark's Kafka source looks nothing up per trigger then either; a look-up is a round trip through
+        this process's Admin on every micro-batch (10-30 ms), and offsets deleted meanwhile are still found when
+        a task reads them."""
+        if self._pinned is not None:
+            return self._pinned
+        return kafka_io.snapshot(self._driver, self.options.subscription, allow_missing=True, cached=True)
+
     # ------------------------------------------------------------------ offsets (driver)
     def initialOffset(self) -> dict:
         o = self.options
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
+        snap = self._snapshot()      # after prepareForTriggerAvailableNow: its look-up serves both
         starts = resolve_offsets(o.starting, snap, self._driver, starting=True, strategy=o.timestamp_strategy)
         return to_json(starts)
 
@@ -67,15 +77,14 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        o = self.options
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
-        self._target = dict(snap.latest)
+        self._pinned = None
+        self._pinned = self._snapshot()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
         starts = from_json(start)
-        snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
-        latest = dict(snap.latest) if self._target is None else dict(self._target)
+        snap = self._snapshot()
+        latest = dict(snap.latest)
         for tp in starts:
             if tp not in snap.latest:
                 _lost(o.fail_on_data_loss, f"partition {tp.topic}-{tp.partition} was deleted")
@@ -86,7 +95,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # never move backwards (a lower latest means truncation; the range check reports it)
         latest = {tp: max(latest[tp], full_start[tp]) for tp in latest}
         now = self._now_ms()
-        if self._target is None and delay_trigger(full_start, latest, min_offsets=o.min_offsets_per_trigger,
+        if self._pinned is None and delay_trigger(full_start, latest, min_offsets=o.min_offsets_per_trigger,
                                                   max_delay_ms=o.max_trigger_delay_ms,
                                                   last_trigger_ms=self._last_trigger_ms, now_ms=now):
             return start          # too few new offsets, and maxTriggerDelay not over: no micro-batch yet
@@ -111,7 +120,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a partition new in `end` was planned from its earliest offset in latestOffset; find that offset
         new = [tp for tp in ends if tp not in starts]
         if new:
-            snap = kafka_io.snapshot(self._driver, o.subscription, allow_missing=True, cached=True)
+            snap = self._snapshot()
             for tp in new:
                 starts[tp] = snap.earliest.get(tp, 0)
         ranges = plan_ranges({tp: starts[tp] for tp in ends}, ends, min_partitions=o.min_partitions,

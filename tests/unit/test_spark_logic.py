@@ -484,3 +484,44 @@ def test_group_batch_places_keyed_rows_as_the_producers_partitioner_would() -> N
     assert count is not None and count("t") == 7 and count("missing") is None
     _Config.partitioner_ignore_keys = True
     assert key_placement(_Producer()) is None        # keys ignored: sticky placement is the producer's
+
+
+def test_available_now_plans_every_trigger_from_the_snapshot_pinned_at_start(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    """Trigger.AvailableNow: one offset look-up when the query starts serves initialOffset and every trigger (as
+    Spark's Kafka source); other triggers look up the log each time."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from akresil.spark import kafka_io
+    from akresil.spark.offsets import from_json
+    from akresil.spark.stream import AkresilStreamReader
+
+    tps = [TP("t", 0), TP("t", 1)]
+    latest = {TP("t", 0): 30, TP("t", 1): 10}
+    calls: list[int] = []
+
+    def snapshot(*_: object, **__: object) -> kafka_io.PartitionSnapshot:
+        calls.append(1)
+        return kafka_io.PartitionSnapshot(tps, {tp: 0 for tp in tps}, dict(latest))
+
+    monkeypatch.setattr(kafka_io, "snapshot", snapshot)
+    options = parse_read_options({**BS, "subscribe": "t", "startingOffsets": "earliest"}, streaming=True)
+    pinned = AkresilStreamReader(options)
+    pinned.prepareForTriggerAvailableNow()
+    start = pinned.initialOffset()
+    latest[TP("t", 0)] = 99                          # written after the query started: not read by it
+    ends = []
+    for _ in range(4):
+        end = pinned.latestOffset(start, ReadMaxRows(15))
+        ends.append(from_json(end))
+        pinned.partitions(start, end)
+        start = end
+    assert len(calls) == 1
+    assert ends[-1] == {TP("t", 0): 30, TP("t", 1): 10} and ends[-2] == ends[-1]
+    assert sum(ends[0].values()) == 15
+
+    following = AkresilStreamReader(options)
+    start = following.initialOffset()
+    for _ in range(3):
+        start = following.latestOffset(start, ReadMaxRows(1000))
+    assert len(calls) == 1 + 4 and from_json(start) == {TP("t", 0): 99, TP("t", 1): 10}
