@@ -343,8 +343,8 @@ async def _partitions(admin: Admin, subscription: Subscription, allow_missing: b
 
 
 class RangeReader:
-    """Loop-thread side of a read task: ``next_batch()`` polls until it has ``batch_rows`` records of
-    ``[rng.start, rng.end)`` (or the range is done) and returns them as one Arrow batch, or None at the end.
+    """Loop-thread side of one range of a read task: ``next_records(limit)`` polls until it has up to ``limit``
+    records of ``[rng.start, rng.end)`` or the range is ``done``.
 
     Stops when the position reaches ``end`` — not when ``end - start`` records arrived — so transaction
     markers, aborted records and compacted gaps end the range correctly. Raises when the position makes
@@ -352,22 +352,23 @@ class RangeReader:
     first offsets of the range were deleted meanwhile.
     """
 
-    def __init__(self, consumer: Consumer, rng: OffsetRange, *, include_headers: bool, poll_timeout_ms: int,
-                 batch_rows: int) -> None:
+    def __init__(self, consumer: Consumer, rng: OffsetRange, *, poll_timeout_ms: int) -> None:
         self.consumer, self.rng = consumer, rng
-        self.include_headers = include_headers
         self.poll_timeout_ms = poll_timeout_ms
-        self.batch_rows = batch_rows
         self.position = rng.start
         self.last_progress = time.monotonic()
 
-    async def next_batch(self) -> pa.RecordBatch | None:
+    @property
+    def done(self) -> bool:
+        return self.position >= self.rng.end
+
+    async def next_records(self, limit: int) -> list[Any]:
         rng, consumer, tp = self.rng, self.consumer, self.rng.tp
         got: list[Any] = []
-        while self.position < rng.end and len(got) < self.batch_rows:
+        while self.position < rng.end and len(got) < limit:
             try:
                 polled = await consumer.getmany(tp, timeout_ms=min(1000, self.poll_timeout_ms),
-                                                max_records=self.batch_rows - len(got))
+                                                max_records=limit - len(got))
             except errors.OffsetOutOfRangeError as exc:
                 raise DataLossError(
                     f"offsets [{self.position}, {rng.end}) of {rng.topic}-{rng.partition} are no longer in the "
@@ -388,7 +389,7 @@ class RangeReader:
                 raise errors.KafkaTimeoutError(
                     f"reading {rng.topic}-{rng.partition} [{rng.start}, {rng.end}): no progress past offset "
                     f"{self.position} within kafkaConsumer.pollTimeoutMs={self.poll_timeout_ms}")
-        return records_to_batch(got, self.include_headers) if got else None
+        return got
 
 
 def read_range(config: Mapping[str, Any], rng: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool,
@@ -419,9 +420,8 @@ def read_ranges(config: Mapping[str, Any], ranges: Sequence[OffsetRange], *, inc
     pending: Any = None
     try:
         portal.call(_assign, consumer, ranges)
-        reader = _RangesReader(consumer, [RangeReader(consumer, rng, include_headers=include_headers,
-                                                      poll_timeout_ms=poll_timeout_ms, batch_rows=batch_rows)
-                                          for rng in ranges])
+        reader = _RangesReader(consumer, [RangeReader(consumer, rng, poll_timeout_ms=poll_timeout_ms)
+                                          for rng in ranges], include_headers=include_headers, batch_rows=batch_rows)
         pending = portal.start_task_soon(reader.next_batch)
         while True:
             batch = pending.result()
@@ -450,21 +450,30 @@ def read_ranges(config: Mapping[str, Any], ranges: Sequence[OffsetRange], *, inc
 
 
 class _RangesReader:
-    """Loop-thread side of a read task over several ranges: their ``RangeReader``s one after the other, pausing
-    each finished range's partition so the consumer stops fetching past its end."""
+    """Loop-thread side of a read task over several ranges: ``next_batch()`` fills one Arrow batch of up to
+    ``batch_rows`` records from the ranges in turn, so a task of many small ranges (a micro-batch's) hands Spark
+    one batch, not one per range (each hand-over is a round trip between the Python worker and the JVM). A
+    finished range's partition is paused so the consumer stops fetching past its end."""
 
-    def __init__(self, consumer: Consumer, readers: list[RangeReader]) -> None:
+    def __init__(self, consumer: Consumer, readers: list[RangeReader], *, include_headers: bool,
+                 batch_rows: int) -> None:
         self.consumer, self.readers = consumer, readers
+        self.include_headers, self.batch_rows = include_headers, batch_rows
 
     async def next_batch(self) -> pa.RecordBatch | None:
-        while self.readers:
-            batch = await self.readers[0].next_batch()
-            if batch is not None:
-                return batch
-            done = self.readers.pop(0)
-            if self.readers:
-                self.consumer.pause(done.rng.tp)
-        return None
+        got: list[Any] = []
+        while self.readers and len(got) < self.batch_rows:
+            reader = self.readers[0]
+            records = await reader.next_records(self.batch_rows - len(got))
+            if got:
+                got.extend(records)
+            else:
+                got = records
+            if reader.done:
+                self.readers.pop(0)
+                if self.readers:
+                    self.consumer.pause(reader.rng.tp)
+        return records_to_batch(got, self.include_headers) if got else None
 
 
 def _assign(consumer: Consumer, ranges: Sequence[OffsetRange]) -> None:

@@ -370,10 +370,12 @@ def test_task_side_clients_are_reused_by_the_next_task_and_closed_cleanly(spark_
     for p in range(3):
         produce(bs, multi, [(None, f"p{p}-{i}".encode()) for i in range(30)], partition=p)
     ranges = [OffsetRange(multi, 0, 0, 10), OffsetRange(multi, 1, 20, 21), OffsetRange(multi, 2, 5, 30)]
-    got = [(p, o, v.decode()) for b in read_ranges({"bootstrap_servers": bs}, ranges, include_headers=False,
-                                                    fail_on_data_loss=True, poll_timeout_ms=30_000, batch_rows=7)
+    batches = list(read_ranges({"bootstrap_servers": bs}, ranges, include_headers=False, fail_on_data_loss=True,
+                               poll_timeout_ms=30_000, batch_rows=7))
+    got = [(p, o, v.decode()) for b in batches
            for p, o, v in zip(*(b.column(c).to_pylist() for c in ("partition", "offset", "value")))]
     assert got == [(r.partition, o, f"p{r.partition}-{o}") for r in ranges for o in range(r.start, r.end)]
+    assert [b.num_rows for b in batches] == [7, 7, 7, 7, 7, 1]   # batches filled across ranges: fewer hand-overs
     consumer = worker_clients().lease("consumer", {"bootstrap_servers": bs, "auto_offset_reset": "none"})
     assert (consumer.client.assignment(), consumer.client.paused()) == (frozenset(), frozenset())
     worker_clients().release(consumer, healthy=True)
