@@ -60,29 +60,45 @@ def marker_partition(default_topic: str | None, first_topic: str) -> TopicPartit
 
 def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptions, columns: Sequence[str], *,
                          task: int, attempt: int, query_id: str, batch_id: int) -> TaskDelivery:
-    """Executor side of an exactly-once micro-batch write (see the module docstring for the protocol)."""
+    """Executor side of an exactly-once micro-batch write (see the module docstring for the protocol).
+
+    Steps 1 and 2 start on the loop thread before the task waits for its first rows (with the ``topic`` option
+    the marker's partition is known up front; otherwise step 2 follows the first row): their round trips overlap
+    the time Spark takes to compute and hand over the task's input, instead of following it."""
     started = time.monotonic()
-    rows = TaskRows(iterator, columns, options.topic)
-    first = rows.peek()
-    if first is None and rows.bad_input is not None:      # the first batch has a row it cannot write
-        tally = _Tally(task, attempt)
-        tally.add_bad_input(rows)
-        tally.not_sent += rows.drain()
-        return tally.delivery(_NO_STATS, time.monotonic() - started, "nothing was sent", landed=False)
-    if first is None:           # nothing to write: no transaction, no marker needed (a replay writes nothing)
-        return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started)
     name = transaction_name(options.transactional_id_prefix, query_id, task)
-    marker = marker_partition(options.topic, first[0].topic)
+    config = {**options.producer, "transactional_id": name}
     worker = worker_clients()
     portal = worker.portal
     admin = worker.lease("admin", admin_config(options.producer))
-    entry: _Cached | None = None
+    entry: _Cached | None = worker.lease("producer", config)
+    marker = marker_partition(options.topic, "") if options.topic is not None else None
+    ready: Any = portal.start_task_soon(_fence_and_read, entry.client, admin.client, name, marker)
     healthy = False
     try:
-        entry = _initialised(worker, {**options.producer, "transactional_id": name})
+        rows = TaskRows(iterator, columns, options.topic)
+        first = rows.peek()
+        try:
+            committed = ready.result()
+        except _FENCED:             # a cached producer another worker fenced meanwhile: replace it, once
+            worker.release(entry, healthy=False)
+            entry = None
+            entry = _initialised(worker, config)
+            committed = None if marker is None else portal.call(_committed_offset, admin.client, name, marker)
+        if first is None and rows.bad_input is not None:      # the first batch has a row it cannot write
+            tally = _Tally(task, attempt)
+            tally.add_bad_input(rows)
+            tally.not_sent += rows.drain()
+            healthy = True
+            return tally.delivery(_NO_STATS, time.monotonic() - started, "nothing was sent", landed=False)
+        if first is None:       # nothing to write: no transaction, no marker needed (a replay writes nothing)
+            healthy = True
+            return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started)
+        if marker is None:
+            marker = marker_partition(None, first[0].topic)
+            committed = portal.call(_committed_offset, admin.client, name, marker)
         producer = entry.client
         rows.partition_count = key_placement(producer)
-        committed = portal.call(_committed_offset, admin.client, name, marker)
         if committed is not None and committed > batch_id:
             skipped = rows.drain()
             healthy = True
@@ -104,9 +120,21 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
         healthy = True
         return tally.delivery(entry.stats.since(entry.mark), time.monotonic() - started, "")
     finally:
+        if not ready.done():        # the task failed while step 1 or 2 was still under way: let it end first
+            try:
+                ready.result()
+            except BaseException:  # noqa: BLE001 - the task's own error is the one that propagates
+                healthy = False
         worker.release(admin, healthy=True)
         if entry is not None:
             worker.release(entry, healthy=healthy)
+
+
+async def _fence_and_read(producer: Any, admin: Any, group: str, marker: TopicPartition | None) -> int | None:
+    """Steps 1 and 2: ``init_transactions()`` (fences every earlier producer of the id), then the marker when
+    its partition is known (None otherwise)."""
+    await producer.init_transactions()
+    return None if marker is None else await _committed_offset(admin, group, marker)
 
 
 def _initialised(worker: WorkerClients, config: dict[str, Any]) -> _Cached:
