@@ -257,12 +257,18 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             if self._sender.fatal_error is not None:
                 raise self._sender.fatal_error
 
-    async def init_transactions(self) -> None:
+    async def init_transactions(self, *, take_over: bool = False) -> None:
         """Register ``transactional_id`` with its coordinator (FindCoordinator, InitProducerId): fences every
         older producer with the same id and completes (or aborts) its open transaction. Call once after start;
-        retried with backoff for up to ``max_block_ms``."""
+        retried with backoff for up to ``max_block_ms``.
+
+        Called again on a producer that has an epoch, it passes that epoch (KIP-360), so a producer another
+        instance fenced meanwhile is refused (``ProducerFencedError``). ``take_over=True`` registers as a new
+        instance would instead (no id, no epoch): the producer takes the id back and fences the other. For a
+        pool of long-lived producers that share ids among processes (Spark's exactly-once sink: one per worker
+        process and task partition), where the alternative is a new client per take-over."""
         _, io = self._require_txn("init_transactions()")
-        await io.init(self.config.max_block_ms)
+        await io.init(self.config.max_block_ms, take_over=take_over)
         io.follow_cluster()
 
     def begin_transaction(self) -> None:

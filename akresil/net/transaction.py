@@ -196,12 +196,13 @@ class TransactionIO:
             await anyio.sleep((at - now) / 1000.0)
 
     # ------------------------------------------------------------------ operations
-    async def init(self, timeout_ms: float) -> None:
+    async def init(self, timeout_ms: float, *, take_over: bool = False) -> None:
         """InitProducerId with the transactional id: a new epoch that fences every older producer of the id.
-        With a known identity (v3+) the current id and epoch are passed, as after an abort that needs a bump."""
+        With a known identity (v3+) the current id and epoch are passed, as after an abort that needs a bump;
+        ``take_over`` passes none, as a new producer does (``Producer.init_transactions``)."""
         core, acc = self.core, self.acc
         op = core.start_init(self.cluster.clock(), timeout_ms)
-        pid, epoch = acc.producer_id, acc.producer_epoch
+        pid, epoch = (-1, -1) if take_over else (acc.producer_id, acc.producer_epoch)
 
         def body(version: int) -> dict[str, Any]:
             known = version >= _BUMP_VERSION and pid >= 0
@@ -212,7 +213,7 @@ class TransactionIO:
         try:
             _, response = await self._call(op, ApiKey.INIT_PRODUCER_ID, body, lambda r: r.get("error_code", 0))
         except errors.KafkaTimeoutError:
-            core.state = TxnState.UNINITIALIZED if pid < 0 else TxnState.READY
+            core.state = TxnState.UNINITIALIZED if acc.producer_id < 0 else TxnState.READY
             raise
         except errors.KafkaError as exc:
             core.fatal(exc)     # no transaction to abort here: any refusal leaves the producer unusable

@@ -8,8 +8,8 @@ each write partition the same rows again. A task of micro-batch *B* for Spark pa
 
 1. takes its worker's transactional producer for ``<prefix>-<query id>-<P>`` and calls ``init_transactions()``:
    InitProducerId fences every other producer of that id (an earlier attempt of the task, dead or still
-   running) and ends its open transaction. A cached producer that another worker fenced meanwhile learns it
-   here, before anything is sent, and is replaced by a new one;
+   running) and ends its open transaction. A cached producer that another worker fenced meanwhile takes the id
+   back here (``init_transactions(take_over=True)``, as a new producer would), before anything is sent;
 2. reads the marker: the offset committed by group ``<prefix>-<query id>-<P>`` for partition 0 of the topic of
    the task's first row, with ``require_stable`` (a transaction still completing is waited for). A marker above
    *B* means an earlier attempt committed this micro-batch: the task sends nothing and reports its rows as
@@ -30,9 +30,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .. import errors
 from ..types import TopicPartition
-from .kafka_io import _Cached, WorkerClients, admin_config, worker_clients
+from .kafka_io import admin_config, worker_clients
 from .options import WriteOptions
 from .writer import TaskDelivery, TaskRows, _Tally, key_placement, send_rows
 
@@ -43,8 +42,6 @@ __all__ = ["deliver_exactly_once", "transaction_name", "marker_partition"]
 
 #: client statistics of a task that sent nothing
 _NO_STATS = {"retries": 0, "throttle_ms": 0.0, "throttled": 0, "leader_hints": 0, "skip_backoff_retries": 0}
-#: errors that say a cached producer was fenced by a newer one of its id (replace it and initialise again)
-_FENCED = (errors.ProducerFencedError, errors.InvalidProducerEpochError)
 
 
 def transaction_name(prefix: str, query_id: str, partition: int) -> str:
@@ -71,20 +68,14 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
     worker = worker_clients()
     portal = worker.portal
     admin = worker.lease("admin", admin_config(options.producer))
-    entry: _Cached | None = worker.lease("producer", config)
+    entry = worker.lease("producer", config)
     marker = marker_partition(options.topic, "") if options.topic is not None else None
     ready: Any = portal.start_task_soon(_fence_and_read, entry.client, admin.client, name, marker)
     healthy = False
     try:
         rows = TaskRows(iterator, columns, options.topic)
         first = rows.peek()
-        try:
-            committed = ready.result()
-        except _FENCED:             # a cached producer another worker fenced meanwhile: replace it, once
-            worker.release(entry, healthy=False)
-            entry = None
-            entry = _initialised(worker, config)
-            committed = None if marker is None else portal.call(_committed_offset, admin.client, name, marker)
+        committed = ready.result()
         if first is None and rows.bad_input is not None:      # the first batch has a row it cannot write
             tally = _Tally(task, attempt)
             tally.add_bad_input(rows)
@@ -126,33 +117,16 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
             except BaseException:  # noqa: BLE001 - the task's own error is the one that propagates
                 healthy = False
         worker.release(admin, healthy=True)
-        if entry is not None:
-            worker.release(entry, healthy=healthy)
+        worker.release(entry, healthy=healthy)
 
 
 async def _fence_and_read(producer: Any, admin: Any, group: str, marker: TopicPartition | None) -> int | None:
     """Steps 1 and 2: ``init_transactions()`` (fences every earlier producer of the id), then the marker when
-    its partition is known (None otherwise)."""
-    await producer.init_transactions()
+    its partition is known (None otherwise). ``take_over``: a cached producer another worker fenced meanwhile
+    (Spark hands a task to any idle Python worker, so the writer of a task partition moves between a worker's
+    processes from one micro-batch to the next) takes the id back instead of being replaced by a new client."""
+    await producer.init_transactions(take_over=True)
     return None if marker is None else await _committed_offset(admin, group, marker)
-
-
-def _initialised(worker: WorkerClients, config: dict[str, Any]) -> _Cached:
-    """The worker's producer for ``config``'s transactional id, initialised now: a new epoch that fences
-    every other producer of the id. A cached one that was fenced meanwhile is closed and replaced, once."""
-    for tries_left in (1, 0):
-        entry = worker.lease("producer", config)
-        try:
-            worker.portal.call(entry.client.init_transactions)
-            return entry
-        except _FENCED:
-            worker.release(entry, healthy=False)
-            if not tries_left:
-                raise
-        except BaseException:
-            worker.release(entry, healthy=False)
-            raise
-    raise AssertionError("unreachable")
 
 
 async def _committed_offset(admin: Any, group: str, marker: TopicPartition) -> int | None:

@@ -221,6 +221,37 @@ async def test_second_producer_with_the_same_id_fences_the_first(
     assert await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, 1) == [b"new"]
 
 
+@on_transaction_brokers()
+async def test_init_transactions_take_over_takes_the_id_back_from_the_producer_that_fenced_it(
+        control: BrokerControl, unique: Callable[[str], str], transaction_version: int | None) -> None:
+    """A long-lived producer whose id another instance took meanwhile (Spark's exactly-once sink: a worker's cached
+    producer after another worker ran the same task partition): ``take_over=True`` takes the id back without a
+    new client and fences the other; a plain re-init passes its own stale epoch and is refused (KIP-360)."""
+    bootstrap = control.bootstrap_servers
+    topic = await control.create_topic(unique("txn-take"), partitions=1, replication_factor=replicated(control))
+    txn_id = unique("tx-take")
+    fenced = (errors.ProducerFencedError, errors.InvalidProducerEpochError)
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as first, \
+            Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as second, \
+            Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as third:
+        await first.init_transactions()
+        async with first.transaction():
+            await first.send(topic, b"first-1")
+        await second.init_transactions()                  # fences the first
+        await first.init_transactions(take_over=True)     # takes the id back: fences the second
+        async with first.transaction():
+            await first.send(topic, b"first-2")
+        with pytest.raises(fenced):
+            second.begin_transaction()
+            await second.send(topic, b"zombie")
+            await second.commit_transaction()
+        await third.init_transactions()                   # fences the first again
+        if kind_of(control) == "apache":                  # InitProducerId v3+ checks the epoch it is given
+            with pytest.raises(errors.ProducerFencedError):
+                await first.init_transactions()
+    assert await anyio.to_thread.run_sync(ck_read_committed, bootstrap, topic, 2) == [b"first-1", b"first-2"]
+
+
 @on_transaction_brokers(protocols=("classic", "consumer"))
 async def test_offsets_sent_to_a_transaction_commit_only_with_it(
         control: BrokerControl, unique: Callable[[str], str], transaction_version: int | None, protocol: str) -> None:
