@@ -60,6 +60,8 @@ APPEND_WINDOW_FRACTION = 0.1
 _index_key = attrgetter("index")
 
 LeaderOf = Callable[[TopicPartition], "tuple[int, int] | None"]
+#: a success whose records' completion waits for ``complete_deferred``: (batch, base offset, log append time)
+DeferredSuccess = tuple[ProducerBatch, int, int]
 
 
 def _kv_size(record: tuple[bytes | None, bytes | None]) -> int:
@@ -632,17 +634,31 @@ class RecordAccumulator:
         return pq
 
     def on_batch_success(self, batch: ProducerBatch, base_offset: int, now: float, *,
-                         log_append_time_ms: int = -1) -> bool:
-        """The broker acknowledged ``batch``; False when it had already completed (e.g. expired): ignored."""
+                         log_append_time_ms: int = -1, defer: list[DeferredSuccess] | None = None) -> bool:
+        """The broker acknowledged ``batch``; False when it had already completed (e.g. expired): ignored.
+
+        ``defer``: the partition and node are released now, but the records' completions are appended to the
+        list for ``complete_deferred``: the shell writes the next request before the application's
+        continuations run (each completion schedules one, and the event loop runs them in order)."""
         if batch.done:
             return False
         pq = self._take_in_flight(batch)
         if (self.idempotent and batch.base_sequence >= 0 and batch.producer_id == self.producer_id
                 and batch.producer_epoch == self.producer_epoch):
             pq.acked_sequence_end = (batch.base_sequence + batch.record_count) % _MAX_SEQUENCE
+        if defer is not None:
+            defer.append((batch, base_offset, log_append_time_ms))
+            return True
         batch.complete(base_offset, log_append_time_ms)
         self._finish(batch, None)
         return True
+
+    def complete_deferred(self, deferred: list[DeferredSuccess]) -> None:
+        """Complete the records of the successes ``on_batch_success(defer=...)`` held back, in order."""
+        for batch, base_offset, log_append_time_ms in deferred:
+            if batch.complete(base_offset, log_append_time_ms):
+                self._finish(batch, None)
+        deferred.clear()
 
     def on_batch_error(self, batch: ProducerBatch, error: BaseException, now: float, *,
                        leader_epoch: int | None = None) -> RetryDecision | None:

@@ -180,6 +180,7 @@ class Fetcher:
     async def _fetch(self, request: FetchRequest) -> None:
         cluster, state = self.cluster, self.state
         node = request.node
+        turned = False
         try:
             try:
                 # waits out a KIP-219 mute and reconnect backoff, applies the response's throttle, and
@@ -225,10 +226,16 @@ class Fetcher:
                 return
             if outcome.refresh is not None:
                 cluster.request_metadata_refresh(outcome.refresh)
+            if not self._stopping:
+                # plan before waking the application: the Fetch this answer allows is written before the
+                # application works through the records it is handed, so the broker serves it meanwhile
+                self._loop.turn_now()
+                turned = True
             if outcome.data:
                 self.signal_data()
         finally:
-            self.wake()
+            if not turned:
+                self.wake()
 
     def _body(self, request: FetchRequest, version: int) -> FetchBody:
         body = self.state.build_request_body(request, version, max_wait_ms=self.config.fetch_max_wait_ms,

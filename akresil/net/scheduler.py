@@ -25,7 +25,7 @@ import anyio
 from .. import errors
 from ..config import Config
 from ..core import events
-from ..core.accumulator import RecordAccumulator
+from ..core.accumulator import DeferredSuccess, RecordAccumulator
 from ..core.backoff import ExponentialBackoff
 from ..core.batch import ProducerBatch
 from ..core.metadata import BrokerInfo, LeaderHint
@@ -373,6 +373,7 @@ class Sender:
                        batches: list[ProducerBatch]) -> None:
         cluster = self.cluster
         state = cluster.node(node_id)
+        turned = False
         try:
             if self.acks == 0:
                 await conn.send_no_response(ApiKey.PRODUCE, body, version=version)
@@ -391,15 +392,24 @@ class Sender:
         else:
             now = cluster.clock()
             state.on_request_done(now)
-            if response is None:
-                for batch in batches:
-                    self.acc.on_batch_success(batch, -1, now)
-            else:
-                state.on_response(int(ApiKey.PRODUCE), version, response.get("throttle_time_ms") or 0, now)
-                self._handle_response(node_id, response, batches, now)
+            deferred: list[DeferredSuccess] = []
+            try:
+                if response is None:
+                    for batch in batches:
+                        self.acc.on_batch_success(batch, -1, now, defer=deferred)
+                else:
+                    state.on_response(int(ApiKey.PRODUCE), version, response.get("throttle_time_ms") or 0, now)
+                    self._handle_response(node_id, response, batches, now, deferred)
+                # the next request first: its task is scheduled before the continuations the completions
+                # schedule (a task per record, or gather's callbacks), so it is written before they run
+                self._loop.turn_now()
+                turned = not self._stopping     # stopping: the loop must see the last completion
+            finally:
+                self.acc.complete_deferred(deferred)
         finally:
             self._signal_progress()
-            self.wake()
+            if not turned:
+                self.wake()
 
     def _fail_attempt(self, batches: list[ProducerBatch], error: BaseException, now: float) -> None:
         leader_of = self.cluster.metadata.snapshot.leader_of
@@ -472,7 +482,7 @@ class Sender:
                    for other in self.acc.batches())
 
     def _handle_response(self, node_id: int, response: dict[str, Any], batches: list[ProducerBatch],
-                         now: float) -> None:
+                         now: float, deferred: list[DeferredSuccess] | None = None) -> None:
         cluster, acc = self.cluster, self.acc
         by_tp = {batch.tp: batch for batch in batches}
         endpoints = {e["node_id"]: BrokerInfo(e["node_id"], e["host"], e["port"], e.get("rack"))
@@ -492,7 +502,7 @@ class Sender:
                     if self._bump_unconfirmed and batch.producer_epoch == acc.producer_epoch:
                         self._bump_unconfirmed = False       # the broker took the bumped epoch
                     acc.on_batch_success(batch, part["base_offset"] if code == 0 else -1, now,
-                                         log_append_time_ms=part.get("log_append_time_ms", -1))
+                                         log_append_time_ms=part.get("log_append_time_ms", -1), defer=deferred)
                     continue
                 if code == _MESSAGE_TOO_LARGE and self._split(batch, node_id, now):
                     continue
