@@ -91,8 +91,9 @@ _NO_HEADERS: list[Header] = []
 def codec_available(codec: int) -> bool:
     """Whether this process can compress with ``codec`` (gzip always; the others need cramjam)."""
     from aiokafka import codec as _codec
-    return {0: True, 1: _codec.has_gzip(), 2: _codec.has_snappy(), 3: _codec.has_lz4(),
-            4: _codec.has_zstd()}.get(codec, False)
+    available: bool = {0: True, 1: _codec.has_gzip(), 2: _codec.has_snappy(), 3: _codec.has_lz4(),
+                       4: _codec.has_zstd()}.get(codec, False)
+    return available
 
 
 def compress(codec: int, data: bytes) -> bytes:
@@ -119,8 +120,8 @@ def compression_codec(name: str | int) -> int:
 
 def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()) -> int:
     """Upper bound of one record's encoded size inside a batch (without the batch header)."""
-    return _aiokafka().builder.size_of(key, value, headers if isinstance(headers, list) else list(headers)) \
-        + MAX_RECORD_OVERHEAD
+    size: int = _aiokafka().builder.size_of(key, value, headers if isinstance(headers, list) else list(headers))
+    return size + MAX_RECORD_OVERHEAD
 
 
 class BatchBuilder:
@@ -204,7 +205,8 @@ class BatchBuilder:
     @property
     def size_bytes(self) -> int:
         """Bytes written so far (uncompressed, header included)."""
-        return self._builder.size()
+        size: int = self._builder.size()
+        return size
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """Set the idempotence fields; after ``build()`` the built bytes are re-stamped (CRC recomputed)."""
@@ -253,6 +255,19 @@ class RecordBatchView:
     __slots__ = ("_buf", "base_offset", "length", "partition_leader_epoch", "magic", "crc", "attributes",
                  "last_offset_delta", "first_timestamp", "max_timestamp", "producer_id", "producer_epoch",
                  "base_sequence", "record_count")
+    base_offset: int
+    length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
 
     def __init__(self, buf: memoryview) -> None:
         self._buf = buf
@@ -307,7 +322,8 @@ class RecordBatchView:
             key = record.key
             if key is None or len(key) < 4:
                 raise CorruptRecordError(f"control batch at offset {self.base_offset} has a malformed key")
-            return struct.unpack_from(">h", key, 2)[0]
+            kind: int = struct.unpack_from(">h", key, 2)[0]
+            return kind
         return None
 
     def __repr__(self) -> str:
@@ -350,7 +366,7 @@ def read_batches(data: bytes | bytearray | memoryview | None, *, check_crcs: boo
 
 def build_batch(records: Iterable[tuple[int, bytes | None, bytes | None, Sequence[Header]]], *,
                 compression_type: str | int = "none", producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1, transactional: bool = False) -> bytes:
+                base_sequence: int = -1, transactional: bool = False) -> bytes | bytearray:
     """Encode ``(timestamp_ms, key, value, headers)`` records into one batch, whatever their size."""
     builder = BatchBuilder(compression_type=compression_type, batch_size=2**31 - 1, producer_id=producer_id,
                            producer_epoch=producer_epoch, base_sequence=base_sequence, transactional=transactional)
