@@ -88,6 +88,27 @@ def response(parts: dict[TopicPartition, dict[str, Any]], *, by_id: bool = False
     return decode_answer(ApiKey.FETCH, version, frame, PackedFetchBody())
 
 
+def both_positioned(**kw: Any) -> tuple[FetchState, MetadataCache]:
+    """TP0 and TP1, both led by node 1, assigned and positioned at offset 0."""
+    cache = metadata({0: (1, 0), 1: (1, 0)})
+    st = fetch_state(**kw)
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    return st, cache
+
+
+def three_positioned_of_four(leaders: dict[int, tuple[int, int]]) -> tuple[FetchState, MetadataCache, TopicPartition]:
+    """Partitions 0-3 assigned, 0-2 positioned at offset 0, partition 3 without a position (not fetchable)."""
+    tp3 = TopicPartition(T, 3)
+    cache = metadata(leaders)
+    st = fetch_state()
+    st.assign([TP0, TP1, TP2, tp3])
+    for tp in (TP0, TP1, TP2):
+        st.seek(tp, 0)
+    return st, cache, tp3
+
+
 def only_request(st: FetchState, now: float, cache: MetadataCache) -> FetchRequest:
     plan = st.plan_fetches(now, cache.snapshot)
     assert len(plan.requests) == 1, plan
@@ -474,12 +495,7 @@ def test_seek_during_a_fetch_drops_the_stale_answer() -> None:
 def test_an_answer_in_another_order_than_asked_is_applied_entry_by_entry() -> None:
     # entries are matched with the request in order first; one out of order, one never asked for and a repeat
     # fall back to a lookup by partition, and each still reaches its own partition only
-    tp3 = TopicPartition(T, 3)
-    cache = metadata({0: (1, 0), 1: (1, 0), 2: (1, 0), 3: (2, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1, TP2, tp3])
-    for tp in (TP0, TP1, TP2):
-        st.seek(tp, 0)
+    st, cache, tp3 = three_positioned_of_four({0: (1, 0), 1: (1, 0), 2: (1, 0), 3: (2, 0)})
     req = only_request(st, 0, cache)
     assert [p.tp for p in req.partitions] == [TP0, TP1, TP2]
     parts = {TP0: {"high_watermark": 7}, TP2: {"records": batch(0, [b"two"]), "high_watermark": 9},
@@ -491,11 +507,7 @@ def test_an_answer_in_another_order_than_asked_is_applied_entry_by_entry() -> No
 
 
 def test_an_unchanged_partition_is_planned_with_the_same_entry_and_a_change_makes_a_new_one() -> None:
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
+    st, cache = both_positioned()
     first = only_request(st, 0, cache)
     st.on_fetch_response(first, response({TP0: {"high_watermark": 5},
                                           TP1: {"records": batch(0, [b"a"]), "high_watermark": 1}}), 1, cache)
@@ -531,11 +543,7 @@ def test_seek_drops_buffered_data() -> None:
 
 
 def test_pause_stops_fetching_and_returning_until_resume() -> None:
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
+    st, cache = both_positioned()
     req = only_request(st, 0, cache)
     st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"])},
                                         TP1: {"records": batch(0, [b"b"])}}), 0, cache)
@@ -656,11 +664,7 @@ def test_read_committed_measures_caught_up_against_the_last_stable_offset() -> N
 
 
 def test_drain_rotates_partitions_so_none_starves() -> None:
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
+    st, cache = both_positioned()
     req = only_request(st, 0, cache)
     st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"] * 5)},
                                         TP1: {"records": batch(0, [b"b"] * 5)}}), 0, cache)
@@ -693,11 +697,7 @@ def test_drain_visits_only_partitions_with_something_to_hand_out_and_serves_them
 def test_a_caught_up_partition_with_records_buffered_is_not_fetched_again_until_drained() -> None:
     # the broker has nothing past what is buffered: asking again would only add a long poll (and at 10,000
     # partitions re-list thousands of partitions per Fetch); a partition with more on the broker still prefetches
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
+    st, cache = both_positioned()
     req = only_request(st, 0, cache)
     st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"] * 5), "high_watermark": 5},
                                         TP1: {"records": batch(0, [b"b"] * 5), "high_watermark": 50}}), 0, cache)
@@ -708,12 +708,7 @@ def test_a_caught_up_partition_with_records_buffered_is_not_fetched_again_until_
 
 
 def test_while_every_broker_has_a_fetch_out_planning_is_skipped_until_an_answer_or_new_metadata() -> None:
-    tp3 = TopicPartition(T, 3)
-    cache = metadata({0: (1, 0), 1: (2, 0), 2: (3, 0), 3: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1, TP2, tp3])
-    for tp in (TP0, TP1, TP2):
-        st.seek(tp, 0)
+    st, cache, tp3 = three_positioned_of_four({0: (1, 0), 1: (2, 0), 2: (3, 0), 3: (1, 0)})
     plan = st.plan_fetches(0, cache.snapshot)
     for r in plan.requests:
         st.begin_fetch(r)
@@ -730,11 +725,7 @@ def test_while_every_broker_has_a_fetch_out_planning_is_skipped_until_an_answer_
 
 
 def test_failed_request_backs_off_every_partition_in_it() -> None:
-    cache = metadata({0: (1, 0), 1: (1, 0)})
-    st = fetch_state()
-    st.assign([TP0, TP1])
-    st.seek(TP0, 0)
-    st.seek(TP1, 0)
+    st, cache = both_positioned()
     req = only_request(st, 0, cache)
     st.on_fetch_failed(req, 0)
     assert st.busy_nodes == set()
