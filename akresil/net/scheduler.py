@@ -12,7 +12,9 @@ Each turn it asks the core what to do and then sleeps until the earliest timer t
 
 Responses are handled by ``_handle_response``: successes complete batches, KIP-951 leader hints update the
 metadata cache before the retry decision (so an advanced epoch sends the retry at once), and every
-leader-related error still requests a metadata refresh.
+leader-related error still requests a metadata refresh. A successful answer's records complete only after the
+turn it allows has run inside the handler (``TurnLoop.turn_now``), so the next request's task is scheduled ahead
+of the application continuations the completions schedule.
 """
 
 from __future__ import annotations
