@@ -278,19 +278,19 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
         spans = _spans(codes, parts, default_topic, n)
     groups = []
     for topic, partition, index in spans:
-        take = (lambda arr: arr) if index is None else (lambda arr: arr.take(index))
-        k = take(keys).to_pylist() if keys is not None else None
-        v = take(values).to_pylist() if values is not None else [None] * (n if index is None else len(index))
+        key_col = None if keys is None else keys if index is None else keys.take(index)
+        value_col = None if values is None else values if index is None else values.take(index)
+        k = key_col.to_pylist() if key_col is not None else None
+        v = value_col.to_pylist() if value_col is not None else [None] * (n if index is None else len(index))
         m = len(v)
         pairs: list[tuple[bytes | None, bytes | None]] = (
             list(zip(k, v)) if k is not None else list(zip(itertools.repeat(None, m), v)))
-        nbytes = _binary_bytes(take(keys) if keys is not None else None) + _binary_bytes(
-            take(values) if values is not None else None)
+        nbytes = _binary_bytes(key_col) + _binary_bytes(value_col)
         rows: Sequence[int] = range(row_base, row_base + n) if index is None else (index + row_base).tolist()
         hs = None
         if headers is not None:
             hs = [[(h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"]) for h in row]
-                  if row else [] for row in take(headers).to_pylist()]
+                  if row else [] for row in (headers if index is None else headers.take(index)).to_pylist()]
         groups.append(RowGroup(topic, partition, pairs, hs, rows, nbytes))
     return groups
 
