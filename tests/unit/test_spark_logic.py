@@ -525,3 +525,19 @@ def test_available_now_plans_every_trigger_from_the_snapshot_pinned_at_start(mon
     for _ in range(3):
         start = following.latestOffset(start, ReadMaxRows(1000))
     assert len(calls) == 1 + 4 and from_json(start) == {TP("t", 0): 99, TP("t", 1): 10}
+
+
+def test_exactly_once_producer_retries_a_busy_coordinator_sooner_unless_configured() -> None:
+    """The fence follows the previous micro-batch's commit of the same id, which the coordinator is often still
+    completing (CONCURRENT_TRANSACTIONS): the sink's transactional producer starts its back-off at 20 ms, not 100,
+    unless kafka.retry.backoff.ms says otherwise."""
+    from akresil.config import resolve
+    from akresil.spark.exactly_once import TXN_RETRY_BACKOFF_MS, transactional_config
+
+    default = parse_write_options({**BS, "topic": "o", "deliveryGuarantee": "exactly-once"}, streaming=True)
+    config = transactional_config(default, "p-q-0")
+    assert config["retry_backoff_ms"] == TXN_RETRY_BACKOFF_MS == 20 and config["transactional_id"] == "p-q-0"
+    resolve("producer", config)                  # a valid producer configuration
+    given = parse_write_options({**BS, "topic": "o", "deliveryGuarantee": "exactly-once",
+                                 "kafka.retry.backoff.ms": "250"}, streaming=True)
+    assert transactional_config(given, "p-q-0")["retry_backoff_ms"] == 250
