@@ -142,7 +142,8 @@ async def _fence_and_read(producer: Any, admin: Any, group: str, marker: TopicPa
 
 async def _committed_offset(admin: Any, group: str, marker: TopicPartition) -> int | None:
     found = await admin.list_consumer_group_offsets(group, [marker], with_lag=False, require_stable=True)
-    return found[marker].committed
+    committed: int | None = found[marker].committed
+    return committed
 
 
 async def _commit(producer: Any, marker: TopicPartition, group: str, batch_id: int) -> None:

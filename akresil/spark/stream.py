@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -66,7 +66,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return kafka_io.snapshot(self._driver, self.options.subscription, allow_missing=True, cached=True)
 
     # ------------------------------------------------------------------ offsets (driver)
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         o = self.options
         snap = self._snapshot()      # after prepareForTriggerAvailableNow: its look-up serves both
         starts = resolve_offsets(o.starting, snap, self._driver, starting=True, strategy=o.timestamp_strategy)
@@ -80,7 +80,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pinned = None
         self._pinned = self._snapshot()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         o = self.options
         starts = from_json(start)
         snap = self._snapshot()
@@ -111,10 +111,10 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends.setdefault(tp, off)
         return to_json(ends)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         o = self.options
         starts, ends = from_json(start), from_json(end)
         # a partition new in `end` was planned from its earliest offset in latestOffset; find that offset
@@ -133,7 +133,7 @@ class AkresilStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
 
     def stop(self) -> None:

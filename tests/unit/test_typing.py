@@ -267,3 +267,12 @@ def test_config_typed_dicts_match_the_config_table(kind: str, typed_dict: type, 
         if option.choices is not None:
             literal = next(a for a in [hints[name], *args] if typing.get_origin(a) is typing.Literal)
             assert set(typing.get_args(literal)) == set(option.choices), f"{kind}.{name}: choices differ"
+
+
+def test_the_package_passes_mypy_strict() -> None:
+    """akresil itself is typed as its users' code is checked: ``mypy --strict akresil`` reports nothing (the mypy
+    settings in pyproject.toml name the dependencies that ship no type information)."""
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--show-error-codes",
+                           "--cache-dir", os.devnull, "akresil"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.stdout == "" and done.returncode == 0, done.stdout + done.stderr
