@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scale.py"
-_spec = importlib.util.spec_from_file_location("bench_scale", _PATH)
-assert _spec is not None and _spec.loader is not None
-bs = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("bench_scale", bs)     # dataclasses look their module up there
-_spec.loader.exec_module(bs)
+from .repo_scripts import load_script
+
+bs = load_script("benchmarks/bench_scale.py")
 
 
 def test_cases_parse_with_defaults() -> None:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from akresil.admin import Admin
 
-ROOT = Path(__file__).resolve().parents[2]
+from .repo_scripts import ROOT, load_script
+
 PAGE = ROOT / "docs" / "api-admin.md"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_api_docs", ROOT / "tools" / "gen_api_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_api_docs", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load()
+gen = load_script("tools/gen_api_docs.py")
 
 
 def test_committed_page_is_current() -> None:

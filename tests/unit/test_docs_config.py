@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import re
-import sys
 from pathlib import Path
-from types import ModuleType
+
+import re
 
 import pytest
 
 from akresil.config import OPTIONS, resolve
 from akresil.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+from .repo_scripts import ROOT, load_script
+
 PAGE = ROOT / "docs" / "configuration.md"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_config_docs", ROOT / "tools" / "gen_config_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_config_docs", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = load_script("tools/gen_config_docs.py")
 
 
 def test_committed_page_is_current() -> None:

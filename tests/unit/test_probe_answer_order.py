@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 from akresil.protocol.api import ApiKey
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "probe_answer_order.py"
-_spec = importlib.util.spec_from_file_location("probe_answer_order", _PATH)
-assert _spec is not None and _spec.loader is not None
-probe_mod = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("probe_answer_order", probe_mod)
-_spec.loader.exec_module(probe_mod)
+from .repo_scripts import load_script
+
+probe_mod = load_script("benchmarks/probe_answer_order.py")
 
 
 def test_counts_acknowledgements_between_a_produce_answer_and_that_nodes_next_request() -> None:

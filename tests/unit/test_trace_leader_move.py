@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from akresil.protocol.api import ApiKey
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_leader_move.py"
-_spec = importlib.util.spec_from_file_location("trace_leader_move", _PATH)
-assert _spec is not None and _spec.loader is not None
-tl = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("trace_leader_move", tl)
-_spec.loader.exec_module(tl)
+from .repo_scripts import load_script
+
+tl = load_script("benchmarks/trace_leader_move.py")
 
 
 def _args(**kw: object) -> argparse.Namespace:
