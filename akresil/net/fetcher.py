@@ -226,11 +226,10 @@ class Fetcher:
                 return
             if outcome.refresh is not None:
                 cluster.request_metadata_refresh(outcome.refresh)
-            if not self._stopping:
-                # plan before waking the application: the Fetch this answer allows is written before the
-                # application works through the records it is handed, so the broker serves it meanwhile
-                self._loop.turn_now()
-                turned = True
+            # plan before waking the application: the Fetch this answer allows is written before the
+            # application works through the records it is handed, so the broker serves it meanwhile
+            self._loop.turn_now()
+            turned = True
             if outcome.data:
                 self.signal_data()
         finally:

@@ -118,13 +118,10 @@ class ShareFetcher:
             self._apply(outcome)
         finally:
             self._in_flight -= 1
-            if not self._stopping and self.fatal_error is None:
-                # plan before waking the application: a request this answer unblocks (the fetch after a
-                # leader's acknowledgements settled) is written before the application works through the
-                # records it holds, so the broker serves it meanwhile; the loop wakes only for a sooner timer
-                self._loop.turn_now()
-            else:
-                self.wake()
+            # plan before waking the application: a request this answer unblocks (the fetch after a leader's
+            # acknowledgements settled) is written before the application works through the records it holds,
+            # so the broker serves it meanwhile; the loop wakes only for a sooner timer (or to see it is done)
+            self._loop.turn_now()
             self._changed.fire()
             if self._in_flight == 0:
                 self._idle.fire()

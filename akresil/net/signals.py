@@ -17,11 +17,12 @@ import anyio
 class TurnLoop:
     """Run ``turn()`` until ``done()``, sleeping the ms each turn returns (None: until ``wake()``)."""
 
-    __slots__ = ("_wakeup", "_turn", "_until")
+    __slots__ = ("_wakeup", "_turn", "_done", "_until")
 
     def __init__(self) -> None:
         self._wakeup = anyio.Event()
         self._turn: Callable[[], float | None] | None = None
+        self._done: Callable[[], bool] | None = None
         #: when the loop's sleep ends on its own (anyio time); None: only a wake() ends it
         self._until: float | None = None
 
@@ -30,8 +31,9 @@ class TurnLoop:
 
     def turn_now(self) -> None:
         """Take a turn at once, from an answer's handler, and wake the loop only if that turn's timer is due
-        sooner than the sleep the loop is in: one planning pass per answer instead of two."""
-        if self._turn is None:
+        sooner than the sleep the loop is in: one planning pass per answer instead of two. A loop that is not
+        running, or is done, is only woken (so it sees ``done()``)."""
+        if self._turn is None or self._done is None or self._done():
             self.wake()
             return
         delay_ms = self._turn()
@@ -39,7 +41,7 @@ class TurnLoop:
             self.wake()
 
     async def run(self, turn: Callable[[], float | None], *, done: Callable[[], bool]) -> None:
-        self._turn = turn
+        self._turn, self._done = turn, done
         try:
             while not done():
                 # re-armed before the turn: a wake() during or after the turn is never lost
@@ -53,7 +55,7 @@ class TurnLoop:
                     with anyio.move_on_after(delay_ms / 1000.0):
                         await self._wakeup.wait()
         finally:
-            self._turn = None
+            self._turn = self._done = None
 
 
 class Broadcast:

@@ -754,7 +754,7 @@ async def test_an_answer_sends_the_next_request_before_the_records_complete() ->
     waits behind every one of them (on Apache Kafka with acks=all: 10-25 continuations, 0.6-4 ms)."""
     sender, clock, tasks, _ = await make()
     order: list[str] = []
-    sender._loop._turn = sender._turn                # noqa: SLF001 - as while the sender's loop runs
+    sender._loop._turn, sender._loop._done = sender._turn, lambda: False   # noqa: SLF001 - as while it runs
     sender.acc.append(TP, 0, None, b"a", (), lambda md, err: order.append("first acked"), now=clock())
     clock.now += 5
     sender._turn()                                   # noqa: SLF001

@@ -61,3 +61,20 @@ async def test_turn_now_outside_a_running_loop_takes_no_turn() -> None:
     await asyncio.wait_for(task, 5)
     loop.turn_now()                                 # the loop has ended: its turn is not taken again
     assert ran == [1]
+
+
+async def test_turn_now_on_a_done_loop_only_wakes_it_so_it_ends() -> None:
+    loop = TurnLoop()
+    stop = False
+    turns: list[int] = []
+
+    def turn() -> float | None:
+        turns.append(1)
+        return None
+
+    task = asyncio.create_task(loop.run(turn, done=lambda: stop))
+    await _settle()
+    stop = True
+    loop.turn_now()                                 # done: no turn is taken, the loop is woken and ends
+    await asyncio.wait_for(task, 5)
+    assert turns == [1]
