@@ -177,13 +177,18 @@ def checked_partitions(partitions: Iterable[TopicPartition], call: str) -> list[
         raise TypeError(f"{call}: expected an iterable of TopicPartition, got a single {partitions!r}; "
                         "wrap it in a list")
     out = []
+    #: names already checked: an assignment of 10,000 partitions names a few topics
+    names: set[str] = set()
     for tp in partitions:
         if not (isinstance(tp, tuple) and len(tp) == 2 and is_int(tp[1])):
             raise TypeError(f"{call}: expected TopicPartition(topic, partition), got {tp!r}")
-        check_topic_name(tp[0])
+        if type(tp[0]) is not str or tp[0] not in names:
+            check_topic_name(tp[0])       # raises for anything but a legal str name
+            names.add(tp[0])
         if tp[1] < 0:
             raise ValueError(f"{call}: {tp[0]}-{tp[1]}: partition must be >= 0")
-        out.append(TopicPartition(tp[0], tp[1]))
+        # a TopicPartition of a str and an int is kept as it is (a plain tuple, or an int subclass, is rebuilt)
+        out.append(tp if type(tp) is TopicPartition and type(tp[1]) is int else TopicPartition(tp[0], int(tp[1])))
     return out
 
 

@@ -281,9 +281,7 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         removed = current - tps
         if removed:
             self._rewind_pending(removed)
-        added, _ = self._state.assign(tps)
-        if added:
-            self._state.need_committed(added)
+        self._state.assign(tps, from_committed=True)
         for tp in removed:
             self._last_committed.pop(tp, None)
         self._fetcher.wake()
@@ -300,11 +298,9 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         self._manual = True
         current = set(self._state.partitions)
         self._rewind_pending(current)
-        added, removed = self._state.assign(tps)
+        _, removed = self._state.assign(tps, from_committed=True)
         for tp in removed:
             self._last_committed.pop(tp, None)
-        if added:
-            self._state.need_committed(added)
         if self._runtime.started:
             self._cluster.set_topics({tp.topic for tp in self._state.partitions})
             self._fetcher.wake()

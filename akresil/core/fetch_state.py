@@ -401,11 +401,16 @@ class FetchState:
         self.starved = True
 
     # ------------------------------------------------------------------ assignment
-    def assign(self, tps: Iterable[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
-        """Make ``tps`` the assignment; kept partitions keep their state. Returns ``(added, removed)``."""
+    def assign(self, tps: Iterable[TopicPartition], *, from_committed: bool = False
+               ) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        """Make ``tps`` the assignment; kept partitions keep their state. Returns ``(added, removed)``.
+        ``from_committed``: the added ones start from the group's committed offsets (as ``need_committed``,
+        without its invalidation, which a partition created here has no use for)."""
         wanted = set()
         for tp in tps:
-            if not isinstance(tp, TopicPartition):
+            if type(tp) is TopicPartition:
+                pass        # the common case: the checks below, once per partition, are for other tuples
+            elif not isinstance(tp, TopicPartition):
                 if isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and isinstance(tp[1], int):
                     tp = TopicPartition(*tp)
                 else:
@@ -427,8 +432,13 @@ class FetchState:
             for waiting in self._deferred.values():
                 waiting.pop(tp, None)
         self._planned_on = None
+        partitions, lookups = self.partitions, self._lookups
+        backoff, behind = self._backoff, self._behind_backoff
         for tp in sorted(added):
-            self.partitions[tp] = PartitionFetchState(tp, self._backoff, self._behind_backoff)
+            st = partitions[tp] = PartitionFetchState(tp, backoff, behind)
+            if from_committed:
+                st.awaiting_committed = True
+                lookups[tp] = st
         return added, removed
 
     def assignment(self) -> frozenset[TopicPartition]:

@@ -153,6 +153,11 @@ def test_consumer_refuses_illegal_topics_to_subscribe_and_assign(name: str, word
     (["t"], TypeError, "expected TopicPartition"),
     ([TopicPartition("t", -1)], ValueError, "t--1: partition must be >= 0"),
     (5, TypeError, "not iterable"),
+    # a name checked once is not checked again, but every other one is, whatever its type
+    ([TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition(["t"], 2)], errors.InvalidTopicError,
+     "non-empty string"),
+    ([TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t!", 2)], errors.InvalidTopicError,
+     "illegal characters"),
 ])
 def test_consumer_assign_checks_its_argument(arg: Any, error: type[Exception], words: str) -> None:
     consumer = Consumer(bootstrap_servers=BOOT)
@@ -163,8 +168,13 @@ def test_consumer_assign_checks_its_argument(arg: Any, error: type[Exception], w
 
 def test_consumer_assign_accepts_plain_pairs() -> None:
     consumer = Consumer(bootstrap_servers=BOOT)
-    consumer.assign([("t", 0), TopicPartition("t", 1)])
-    assert consumer.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    consumer.assign([("t", 0), TopicPartition("t", 1), TopicPartition("t", _Two(2))])
+    assert consumer.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)}
+    assert all(type(tp) is TopicPartition and type(tp.partition) is int for tp in consumer.assignment())
+
+
+class _Two(int):
+    """An int subclass as a partition number (a numpy-like scalar): kept as a plain int."""
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [

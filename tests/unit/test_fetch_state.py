@@ -467,6 +467,19 @@ def test_no_committed_offset_falls_back_to_reset_policy_or_fails_with_none() -> 
         strict.drain(1)
 
 
+def test_assign_from_committed_starts_only_the_added_partitions_from_the_committed_offsets() -> None:
+    st = fetch_state()
+    st.assign([TP0])
+    st.seek(TP0, 7)
+    st.assign([TP0, TP1], from_committed=True)
+    assert st.position(TP0) == 7 and not st.partitions[TP0].awaiting_committed   # kept: keeps its position
+    assert st.partitions[TP1].awaiting_committed
+    gens = st.begin_lookup(st.committed_lookups_due(0))
+    assert set(gens) == {TP1}
+    st.on_committed(TP1, gens[TP1], 42, 3)
+    assert st.position(TP1) == 42 and st.partitions[TP1].position_epoch == 3
+
+
 def test_lookup_failure_backs_off_or_surfaces_fatal_errors() -> None:
     st = fetch_state()
     st.assign([TP0, TP1])
