@@ -28,6 +28,11 @@ akresil's and aiokafka's connections counted in the worker, librdkafka's from it
 KRaft controller refuses one operation of more than 10,000 records, so a topic of more than 5,000 partitions is
 created at 5,000 and raised in steps of 5,000 (CreatePartitions). Produce idioms and the asyncio floor are mock-only.
 
+Before the first round akresil is compiled to bytecode (``akresil.bench.bytecode``), as ``pip install`` does: the
+consume window includes the modules the consumer imports on its first Fetch, and from a checkout with
+``PYTHONDONTWRITEBYTECODE=1`` each round would compile them (``--no-compile`` measures that case; the JSON's
+``akresil_bytecode`` says which).
+
 Figures per round: wall seconds, CPU seconds (and µs per record), records/s, the base RSS before the timed work
 and its peak during it (the kernel's peak is reset first), and that growth per partition. Each case runs
 ``--rounds`` rounds, the idiom order rotating, and reports the **median and the worst round**. An idiom whose round
@@ -798,6 +803,9 @@ def main() -> None:
     p.add_argument("--kafka-heap-mb", type=int, default=512,
                    help="--harness apache: each broker JVM's maximum heap in MiB (default 512)")
     p.add_argument("--plot", default=None, help="write the cost-against-partitions plot here (PNG)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="do not compile akresil to bytecode first (akresil.bench.bytecode: a checkout run with "
+                        "PYTHONDONTWRITEBYTECODE=1 would otherwise time the compiler in each round)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker is not None:
@@ -830,7 +838,10 @@ def main() -> None:
         if getattr(args, name) < 1:
             p.error(f"--{name}: must be >= 1")
 
+    from akresil.bench.bytecode import compile_akresil
     from akresil.bench.report import environment
+
+    bytecode = "source (--no-compile)" if args.no_compile else compile_akresil()
 
     def progress(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {line}", file=sys.stderr, flush=True)
@@ -855,6 +866,7 @@ def main() -> None:
         broker = f"Apache Kafka {kafka_version(None)}, RF 1, broker heap {args.kafka_heap_mb} MiB"
     doc = {"benchmark": "scale", "broker": broker, "records": args.records, "value_bytes": len(VALUE),
            "warmup": args.warmup, "rounds": args.rounds, "linger_ms": LINGER_MS, "acks": "all",
+           "akresil_bytecode": bytecode,
            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "environment": env,
            "java": JAVA_NOTE if not apache else "not measured here: the Java client is not one of CONSUME_IDIOMS", "cases": results, "ratios": ratios(results), "asyncio_floor": floors,
            "targets": targets(results, floors)}

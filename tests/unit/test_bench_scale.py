@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +128,23 @@ def test_consume_ratios_include_cpu() -> None:
     ratios = bs.ratios(cases)["10000/1@3"]
     assert ratios["akresil getmany / confluent consume cpu_s"] == {"median": 0.5, "worst": 0.5}
     assert ratios["akresil getmany / confluent consume records_per_s"] == {"median": 0.9, "worst": 0.8}
+
+
+def test_compiling_ahead_writes_current_bytecode_for_every_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    import importlib.util
+    import types
+
+    from akresil.bench import bytecode
+
+    package = tmp_path / "akresil"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "core" / "mod.py").write_text("X = 1\n")
+    monkeypatch.setitem(sys.modules, "akresil", types.SimpleNamespace(__file__=str(package / "__init__.py")))
+    assert "compiled ahead" in bytecode.compile_akresil()
+    for source in (package / "__init__.py", package / "core" / "mod.py"):
+        assert Path(importlib.util.cache_from_source(str(source))).is_file()
+    (package / "core" / "bad.py").write_text("def (:\n")
+    with pytest.raises(RuntimeError, match="compiling .*akresil to bytecode failed"):
+        bytecode.compile_akresil()
