@@ -188,6 +188,27 @@ def test_records_become_consumer_records_and_position_advances() -> None:
     assert st.consumed_offsets() == {TP0: (5, 0)}
 
 
+def test_a_partition_makes_its_buffer_and_retry_states_only_when_it_needs_them() -> None:
+    """At 10,000 partitions those are 30,000 objects an assignment builds and each full collection walks."""
+    st, cache = both_positioned()
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"records": batch(0, [b"a"]), "high_watermark": 1},
+                                        TP1: {"high_watermark": 0}}), 1, cache)
+    p0, p1 = st.partitions[TP0], st.partitions[TP1]
+    assert len(p0.chunks) == 1 and len(p1.chunks) == 0 and p1.chunks is not p0.chunks
+    chunk = p0.chunks[0]
+    assert p0.retry_state is None and p1.retry_state is None and p1.behind_state is None
+    req = only_request(st, 2, cache)
+    st.on_fetch_response(req, response({TP1: {"error_code": errors.UnknownTopicOrPartitionError.errno}}), 3, cache)
+    assert p1.retry_state is not None and p1.retry.failures == 1 and p0.retry_state is None
+    assert [r.value for r in st.drain(10)[TP0]] == [b"a"]
+    fresh = fetch_state()
+    fresh.assign([TP0, TP1])
+    fresh.partitions[TP0].add_chunk(chunk)
+    assert len(fresh.partitions[TP0].chunks) == 1
+    assert len(fresh.partitions[TP1].chunks) == 0        # the empty buffer they shared was not appended to
+
+
 def test_max_records_splits_batches_and_keeps_the_rest() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()
