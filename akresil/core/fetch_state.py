@@ -677,9 +677,9 @@ class FetchState:
             for waiting in self._deferred.values():
                 fetchable.update(waiting)
             self._deferred.clear()
-        elif -1 in node_waiting:
-            # no leader yet: looked at on every plan, which asks for metadata again as long as one is missing
-            fetchable.update(node_waiting.pop(-1))
+        # partitions without a leader on this snapshot stay without one until it changes (the branch above puts
+        # them back then): not looked at again by every poll's plan, which asks for metadata while they wait
+        leaderless = bool(node_waiting.get(-1))
         total_room = self.buffered_bytes < self.max_buffered_bytes
         if total_room and self._room_waiting:
             fetchable.update(self._room_waiting)
@@ -691,7 +691,7 @@ class FetchState:
             for node in [n for n in deferred if n not in held_now]:
                 fetchable.update(deferred.pop(node))
         by_node: dict[int, list[FetchPartition]] = {}
-        needs_metadata = False
+        needs_metadata = leaderless
         wake_at: float | None = None
         per_partition_cap = max(self.max_partition_fetch_bytes, 1)
         read_committed = self.read_committed

@@ -144,6 +144,35 @@ def test_partitions_without_position_or_leader_are_not_fetched() -> None:
     assert plan.requests == [] and plan.needs_metadata      # TP0 has no position yet
 
 
+def test_a_leaderless_partition_waits_for_new_metadata_without_being_planned_again_meanwhile() -> None:
+    cache = metadata({0: (1, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)                      # TP1 has no leader in metadata
+    assert [p.tp for p in only_request(st, 0, cache).partitions] == [TP0]
+    looked_up: list[TopicPartition] = []
+
+    class Watched(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            looked_up.append(key)
+            return super().get(key, default)
+
+    st.partitions = Watched(st.partitions)
+    for now in (1, 2, 3):                # every poll's plan on the same metadata: asks for it, visits nothing
+        plan = st.plan_fetches(now, cache.snapshot)
+        assert plan.requests == [] and plan.needs_metadata
+    assert TP1 not in looked_up
+    cache.update_from_metadata({
+        "brokers": [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n} for n in (1, 2, 3)],
+        "topics": [{"name": T, "topic_id": TID, "error_code": 0, "partitions": [
+            {"partition_index": 0, "leader_id": 1, "leader_epoch": 0},
+            {"partition_index": 1, "leader_id": 2, "leader_epoch": 0}]}]}, 4)
+    plan = st.plan_fetches(4, cache.snapshot)
+    assert [(r.node, [p.tp for p in r.partitions]) for r in plan.requests] == [(2, [TP1])]
+    assert not plan.needs_metadata
+
+
 def test_body_names_topics_by_id_from_v13_and_caps_version_without_ids() -> None:
     st = fetch_state(isolation_level="read_committed", max_partition_fetch_bytes=4096, fetch_max_bytes=8192)
     st.assign([TP0])
