@@ -38,6 +38,7 @@ from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.share_state import ACK_TYPES, ShareFetchState
 from .core.tracing import ProcessSpan, processing
 from .net.group_heartbeat import ShareGroupMember
+from .net.clock import clock_source
 from .net.group_session import GroupSession
 from .net.share_fetcher import ShareFetcher
 from .types import ShareRecord, TopicPartition
@@ -62,6 +63,11 @@ _MODES = ("implicit", "explicit")
 _ACQUIRE_MODES = ("batch_optimized", "record_limit")
 #: acknowledge()'s type names to their wire values (plain ints: the per-record path converts nothing)
 _ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
+
+
+def _ack_of(type: object) -> int | None:  # noqa: A002
+    """``acknowledge``'s type when it is not exactly a ``str`` (a subclass; anything else is refused)."""
+    return _ACKS.get(type) if isinstance(type, str) else None
 
 
 class ShareConsumer(ClientLifecycle):
@@ -108,8 +114,10 @@ class ShareConsumer(ClientLifecycle):
         self._topics = frozenset(topics)
         self._group = GroupSession(self._cluster, cfg, ShareGroupMember, subscription=self.subscription,
                                    on_assignment_changed=self._assignment_changed)
-        #: the session's membership, read directly by ``acknowledge`` (once per record) for its fatal error
-        self._member = self._group.member
+        #: the session's membership core, read directly by ``acknowledge`` (once per record) for its fatal error
+        member = self._group.member
+        assert isinstance(member, ShareGroupMember)
+        self._membership = member.core
         #: what a tracer (``hooks.tracer``) is told about this consumer, and the processing it opened for the
         #: record handed out last (ended by the consumer's next call)
         self._trace_site = rt.trace_site("share_consumer")
@@ -122,6 +130,8 @@ class ShareConsumer(ClientLifecycle):
         self._state.member_id = self._group.member_id
         self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
         self._clock = self._cluster.clock
+        #: ``acknowledge`` reads the clock once per record as ``source() * scale`` (no Python frame for the default)
+        self._clock_source, self._clock_scale = clock_source(self._clock)
         #: records handed out by the latest poll (implicit mode accepts them when the next poll starts)
         self._last_poll: list[ShareRecord] = []
         self._pending: list[ShareRecord] = []
@@ -300,14 +310,14 @@ class ShareConsumer(ClientLifecycle):
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
         hold (not delivered to it, or already settled)."""
         if (not self._runtime.running or self._fetcher.fatal_error is not None
-                or self._member.fatal_error is not None):
+                or self._membership.fatal_error is not None):
             self._check_open()     # raises the reason (the usual case costs these attribute reads only)
-        ack = _ACKS.get(type) if type.__class__ is str or isinstance(type, str) else None
+        ack = _ACKS.get(type) if type.__class__ is str else _ack_of(type)
         if ack is None:
             raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
         if record.__class__ is not ShareRecord and not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
-        self._state.acknowledge_record(record, ack, self._clock())
+        self._state.acknowledge_record(record, ack, self._clock_source() * self._clock_scale)
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
         """Send the pending acknowledgements now and wait for the brokers' answers.

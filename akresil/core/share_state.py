@@ -43,6 +43,7 @@ from .fetch_state import decode_batch
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _MAX_EPOCH = 2**31 - 1
+_NO_TOPIC_ID = bytes(16)
 
 
 class AckType(enum.IntEnum):
@@ -191,6 +192,9 @@ class ShareFetchState:
         #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
         self._results: dict[TopicPartition, KafkaError | None] = {}
         self._unsettled: dict[int, int] = {}   # node -> acks sent and not answered (count of requests)
+        #: the latest ``plan`` met an assigned partition whose leader or topic id the metadata does not know (the
+        #: shell then asks for a refresh)
+        self.unknown_leaders = False
         #: offsets spanned by the largest record batch of the latest answer that brought more records than it
         #: asked for (0: none did): sizes the next fetch so that its whole batches fit one poll (``fetch_records``)
         self._batch_span = 0
@@ -215,12 +219,15 @@ class ShareFetchState:
         """Requests to send now: at most one per leader, none to a leader backing off or busy."""
         self.expire(now)
         wanted: dict[int, dict[TpKey, TopicPartition]] = {}
+        unknown = False
         for tp in self.assignment:
             node = leader_of(tp)
             tid = topic_id_of(tp.topic)
-            if node is None or node < 0 or not tid or tid == bytes(16):
+            if node is None or node < 0 or not tid or tid == _NO_TOPIC_ID:
+                unknown = unknown or node is None or tid is None
                 continue
             wanted.setdefault(node, {})[(tid, tp.partition)] = tp
+        self.unknown_leaders = unknown
         plans: list[SharePlan] = []
         for node in set(wanted) | {n for n, s in self._sessions.items() if s.pending}:
             s = self._session(node)

@@ -80,7 +80,7 @@ class ShareFetcher:
         state = self.state
         now = self.cluster.clock()
         plans = state.plan(now, leader_of=self._leader_of, topic_id_of=self._topic_id_of)
-        if any(self._topic_id_of(tp.topic) is None or self._leader_of(tp) is None for tp in state.assignment):
+        if state.unknown_leaders:
             self.cluster.request_metadata_refresh("share-fetch-unknown-leader", missing=True)
         assert self._tg is not None
         for plan in plans:

@@ -494,3 +494,15 @@ def test_a_batch_cut_by_acquired_ranges_is_decoded_once_into_share_records(monke
         st.acknowledge_record(rec, AckType.REJECT, 60)
     (part,) = plan(st, 70)[1].body["topics"][0]["partitions"]
     assert part["acknowledgement_batches"] == [{"first_offset": 3, "last_offset": 4, "acknowledge_types": [3]}]
+
+
+def test_plan_tells_the_shell_when_an_assigned_partition_has_no_known_leader_or_topic_id() -> None:
+    st = state()
+    st.plan(0, leader_of=LEADERS.get, topic_id_of=lambda t: TID)
+    assert st.unknown_leaders is False
+    st.plan(0, leader_of={TP0: 1}.get, topic_id_of=lambda t: TID)         # TP1's leader unknown
+    assert st.unknown_leaders is True
+    st.plan(0, leader_of=LEADERS.get, topic_id_of=lambda t: None)         # the topic's id unknown
+    assert st.unknown_leaders is True
+    st.plan(0, leader_of={TP0: 1, TP1: -1}.get, topic_id_of=lambda t: TID)  # leaderless (-1): known, no refresh
+    assert st.unknown_leaders is False
