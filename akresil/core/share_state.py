@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .. import errors
@@ -143,16 +144,26 @@ class FetchOutcome(NamedTuple):
     refresh_metadata: bool
 
 
-def _decode_whole(batch: RecordBatchView, topic: str, partition: int, delivery_count: int) -> list[ShareRecord] | None:
-    """Every record of a batch as a ``ShareRecord`` (no deserializers), built in place like ``decode_batch``
-    builds ``ConsumerRecord``s; None if the batch does not decode (``decode_batch`` then says why)."""
+def _decode_acquired(batch: RecordBatchView, topic: str, partition: int, delivery_count: int, lo: int,
+                     hi: int) -> list[ShareRecord] | None:
+    """The batch's records from offset ``lo`` to ``hi`` as ``ShareRecord``s (no deserializers), built in place like
+    ``decode_batch`` builds ``ConsumerRecord``s; None if the batch does not decode (``decode_batch`` then says
+    why). A batch with no offset missing (not compacted) has its records at their offsets' positions: only the
+    acquired slice is built (the C reader still walks past the rest), so a batch that two fetches' ranges cut
+    is not built twice whole."""
     new = tuple.__new__
     cls = ShareRecord
     epoch = batch.partition_leader_epoch
+    base = batch.base_offset
     try:
         records: Any = batch.records()     # the C extension's iterable of records
+        if batch.record_count == batch.last_offset_delta + 1:
+            if lo != base or hi != batch.last_offset:
+                records = islice(records, lo - base, hi - base + 1)
+            return [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or (), r.timestamp,
+                              r.timestamp_type, epoch, delivery_count)) for r in records]
         return [new(cls, (topic, partition, r.offset, r.key, r.value, r.headers or (), r.timestamp,
-                          r.timestamp_type, epoch, delivery_count)) for r in records]
+                          r.timestamp_type, epoch, delivery_count)) for r in records if lo <= r.offset <= hi]
     except Exception:   # the C reader and the codecs raise assorted types
         return None
 
@@ -479,13 +490,8 @@ class ShareFetchState:
                 hi = last if last < end else end
                 if (lo <= hi and (end <= last or i == last_range)
                         and (not check or held.keys().isdisjoint(range(lo, hi + 1)))):
-                    whole = _decode_whole(batch, tp.topic, tp.partition, dc)
+                    whole = _decode_acquired(batch, tp.topic, tp.partition, dc, lo, hi)
                     if whole is not None:
-                        if lo != base or hi != end:
-                            if len(whole) == end - base + 1:
-                                whole = whole[lo - base:hi - base + 1]
-                            else:               # compacted: offsets missing from the batch
-                                whole = [r for r in whole if lo <= r[2] <= hi]
                         seen[i] += len(whole)
                         out += whole
                         if len(whole) == hi - lo + 1:

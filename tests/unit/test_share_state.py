@@ -12,7 +12,7 @@ from akresil import errors
 from akresil.core.backoff import ExponentialBackoff
 from akresil.core.share_state import AckType, PlanKind, ShareFetchState, SharePlan
 from akresil.protocol.records import build_batch
-from akresil.types import TopicPartition
+from akresil.types import ShareRecord, TopicPartition
 
 TID = bytes(range(1, 17))
 TP0 = TopicPartition("t", 0)
@@ -506,3 +506,31 @@ def test_plan_tells_the_shell_when_an_assigned_partition_has_no_known_leader_or_
     assert st.unknown_leaders is True
     st.plan(0, leader_of={TP0: 1, TP1: -1}.get, topic_id_of=lambda t: TID)  # leaderless (-1): known, no refresh
     assert st.unknown_leaders is False
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_acquired_slices_of_batches_decode_as_the_per_record_path_does(compacted: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the lean path builds only the acquired slice of a batch (positions = offsets when none is missing); what it
+    # hands out must be what the generic per-record decoder gives for those offsets
+    import akresil.core.share_state as share_state
+    from akresil.core.fetch_state import decode_batch
+    from akresil.protocol.records import read_batches
+
+    def no_slow_path(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("decode_batch: the per-record path was taken")
+
+    monkeypatch.setattr(share_state, "decode_batch", no_slow_path)
+
+    blob = bytearray(batch(0, 5) + batch(5, 5) + batch(10, 5))
+    if compacted:
+        struct.pack_into(">i", blob, len(batch(0, 5)) + 23, 6)   # the middle batch's last offset delta: 5..11
+        blob = blob[:len(batch(0, 5)) * 2]                         # (its offsets 10 and 11 compacted away)
+    for lo, hi in [(1, 3), (2, 12), (6, 8), (0, 14)]:
+        st = state()
+        st.on_fetch_response(plan(st, 0)[1], fetch_answer(0, bytes(blob), [(lo, hi, 3)]), 10)
+        got = st.poll(100, 20)
+        want = [ShareRecord(*rec, 3) for b in read_batches(bytes(blob))
+                for rec in decode_batch(b, "t", 0, 0) if lo <= rec[2] <= hi]
+        assert got == want and [r.offset for r in got] == [o for o in range(lo, hi + 1)
+                                                            if o < (10 if compacted else 15)]
