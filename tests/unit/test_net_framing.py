@@ -31,6 +31,29 @@ def test_any_chunking_yields_the_same_frames(bodies: list[bytes], cuts: list[int
     assert decoder.buffered == 0
 
 
+@given(sizes=st.lists(st.sampled_from([0, 3, 300, 70_000, 200_000]), max_size=8),
+       cuts=st.lists(st.integers(0, 600_000), max_size=40), kind=st.sampled_from([bytes, bytearray, memoryview]))
+@settings(max_examples=60, deadline=None)
+def test_large_frames_are_joined_from_any_chunking(sizes: list[int], cuts: list[int], kind: type) -> None:
+    """Frames of 64 KiB and more are collected in pieces (one copy): any chunking, mixed with small frames and
+    with chunks in any buffer type, gives the same frames, and ``buffered`` counts the pieces held."""
+    bodies = [bytes([i % 251]) * size + i.to_bytes(2, "big") for i, size in enumerate(sizes)]
+    stream = b"".join(framed(b) for b in bodies)
+    points = sorted({c for c in cuts if c < len(stream)} | {0, len(stream)})
+    decoder = FrameDecoder()
+    out: list[bytes] = []
+    fed = 0
+    for start, stop in zip(points, points[1:]):
+        got = decoder.feed(kind(stream[start:stop]))
+        assert all(type(frame) is bytes for frame in got)
+        out.extend(got)
+        fed = stop
+        assert decoder.buffered == fed - sum(4 + len(b) for b in out)
+        assert len(decoder._buf) - decoder._pos < 4 + 65_536     # a large frame is not grown in the buffer
+    assert out == bodies
+    assert decoder.buffered == 0
+
+
 def test_partial_frame_waits_and_counts_buffered_bytes() -> None:
     decoder = FrameDecoder()
     data = framed(b"hello") + framed(b"world")
