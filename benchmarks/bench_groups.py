@@ -393,10 +393,11 @@ def profile_share(records: int) -> int:
 
 
 def ack_cost(records: int, rounds: int) -> dict[str, Any]:
-    """CPU ns per record of the share state's per-record acknowledgement calls alone, no broker and no event loop:
-    ``acknowledge_record`` (explicit mode's call per record) and ``accept_delivered`` (implicit mode's pass over a
-    poll), over ``records`` records acquired in one range; the best of ``rounds`` (the floor, the least disturbed
-    by other load on the machine)."""
+    """CPU ns per record of the per-record acknowledgement calls alone, no broker and no event loop: the share
+    state's ``acknowledge_record`` (explicit mode's call per record) and ``accept_delivered`` (implicit mode's pass
+    over a poll), and ``ShareConsumer.acknowledge`` (what the application calls: its checks, the clock read and
+    the state's call), over ``records`` records acquired in one range; the best of ``rounds`` (the floor, the
+    least disturbed by other load on the machine)."""
     import random
     import struct
 
@@ -414,18 +415,32 @@ def ack_cost(records: int, rounds: int) -> dict[str, Any]:
                   "records": records_bytes,
                   "acquired_records": [{"first_offset": 0, "last_offset": records - 1, "delivery_count": 1}]}]}]}
 
-    def delivered() -> tuple[ShareFetchState, list[Any]]:
-        st = ShareFetchState("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
-                             max_records=records)
+    def delivered(st: ShareFetchState | None = None) -> tuple[ShareFetchState, list[Any]]:
+        if st is None:
+            st = ShareFetchState("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0),
+                                 max_records=records)
         st.member_id = "m"
         st.set_assignment([tp])
         (fetch,) = st.plan(0, leader_of=lambda _: 1, topic_id_of=lambda _: tid)
         st.on_fetch_response(fetch, answer, 10)
         return st, st.poll(records, 20)
 
+    def consumer_holding() -> tuple[ShareConsumer, list[Any]]:
+        """A consumer that is not connected, marked running as after ``start()``, its state fed the answer."""
+        c = ShareConsumer("t", bootstrap_servers="127.0.0.1:9", group_id="g", acknowledgement_mode="explicit",
+                          max_poll_records=records)
+        c._runtime.started = c._runtime.running = True
+        return c, delivered(c._state)[1]
+
     accept = int(AckType.ACCEPT)
-    best = {"acknowledge_record": math.inf, "accept_delivered": math.inf}
+    best = {"acknowledge_record": math.inf, "accept_delivered": math.inf, "consumer_acknowledge": math.inf}
     for _ in range(rounds):
+        c, recs = consumer_holding()
+        call = c.acknowledge
+        t = time.process_time()
+        for r in recs:
+            call(r)
+        best["consumer_acknowledge"] = min(best["consumer_acknowledge"], time.process_time() - t)
         st, recs = delivered()
         ack = st.acknowledge_record
         t = time.process_time()
