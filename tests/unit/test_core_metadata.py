@@ -129,8 +129,24 @@ def test_malformed_response_names_the_field() -> None:
         cache().update_from_metadata({"topics": []}, now=0)
     bad = response()
     del bad["topics"][0]["partitions"][0]["leader_id"]
-    with pytest.raises(ProtocolError, match="leader_id"):
+    with pytest.raises(ProtocolError, match="topic 't' partition 0 lacks field 'leader_id'"):
         cache().update_from_metadata(bad, now=0)
+    bad = response()
+    del bad["topics"][0]["partitions"][1]["partition_index"]
+    with pytest.raises(ProtocolError, match="topic 't' partition lacks field 'partition_index'"):
+        cache().update_from_metadata(bad, now=0)
+    bad = response()
+    bad["topics"][0]["partitions"][0] = [0, 1]
+    with pytest.raises(ProtocolError, match="topic 't' partition is not a mapping"):
+        cache().update_from_metadata(bad, now=0)
+
+
+def test_partition_infos_are_built_whole() -> None:
+    c = cache()
+    c.update_from_metadata(response(brokers=(1, 2, 3)), now=0)
+    info = c.snapshot.partition(TP)
+    assert type(info).__name__ == "PartitionInfo" and info.leader == 1 and info.leader_epoch == 5
+    assert info.replicas == (1, 2, 3) and info.isr == (1, 2, 3) and info.offline == () and info.error_code == 0
 
 
 def test_refresh_due_now_at_start_then_max_age() -> None:
