@@ -21,7 +21,7 @@ any other Fetch, a test's or the proxy's, takes the generic path.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NamedTuple, Sequence, Union
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence, Union, overload
 
 from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol.primitives import read_uvarint, uvarint_bytes
@@ -193,6 +193,57 @@ _new = tuple.__new__
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError)
 
 
+class FetchedPartitions(Sequence[FetchedPartition]):
+    """One topic's partition entries of a Fetch answer, read one at a time.
+
+    Most entries at 10,000 partitions say only "nothing new" (37 bytes each: no records, no aborted
+    transactions, no tagged fields). They are kept as runs of the answer's bytes and become ``FetchedPartition``
+    tuples only as they are iterated, each dropped before the next is made. Built all at once (an answer names
+    thousands), they counted towards Python's young-generation threshold together: a few collections per answer
+    that promoted them to older generations, three full collections per 200,000 records read at 10,000
+    partitions instead of one. The other entries are read when the answer is decoded.
+    """
+
+    __slots__ = ("_items", "_len")
+
+    def __init__(self, items: list[FetchedPartition | memoryview], count: int) -> None:
+        #: ``FetchedPartition``s and runs of "nothing new" entries (a memoryview of whole 37-byte entries)
+        self._items = items
+        self._len = count
+
+    def __iter__(self) -> Iterator[FetchedPartition]:
+        new, cls, no_records, no_aborted = _new, FetchedPartition, _NO_RECORDS, _NO_ABORTED
+        for item in self._items:
+            if type(item) is memoryview:
+                for index, code, hwm, lso, log_start, n_aborted, replica, _, _ in _EMPTY_ENTRIES(item):
+                    yield new(cls, (index, code, hwm, lso, log_start, no_aborted if n_aborted else None, replica,
+                                    no_records, None, None))
+            else:
+                yield item
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> FetchedPartition: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[FetchedPartition]: ...
+
+    def __getitem__(self, index: int | slice) -> FetchedPartition | list[FetchedPartition]:
+        return list(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (FetchedPartitions, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None     # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FetchedPartitions({list(self)!r})"
+
+
 def _length(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
     """An array or bytes length (-1: null)."""
     if flexible:
@@ -299,34 +350,29 @@ def _decode(buf: Buffer, pos: int, version: int) -> dict[str, Any]:
             name, pos = _read_string(buf, pos, flexible)
             topic = {"topic": name}
         n_parts, pos = _count(buf, pos, flexible)
-        parts: list[FetchedPartition] = []
-        append = parts.append
+        items: list[FetchedPartition | memoryview] = []
+        append = items.append
         left = n_parts
         while left:
-            if flexible and buf[pos + 30] <= 1 and buf[pos + 35] <= 1 and buf[pos + 36] == 0:
+            if flexible:
                 # most entries at 10,000 partitions say only "nothing new": no aborted transactions (null or
-                # empty), no records (empty or null), no tagged fields, 37 bytes each. A run of them is read
-                # with one ``iter_unpack`` up to the first entry that is not such (checked per entry)
-                run = min(left, (size - pos) // _EMPTY_SIZE)
-                before = len(parts)
-                for index, code, hwm, lso, log_start, n_aborted, replica, n_records, tags in _EMPTY_ENTRIES(
-                        view[pos:pos + run * _EMPTY_SIZE]):
-                    if n_aborted > 1 or n_records > 1 or tags:
-                        break
-                    append(_new(FetchedPartition, (index, code, hwm, lso, log_start,
-                                                   _NO_ABORTED if n_aborted else None, replica, _NO_RECORDS,
-                                                   None, None)))
-                taken = len(parts) - before
-                pos += taken * _EMPTY_SIZE
-                left -= taken
-                if taken:
+                # empty), no records (empty or null), no tagged fields, 37 bytes each. A run of them is kept as
+                # its bytes (``FetchedPartitions`` reads them when iterated), found by those three bytes
+                end = pos + min(left, (size - pos) // _EMPTY_SIZE) * _EMPTY_SIZE
+                at = pos
+                while at < end and buf[at + 30] <= 1 and buf[at + 35] <= 1 and buf[at + 36] == 0:
+                    at += _EMPTY_SIZE
+                if at > pos:
+                    append(view[pos:at])
+                    left -= (at - pos) // _EMPTY_SIZE
+                    pos = at
                     continue
             part, pos = _entry(buf, pos, size, flexible, has_log_start, has_replica)
             append(part)
             left -= 1
         if flexible:
             pos = _tagged(buf, pos)[1]
-        topic["partitions"] = parts
+        topic["partitions"] = FetchedPartitions(items, n_parts)
         topics.append(topic)
     endpoints = None
     if flexible:

@@ -156,6 +156,26 @@ def test_the_lean_answer_reads_what_the_generic_decoder_reads(version: int, view
         assert entries[140].aborted_transactions == () and entries[9].aborted_transactions is None
 
 
+def test_nothing_new_entries_are_made_only_as_they_are_read_one_at_a_time() -> None:
+    """Thousands of entries alive at once count towards Python's young-generation threshold together."""
+    import gc
+
+    frame = encode_response(ApiKey.FETCH, 16, 9, answer(16))[4:]
+    lean = decode_answer(ApiKey.FETCH, 16, frame, PackedFetchBody())
+    entries = lean["responses"][0]["partitions"]
+
+    def alive() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is FetchedPartition)
+
+    made = alive()
+    assert len(entries) == 141 and made < 10        # the few with records, aborted transactions or tags
+    most = made
+    for _ in entries:
+        most = max(most, alive())
+    assert most <= made + 1
+    assert list(entries) == entries and entries == list(entries) and entries[-1] == list(entries)[-1]
+
+
 @pytest.mark.parametrize("version", [4, 11, 12, 16])
 def test_a_truncated_or_lying_answer_is_a_protocol_error(version: int) -> None:
     frame = encode_response(ApiKey.FETCH, version, 9, answer(version))[4:]
