@@ -156,6 +156,24 @@ def test_the_lean_answer_reads_what_the_generic_decoder_reads(version: int, view
         assert entries[140].aborted_transactions == () and entries[9].aborted_transactions is None
 
 
+@pytest.mark.parametrize("odd", [0, 1, 15, 16, 17, 48, 49, 112, 113, 298, 299])
+def test_a_run_of_nothing_new_entries_ends_at_the_first_other_entry_wherever_it_is(odd: int) -> None:
+    parts = [{"partition_index": i, "error_code": 0, "high_watermark": i, "last_stable_offset": i,
+              "log_start_offset": 0, "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
+             for i in range(300)]
+    parts[odd]["records"] = RECORDS[:10]
+    if odd + 2 < 300:
+        parts[odd + 2]["current_leader"] = {"leader_id": 1, "leader_epoch": 2}   # a tagged field: not "nothing new"
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [],
+            "responses": [{"topic_id": TID_A, "partitions": parts}]}
+    frame = encode_response(ApiKey.FETCH, 16, 9, body)[4:]
+    generic = decode_response(ApiKey.FETCH, 16, frame)
+    lean = decode_answer(ApiKey.FETCH, 16, frame, PackedFetchBody())
+    assert [(*p[:5], None if p[5] is None else list(p[5]), p[6], bytes(p.records), *p[8:])
+            for p in lean["responses"][0]["partitions"]] == \
+        [as_read(p) for p in generic["responses"][0]["partitions"]]
+
+
 def test_nothing_new_entries_are_made_only_as_they_are_read_one_at_a_time() -> None:
     """Thousands of entries alive at once count towards Python's young-generation threshold together."""
     import gc
