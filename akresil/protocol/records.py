@@ -46,9 +46,23 @@ def _aiokafka() -> _AiokafkaRecords:
         from aiokafka.record.util import calc_crc32c
 
         builder = default_records.DefaultRecordBatchBuilder
-        _loaded = _AiokafkaRecords(builder, default_records.DefaultRecordBatch, calc_crc32c,
+        _loaded = _AiokafkaRecords(builder, default_records.DefaultRecordBatch, _hardware_crc32c() or calc_crc32c,
                                    builder.__module__.startswith("aiokafka.record._crecords"))
     return _loaded
+
+
+def _hardware_crc32c() -> Callable[[bytes], int] | None:
+    """google-crc32c's CRC-32C when its C extension is in use (SSE4.2 / ARMv8 instructions): ~10x aiokafka's
+    table-driven one, and every batch a consumer reads is checked (``check_crcs``): 20 MB per 200,000 records of
+    100 B, 1 GB per million of 1 KiB. None when it is missing or fell back to pure Python (slower than aiokafka's)."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return None
+    if getattr(google_crc32c, "implementation", None) != "c":
+        return None
+    value: Callable[[bytes], int] = google_crc32c.value
+    return value
 
 
 _LAZY_NAMES = {"DefaultRecordBatchBuilder": "builder", "DefaultRecordBatch": "batch",
