@@ -16,7 +16,9 @@ throttle of 1,179,648 ms and waits it out, see ``JAVA_NOTE``.)
   records to another topic: the steady state of a service, not its first second);
 * **consume**: every partition of a cluster filled once (by akresil's ``send_many``), read from offset 0 with
   manual assignment, each client's everyday idiom (``CONSUME_IDIOMS``); timed from creating the consumer to the
-  last record. Offset 0, not "the beginning": librdkafka resolves ``OFFSET_BEGINNING`` with one ListOffsets
+  last record, after an untimed warm-up in the same process (``--consume-warmup`` records of another topic read
+  the same way by a consumer of their own, so one-time costs such as imports are not in the timed part, as the
+  produce warm-up keeps them out of the produce figures). Offset 0, not "the beginning": librdkafka resolves ``OFFSET_BEGINNING`` with one ListOffsets
   request per partition (10,000 at 10,000 partitions, measured on the mock), which would time that instead of
   the reading.
 
@@ -298,13 +300,14 @@ async def _akresil_consume(spec: dict[str, Any]) -> dict[str, float]:
     from akresil import Consumer, TopicPartition
     idiom, n = spec["idiom"], spec["records"]
     tps = [TopicPartition(t, p) for t, p in layout(spec["prefix"], spec["topics"], spec["per_topic"])]
-    got = 0
     fetches: list[int] | None = None
     if spec.get("count_fetches"):
         from akresil.net.connection import Connection
         from akresil.protocol.api import ApiKey
         fetches = _count_fetches(Connection, "request_raw", lambda api_key: api_key == ApiKey.FETCH)
-    with Timed() as timed:
+
+    async def read(tps: list[TopicPartition], n: int) -> int:
+        got = 0
         async with Consumer(bootstrap_servers=spec["bootstrap"], auto_offset_reset="earliest") as c:
             c.assign(tps)
             for tp in tps:
@@ -320,7 +323,26 @@ async def _akresil_consume(spec: dict[str, Any]) -> dict[str, float]:
                         break
             else:
                 raise ValueError(f"unknown idiom {idiom!r}")
+        return got
+
+    if spec.get("consume_warmup"):
+        await read([TopicPartition(t, p) for t, p in _warm_partitions(spec)], spec["consume_warmup"])
+    with Timed() as timed:
+        got = await read(tps, n)
     return _with_fetches(timed.figures(got), fetches)
+
+
+#: the topic the produce idioms warm up on and the consume idioms read first (``--consume-warmup``)
+WARM_TOPIC = "warm"
+
+
+def _warm_partitions(spec: dict[str, Any]) -> list[tuple[str, int]]:
+    """What a consume round reads before its timed part (``--consume-warmup`` records, written by the fill), with
+    the same idiom in a consumer of its own: the process's one-time costs (imports: akresil's record codec loads
+    aiokafka's, ~0.1 s of a 1 s round at 10,000 partitions) are then out of the timed part for every client, as the
+    produce idioms' warm-up takes them out of theirs. The timed part still creates its consumer, fetches its
+    metadata and reads every partition from offset 0."""
+    return [(WARM_TOPIC, b) for b in range(spec["brokers"])]
 
 
 def _with_fetches(figures: dict[str, float], fetches: list[int] | None) -> dict[str, float]:
@@ -333,13 +355,14 @@ async def _aiokafka_consume(spec: dict[str, Any]) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
     n = spec["records"]
     tps = [TopicPartition(t, p) for t, p in layout(spec["prefix"], spec["topics"], spec["per_topic"])]
-    got = 0
     fetches: list[int] | None = None
     if spec.get("count_fetches"):
         from aiokafka.conn import AIOKafkaConnection
         fetches = _count_fetches(AIOKafkaConnection, "send",
                                  lambda request: type(request).__name__.startswith("FetchRequest"))
-    with Timed() as timed:
+
+    async def read(tps: list[TopicPartition], n: int) -> int:
+        got = 0
         c = AIOKafkaConsumer(bootstrap_servers=spec["bootstrap"], auto_offset_reset="earliest",
                              enable_auto_commit=False)
         await c.start()
@@ -352,6 +375,12 @@ async def _aiokafka_consume(spec: dict[str, Any]) -> dict[str, float]:
                 got += sum(map(len, batches.values()))
         finally:
             await c.stop()
+        return got
+
+    if spec.get("consume_warmup"):
+        await read([TopicPartition(t, p) for t, p in _warm_partitions(spec)], spec["consume_warmup"])
+    with Timed() as timed:
+        got = await read(tps, n)
     return _with_fetches(timed.figures(got), fetches)
 
 
@@ -359,19 +388,11 @@ def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
     import confluent_kafka
     idiom, n = spec["idiom"], spec["records"]
     tps = layout(spec["prefix"], spec["topics"], spec["per_topic"])
-    got = 0
     config: dict[str, Any] = {"bootstrap.servers": spec["bootstrap"], "group.id": "bench-scale",
                               "enable.auto.commit": False, "log_level": 3}
-    sent = _SentFetches()
-    if spec.get("count_fetches"):      # librdkafka logs a line per request sent (two per round trip in all)
-        import logging
-        logger = logging.getLogger("bench_scale.librdkafka")
-        logger.addHandler(sent)
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
-        del config["log_level"]
-        config.update({"debug": "protocol", "logger": logger})
-    with Timed() as timed:
+
+    def read(config: dict[str, Any], tps: list[tuple[str, int]], n: int) -> int:
+        got = 0
         c = confluent_kafka.Consumer(config)
         try:
             c.assign([confluent_kafka.TopicPartition(t, p, 0) for t, p in tps])
@@ -385,6 +406,21 @@ def _confluent_consume(spec: dict[str, Any]) -> dict[str, float]:
                         got += 1
         finally:
             c.close()
+        return got
+
+    if spec.get("consume_warmup"):
+        read(dict(config), _warm_partitions(spec), spec["consume_warmup"])
+    sent = _SentFetches()
+    if spec.get("count_fetches"):      # librdkafka logs a line per request sent (two per round trip in all)
+        import logging
+        logger = logging.getLogger("bench_scale.librdkafka")
+        logger.addHandler(sent)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        del config["log_level"]
+        config.update({"debug": "protocol", "logger": logger})
+    with Timed() as timed:
+        got = read(config, tps, n)
     return _with_fetches(timed.figures(got), [sent.count] if spec.get("count_fetches") else None)
 
 
@@ -453,6 +489,12 @@ def worker(spec: dict[str, Any]) -> dict[str, float]:
                         p.send_many(t, [(None, VALUE)] * (n // count + (1 if i < n % count else 0)), partition=q)
                         for i, (t, q) in enumerate(tps[start:start + 1000], start)
                         if n // count or i < n % count))
+                warm = spec.get("consume_warmup", 0)
+                if warm:            # what each consume round reads first, untimed (``_warm_partitions``)
+                    brokers = spec["brokers"]
+                    await asyncio.gather(*(
+                        p.send_many(WARM_TOPIC, [(None, VALUE)] * (warm // brokers + (1 if b < warm % brokers else 0)),
+                                    partition=b) for b in range(brokers) if warm // brokers or b < warm % brokers))
         asyncio.run(fill())
         return {"records": n}
     if spec["kind"] == "floor":
@@ -494,7 +536,7 @@ def new_cluster(case: Case, prefix: str) -> Any:
     mock = MockCluster(case.brokers)
     for t in range(case.topics):
         mock.create_topic(f"{prefix}-{t}", case.per_topic, 1)
-    mock.create_topic("warm", case.brokers, 1)
+    mock.create_topic(WARM_TOPIC, case.brokers, 1)
     return mock
 
 
@@ -569,6 +611,7 @@ async def create_apache_topics(cluster: Any, case: Case, prefix: str) -> None:
     on this machine)."""
     from akresil.types import NewTopic
     async with cluster.admin() as admin:
+        await admin.create_topics([NewTopic(WARM_TOPIC, num_partitions=case.brokers, replication_factor=1)])
         for op, names, count in apache_topic_ops(case, prefix):
             if op == "create":
                 await admin.create_topics([NewTopic(name, num_partitions=count, replication_factor=1)
@@ -582,7 +625,9 @@ async def create_apache_topics(cluster: Any, case: Case, prefix: str) -> None:
             for start in range(0, len(names), 1000):
                 found = await admin.describe_topics(names[start:start + 1000])
                 led += sum(1 for d in found.values() for p in d.partitions if p.leader >= 0)
-            if led == case.partitions:
+            warm = await admin.describe_topics([WARM_TOPIC])
+            led_warm = sum(1 for d in warm.values() for p in d.partitions if p.leader >= 0)
+            if led == case.partitions and led_warm == case.brokers:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Apache Kafka: {led} of {case.partitions} partitions have a leader after 300 s")
@@ -629,7 +674,8 @@ def run_case(case: Case, args: argparse.Namespace, slow: dict[str, tuple[int, fl
              progress: Callable[[str], None]) -> dict[str, Any]:
     result: dict[str, Any] = {"case": case.name, "partitions": case.partitions, "topics": case.topics,
                               "brokers": case.brokers, "produce": {}, "consume": {}, "skipped": {}}
-    base = {"records": args.records, "warmup": args.warmup, "topics": case.topics, "per_topic": case.per_topic,
+    base = {"records": args.records, "warmup": args.warmup, "consume_warmup": args.consume_warmup,
+            "topics": case.topics, "per_topic": case.per_topic,
             "brokers": case.brokers, "timeout_s": args.timeout, "count_fetches": args.harness == "apache"}
 
     def wanted(idiom: str) -> bool:
@@ -795,6 +841,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds per idiom and case (default 3)")
     p.add_argument("--records", type=int, default=200_000, help="records per round (default 200000)")
     p.add_argument("--warmup", type=int, default=20_000, help="untimed records per producer first (default 20000)")
+    p.add_argument("--consume-warmup", type=int, default=1000,
+                   help="records each consume round reads first, untimed, with the same idiom in a consumer of its "
+                        "own (default 1000; 0: timed from a cold process)")
     p.add_argument("--produce", default=None, help="produce idioms (default: all; none with --harness apache)")
     p.add_argument("--consume", default=",".join(CONSUME_IDIOMS), help="consume idioms (default: all)")
     p.add_argument("--max-round-s", type=float, default=120.0,
@@ -837,6 +886,8 @@ def main() -> None:
     for name in ("rounds", "records"):
         if getattr(args, name) < 1:
             p.error(f"--{name}: must be >= 1")
+    if args.consume_warmup < 0:
+        p.error("--consume-warmup: must be >= 0")
 
     from akresil.bench.bytecode import compile_akresil
     from akresil.bench.report import environment
@@ -865,7 +916,7 @@ def main() -> None:
         from akresil.testing.kafka_jars import kafka_version
         broker = f"Apache Kafka {kafka_version(None)}, RF 1, broker heap {args.kafka_heap_mb} MiB"
     doc = {"benchmark": "scale", "broker": broker, "records": args.records, "value_bytes": len(VALUE),
-           "warmup": args.warmup, "rounds": args.rounds, "linger_ms": LINGER_MS, "acks": "all",
+           "warmup": args.warmup, "consume_warmup": args.consume_warmup, "rounds": args.rounds, "linger_ms": LINGER_MS, "acks": "all",
            "akresil_bytecode": bytecode,
            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "environment": env,
            "java": JAVA_NOTE if not apache else "not measured here: the Java client is not one of CONSUME_IDIOMS", "cases": results, "ratios": ratios(results), "asyncio_floor": floors,

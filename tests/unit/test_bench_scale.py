@@ -148,3 +148,16 @@ def test_compiling_ahead_writes_current_bytecode_for_every_module(tmp_path: Path
     (package / "core" / "bad.py").write_text("def (:\n")
     with pytest.raises(RuntimeError, match="compiling .*akresil to bytecode failed"):
         bytecode.compile_akresil()
+
+
+def test_consume_rounds_warm_up_on_a_partition_per_broker_of_their_own_topic() -> None:
+    assert bs._warm_partitions({"brokers": 3}) == [("warm", 0), ("warm", 1), ("warm", 2)]
+    assert bs.WARM_TOPIC not in {t for t, _ in bs.layout("c", 2, 3)}
+
+
+def test_a_negative_consume_warmup_names_the_option(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench_scale.py", "--consume-warmup", "-1"])
+    with pytest.raises(SystemExit):
+        bs.main()
+    assert "--consume-warmup: must be >= 0" in capsys.readouterr().err
