@@ -206,6 +206,11 @@ class ShareFetchState:
         #: the latest ``plan`` met an assigned partition whose leader or topic id the metadata does not know (the
         #: shell then asks for a refresh)
         self.unknown_leaders = False
+        #: the latest plan's partitions by leader (never changed once made: plans copy what they keep), and the
+        #: ``layout`` and assignment they were looked up under
+        self._wanted: dict[int, dict[TpKey, TopicPartition]] = {}
+        self._layout: object = None
+        self._layout_assignment: frozenset[TopicPartition] | None = None
         #: offsets spanned by the largest record batch of the latest answer that brought more records than it
         #: asked for (0: none did): sizes the next fetch so that its whole batches fit one poll (``fetch_records``)
         self._batch_span = 0
@@ -226,19 +231,27 @@ class ShareFetchState:
 
     # ------------------------------------------------------------------ planning
     def plan(self, now: float, *, leader_of: Callable[[TopicPartition], int | None],
-             topic_id_of: Callable[[str], bytes | None]) -> list[SharePlan]:
-        """Requests to send now: at most one per leader, none to a leader backing off or busy."""
+             topic_id_of: Callable[[str], bytes | None], layout: object = None) -> list[SharePlan]:
+        """Requests to send now: at most one per leader, none to a leader backing off or busy.
+
+        ``layout``: an immutable object that stands for what ``leader_of`` and ``topic_id_of`` answer (the shell's
+        metadata snapshot): while it and the assignment are the ones of the previous plan, the partitions are not
+        looked up again (a turn per answer and per wake-up would otherwise cost a look-up per assigned partition)."""
         self.expire(now)
-        wanted: dict[int, dict[TpKey, TopicPartition]] = {}
-        unknown = False
-        for tp in self.assignment:
-            node = leader_of(tp)
-            tid = topic_id_of(tp.topic)
-            if node is None or node < 0 or not tid or tid == _NO_TOPIC_ID:
-                unknown = unknown or node is None or tid is None
-                continue
-            wanted.setdefault(node, {})[(tid, tp.partition)] = tp
-        self.unknown_leaders = unknown
+        if layout is not None and layout is self._layout and self.assignment is self._layout_assignment:
+            wanted = self._wanted
+        else:
+            wanted = {}
+            unknown = False
+            for tp in self.assignment:
+                node = leader_of(tp)
+                tid = topic_id_of(tp.topic)
+                if node is None or node < 0 or not tid or tid == _NO_TOPIC_ID:
+                    unknown = unknown or node is None or tid is None
+                    continue
+                wanted.setdefault(node, {})[(tid, tp.partition)] = tp
+            self.unknown_leaders = unknown
+            self._wanted, self._layout, self._layout_assignment = wanted, layout, self.assignment
         plans: list[SharePlan] = []
         for node in set(wanted) | {n for n, s in self._sessions.items() if s.pending}:
             s = self._session(node)

@@ -79,7 +79,8 @@ class ShareFetcher:
             return None
         state = self.state
         now = self.cluster.clock()
-        plans = state.plan(now, leader_of=self._leader_of, topic_id_of=self._topic_id_of)
+        plans = state.plan(now, leader_of=self._leader_of, topic_id_of=self._topic_id_of,
+                           layout=self.cluster.metadata.snapshot)
         if state.unknown_leaders:
             self.cluster.request_metadata_refresh("share-fetch-unknown-leader", missing=True)
         assert self._tg is not None

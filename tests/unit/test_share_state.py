@@ -534,3 +534,54 @@ def test_acquired_slices_of_batches_decode_as_the_per_record_path_does(compacted
                 for rec in decode_batch(b, "t", 0, 0) if lo <= rec[2] <= hi]
         assert got == want and [r.offset for r in got] == [o for o in range(lo, hi + 1)
                                                             if o < (10 if compacted else 15)]
+
+
+def test_plan_looks_partitions_up_again_only_for_a_new_layout_or_assignment() -> None:
+    st = state()
+    looked: list[TopicPartition] = []
+
+    def leader_of(tp: TopicPartition) -> int | None:
+        looked.append(tp)
+        return LEADERS.get(tp)
+
+    def planned(layout: object, now: float) -> list[SharePlan]:
+        return st.plan(now, leader_of=leader_of, topic_id_of=lambda t: TID, layout=layout)
+
+    layout = object()
+    assert {p.node_id for p in planned(layout, 0)} == {1, 2} and len(looked) == 2
+    looked.clear()
+    planned(layout, 1)                                   # same layout, same assignment: no look-up
+    assert looked == []
+    planned(object(), 2)                                 # a new layout (the metadata changed)
+    assert sorted(looked) == [TP0, TP1]
+    looked.clear()
+    st.set_assignment([TP0])                             # a new assignment
+    planned(layout, 3)
+    assert looked == [TP0]
+    looked.clear()
+    planned(None, 4)                                     # no layout: always looked up
+    assert looked == [TP0]
+
+
+def test_plans_under_an_unchanged_layout_are_the_plans_without_one() -> None:
+    layout = object()
+    states = {"cached": state(), "fresh": state()}
+
+    def plans(now: float) -> list[tuple[int, str, str]]:
+        out = {}
+        for name, st in states.items():
+            got = st.plan(now, leader_of=LEADERS.get, topic_id_of=lambda t: TID,
+                          layout=layout if name == "cached" else None)
+            out[name] = sorted((p.node_id, p.kind.value, repr(p.body)) for p in got)
+            for p in got:
+                tp = TP0 if p.node_id == 1 else TP1
+                st.on_fetch_response(p, fetch_answer(tp.partition, batch(0, 2), [(0, 1, 1)]), now + 1)
+        assert out["cached"] == out["fresh"]
+        return out["cached"]
+
+    assert [n for n, _, _ in plans(0)] == [1, 2]       # the first fetches, each answered with two records
+    for st in states.values():
+        for rec in st.poll(10, 5):
+            st.acknowledge((rec.topic, rec.partition), rec.offset, AckType.ACCEPT, 6, delivery_count=1)
+    again = plans(10)                                  # the next fetches carry the acknowledgements
+    assert [n for n, _, _ in again] == [1, 2] and all("'acknowledge_types': [1]" in body for _, _, body in again)
