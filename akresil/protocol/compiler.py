@@ -73,6 +73,13 @@ def _element_min_size(f: Field, version: int, flexible: bool) -> int:
     return 1 if _compact(f, version, flexible) else (2 if f.element == "string" else 4)
 
 
+#: arrays of fixed-width elements shorter than this are read with a prepared ``Struct`` per length
+_PREPARED_ARRAY = 16
+_ARRAYS: dict[str, list[Callable[..., tuple[Any, ...]]]] = {
+    code: [struct.Struct(f">{n}{code}").unpack_from for n in range(_PREPARED_ARRAY)]
+    for code in P.FIXED_FORMATS.values()}
+
+
 class _Codegen:
     """Emits the source of one (message, version) codec into a shared namespace."""
 
@@ -84,6 +91,7 @@ class _Codegen:
         self.ns: dict[str, Any] = {
             "_P": P,
             "_unpack_from": struct.unpack_from,
+            **{f"_ARRAYS_{code}": _ARRAYS[code] for code in P.FIXED_FORMATS.values()},
             "_pack": struct.pack,
             "_ProtocolError": ProtocolError,
             "_unsupported": self._unsupported_factory(),
@@ -173,7 +181,11 @@ class _Codegen:
                 lines.append(f"{inner}    x, pos = {fn}(buf, pos)")
                 lines.append(f"{inner}    ap(x)")
             elif el in P.FIXED_FORMATS:
-                lines.append(f"{inner}{var} = list(_unpack_from('>%d{P.FIXED_FORMATS[el]}' % n, buf, pos))")
+                # short arrays (replica lists, ISRs: a few ids) read with a prepared Struct; a format string
+                # built and looked up per array cost twice as much
+                code = P.FIXED_FORMATS[el]
+                lines.append(f"{inner}{var} = list(_ARRAYS_{code}[n](buf, pos) if n < {_PREPARED_ARRAY} "
+                             f"else _unpack_from('>%d{code}' % n, buf, pos))")
                 lines.append(f"{inner}pos += n * {P.FIXED_SIZES[el]}")
             else:
                 rd = self._reader(el, False, compact)

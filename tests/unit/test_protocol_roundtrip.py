@@ -195,3 +195,23 @@ def test_version_outside_schema_is_unsupported() -> None:
         api.encode_request(api.ApiKey.PRODUCE, 2, 1, None, {})
     with pytest.raises(UnsupportedVersionError, match="API key 99"):
         api.request_header_version(99, 0)
+
+
+@pytest.mark.parametrize("version", [8, 13])          # classic and flexible arrays
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 40])   # a prepared Struct below 16 elements, a format above
+def test_arrays_of_fixed_width_elements_read_back_at_every_length(version: int, count: int) -> None:
+    message = specs.message("METADATA_RESPONSE")
+    replicas = list(range(-1, count - 1))
+    body = {"throttle_time_ms": 0, "brokers": [], "cluster_id": "c", "controller_id": 1,
+            "cluster_authorized_operations": -2147483648, "topics": [
+                {"error_code": 0, "name": "t", "topic_id": bytes(16), "is_internal": False,
+                 "topic_authorized_operations": -2147483648, "partitions": [
+                     {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 3,
+                      "replica_nodes": replicas, "isr_nodes": replicas[:1], "offline_replicas": replicas[::-1]}]}]}
+    out: list[bytes] = []
+    encoder(message, version)(body, out)
+    got, _ = decoder(message, version)(b"".join(out), 0)
+    part = got["topics"][0]["partitions"][0]
+    assert (part["replica_nodes"], part["isr_nodes"], part["offline_replicas"]) == (replicas, replicas[:1],
+                                                                                 replicas[::-1])
+    assert type(part["replica_nodes"]) is list
