@@ -75,9 +75,11 @@ def _element_min_size(f: Field, version: int, flexible: bool) -> int:
 
 #: arrays of fixed-width elements shorter than this are read with a prepared ``Struct`` per length
 _PREPARED_ARRAY = 16
+#: per element type (``int32``...: the name is part of an identifier in the generated code, the format
+#: character, ``?`` for bool, could not be)
 _ARRAYS: dict[str, list[Callable[..., tuple[Any, ...]]]] = {
-    code: [struct.Struct(f">{n}{code}").unpack_from for n in range(_PREPARED_ARRAY)]
-    for code in P.FIXED_FORMATS.values()}
+    element: [struct.Struct(f">{n}{code}").unpack_from for n in range(_PREPARED_ARRAY)]
+    for element, code in P.FIXED_FORMATS.items()}
 
 
 class _Codegen:
@@ -91,7 +93,7 @@ class _Codegen:
         self.ns: dict[str, Any] = {
             "_P": P,
             "_unpack_from": struct.unpack_from,
-            **{f"_ARRAYS_{code}": _ARRAYS[code] for code in P.FIXED_FORMATS.values()},
+            **{f"_ARRAYS_{element}": readers for element, readers in _ARRAYS.items()},
             "_pack": struct.pack,
             "_ProtocolError": ProtocolError,
             "_unsupported": self._unsupported_factory(),
@@ -184,7 +186,7 @@ class _Codegen:
                 # short arrays (replica lists, ISRs: a few ids) read with a prepared Struct; a format string
                 # built and looked up per array cost twice as much
                 code = P.FIXED_FORMATS[el]
-                lines.append(f"{inner}{var} = list(_ARRAYS_{code}[n](buf, pos) if n < {_PREPARED_ARRAY} "
+                lines.append(f"{inner}{var} = list(_ARRAYS_{el}[n](buf, pos) if n < {_PREPARED_ARRAY} "
                              f"else _unpack_from('>%d{code}' % n, buf, pos))")
                 lines.append(f"{inner}pos += n * {P.FIXED_SIZES[el]}")
             else:

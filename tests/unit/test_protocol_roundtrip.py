@@ -215,3 +215,18 @@ def test_arrays_of_fixed_width_elements_read_back_at_every_length(version: int, 
     assert (part["replica_nodes"], part["isr_nodes"], part["offline_replicas"]) == (replicas, replicas[:1],
                                                                                  replicas[::-1])
     assert type(part["replica_nodes"]) is list
+
+
+@pytest.mark.parametrize("element", ["bool", "int8", "int16", "int32", "int64", "uint16", "float64"])
+@pytest.mark.parametrize("count", [0, 2, 20])
+def test_an_array_of_any_fixed_width_type_reads_back(element: str, count: int) -> None:
+    """Every fixed-width element type, ``bool`` (format ``?``) included, makes valid generated code."""
+    from akresil.protocol.schema import F, M
+
+    message = M(f"Arrays{element.title()}", None, "data", "0-1", "1+", (F("values", f"[]{element}", "0+"),))
+    values = [bool(i % 2) if element == "bool" else (i * 0.5 if element == "float64" else i) for i in range(count)]
+    for version in (0, 1):
+        out: list[bytes] = []
+        encoder(message, version)({"values": values}, out)
+        got, _ = decoder(message, version)(b"".join(out), 0)
+        assert got["values"] == values
