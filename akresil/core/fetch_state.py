@@ -437,8 +437,7 @@ class FetchState:
     def assign(self, tps: Iterable[TopicPartition], *, from_committed: bool = False
                ) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """Make ``tps`` the assignment; kept partitions keep their state. Returns ``(added, removed)``.
-        ``from_committed``: the added ones start from the group's committed offsets (as ``need_committed``,
-        without its invalidation, which a partition created here has no use for)."""
+        ``from_committed``: the added ones start from the group's committed offsets (the shell looks them up)."""
         wanted = set()
         for tp in tps:
             if type(tp) is TopicPartition:
@@ -513,15 +512,6 @@ class FetchState:
             raise ValueError(f"reset strategy must be 'earliest' or 'latest', got {strategy!r}")
         st.reset = strategy
         self._lookups[tp] = st
-
-    def need_committed(self, tps: Iterable[TopicPartition]) -> None:
-        """Start these partitions from the group's committed offsets (the shell looks them up)."""
-        for tp in tps:
-            st = self.state(tp)
-            self._invalidate(st)
-            st.position = st.fetch_offset = None
-            st.awaiting_committed = True
-            self._lookups[tp] = st
 
     def _invalidate(self, st: PartitionFetchState) -> None:
         self._drop_buffer(st)

@@ -195,7 +195,7 @@ async def test_fetcher_makes_a_refused_login_fatal_on_every_request_path(start: 
     cluster = _RefusingCluster()
     state = FetchState(auto_offset_reset="earliest")
     tp = TopicPartition("t", 0)
-    state.assign([tp])
+    state.assign([tp], from_committed=start == "committed")
     calls: list[list[TopicPartition]] = []
 
     async def committed(tps: list[TopicPartition]) -> dict[TopicPartition, Any]:
@@ -206,8 +206,6 @@ async def test_fetcher_makes_a_refused_login_fatal_on_every_request_path(start: 
         state.seek(tp, 0)
     elif start == "list_offsets":
         state.request_reset(tp)
-    else:
-        state.need_committed([tp])
     fetcher = Fetcher(cluster, state, resolve("consumer", {}),  # type: ignore[arg-type]
                       committed_lookup=committed if start == "committed" else None)
     error = await _run_until_fatal(fetcher)

@@ -500,8 +500,7 @@ def test_offset_out_of_range_with_policy_none_is_raised_until_seek() -> None:
 
 def test_no_committed_offset_falls_back_to_reset_policy_or_fails_with_none() -> None:
     st = fetch_state(auto_offset_reset="latest")
-    st.assign([TP0, TP1])
-    st.need_committed([TP0, TP1])
+    st.assign([TP0, TP1], from_committed=True)
     gens = st.begin_lookup(st.committed_lookups_due(0))
     st.on_committed(TP0, gens[TP0], 42, 3)
     st.on_committed(TP1, gens[TP1], None)
@@ -509,8 +508,7 @@ def test_no_committed_offset_falls_back_to_reset_policy_or_fails_with_none() -> 
     assert st.position(TP1) is None and st.partitions[TP1].reset == "latest"
 
     strict = fetch_state(auto_offset_reset="none")
-    strict.assign([TP0])
-    strict.need_committed([TP0])
+    strict.assign([TP0], from_committed=True)
     gens = strict.begin_lookup(strict.committed_lookups_due(0))
     strict.on_committed(TP0, gens[TP0], None)
     with pytest.raises(NoOffsetForPartitionError, match="auto_offset_reset='none'"):
