@@ -714,8 +714,7 @@ class FetchState:
                 if not total_room:
                     self._room_waiting[tp] = st     # back when the buffer has room
                     continue
-            if ((st.retry_state is not None and st.retry_state.next_allowed_at is not None)
-                    or (st.behind_state is not None and st.behind_state.next_allowed_at is not None)):
+            if st.retry_state is not None or st.behind_state is not None:     # it has failed: backing off?
                 retry_at = st.next_try_at()
                 if retry_at is not None and now < retry_at:
                     if wake_at is None or retry_at < wake_at:
