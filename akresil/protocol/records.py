@@ -1,11 +1,13 @@
-"""Record batches (magic 2): a thin adapter over aiokafka's C-accelerated builder and reader.
+"""Record batches (magic 2): an adapter over aiokafka's C-accelerated builder and reader.
 
 aiokafka's Cython ``DefaultRecordBatchBuilder`` / ``DefaultRecordBatch`` encode and decode records roughly
-70x faster than its pure-Python fallback, so akresil reuses them instead of re-implementing the format.
+70x faster than its pure-Python fallback, so akresil reuses them instead of re-implementing the format; the one
+exception is an uncompressed batch of larger records, which ``record_encoder.PlainBatchEncoder`` writes in Python
+and seals with the hardware CRC-32C (aiokafka's table-driven CRC is most of that batch's cost).
 This module adds what the producer and consumer need around them:
 
-* ``BatchBuilder``: one batch under construction, with codec names, record-count bookkeeping and producer
-  state (id, epoch, base sequence) settable before ``build()``;
+* ``BatchBuilder``: one batch under construction, with codec names, record-count bookkeeping, producer
+  state (id, epoch, base sequence) settable before ``build()``, and the choice of encoder;
 * ``restamp_producer_state``: re-stamps a *built* batch with a new producer id/epoch/base sequence and
   recomputes the CRC, for retries after an epoch bump (KIP-360) without re-encoding the records;
 * ``read_batches``: walks a Fetch ``records`` blob that may hold several batches and end with a truncated
@@ -21,6 +23,7 @@ up once and kept, so the per-batch cost is one call.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
@@ -63,6 +66,25 @@ def _hardware_crc32c() -> Callable[[bytes], int] | None:
         return None
     value: Callable[[bytes], int] = google_crc32c.value
     return value
+
+
+#: ``record_encoder.PlainBatchEncoder`` bound to the hardware CRC-32C once ``_python_encoder`` has looked; None
+#: when google-crc32c's C extension is missing (aiokafka's builder then writes every batch)
+_plain_encoder: Callable[..., Any] | None = None
+_plain_looked = False
+
+
+def _python_encoder() -> Callable[..., Any] | None:
+    """``new(transactional, producer_id, producer_epoch, base_sequence, batch_size)`` making a Python-encoded
+    batch, or None without the hardware CRC (aiokafka's table-driven one would undo the gain)."""
+    global _plain_encoder, _plain_looked
+    if not _plain_looked:
+        crc32c = _hardware_crc32c()
+        if crc32c is not None:
+            from .record_encoder import PlainBatchEncoder
+            _plain_encoder = functools.partial(PlainBatchEncoder, crc32c)
+        _plain_looked = True
+    return _plain_encoder
 
 
 _LAZY_NAMES = {"DefaultRecordBatchBuilder": "builder", "DefaultRecordBatch": "batch",
@@ -138,10 +160,27 @@ def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequen
     return size + MAX_RECORD_OVERHEAD
 
 
-class BatchBuilder:
-    """One magic-2 batch being filled. ``append`` returns False once the batch is full (never for the first)."""
+#: a batch whose first record (key + value) has at least this many bytes is written by ``PlainBatchEncoder``,
+#: one with a smaller first record by aiokafka's C builder. Per record the Python encoder costs ~0.25 µs more when
+#: each record is a call (send, enqueue) and ~0.15 µs more in ``send_many``'s loop; per byte its hardware CRC
+#: costs ~0.45 ns less. The two break even at these sizes, measured per 16 KiB batch (docs/benchmarks.md)
+ENCODER_MIN_RECORD_BYTES = 768
+#: the same for a batch started by ``append_run`` (``send_many``)
+ENCODER_MIN_RUN_RECORD_BYTES = 384
 
-    __slots__ = ("_builder", "append_at", "compression", "batch_size", "record_count", "_built", "transactional")
+
+class BatchBuilder:
+    """One magic-2 batch being filled. ``append`` returns False once the batch is full (never for the first).
+
+    The encoder is chosen when the first record arrives, on its key and value size: an uncompressed batch whose
+    first record has at least ``ENCODER_MIN_RECORD_BYTES`` (``ENCODER_MIN_RUN_RECORD_BYTES`` when it comes through
+    ``append_run``) is written by ``record_encoder.PlainBatchEncoder`` and sealed with the hardware CRC-32C,
+    everything else (compressed batches, small records, no google-crc32c C extension) by aiokafka's C builder.
+    Both write the same bytes; they differ only in where the CPU goes.
+    """
+
+    __slots__ = ("_builder", "append_at", "compression", "batch_size", "record_count", "_built", "transactional",
+                 "_state")
 
     def __init__(self, *, compression_type: str | int = "none", batch_size: int = 16_384,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -151,23 +190,60 @@ class BatchBuilder:
         self.compression = compression_codec(compression_type)
         self.batch_size = batch_size
         self.transactional = transactional
-        self._builder = _aiokafka().builder(2, self.compression, int(transactional), producer_id,
-                                                  producer_epoch, base_sequence, max(batch_size, BATCH_HEADER_SIZE))
-        #: the C encoder's own append, the producer's per-record path (no Python frame in between):
+        self._state = (producer_id, producer_epoch, base_sequence)
+        #: the encoder, once chosen (None until the first record, unless only aiokafka's can do this batch)
+        self._builder: Any = None
+        #: the encoder's own append, the producer's per-record path (no Python frame in between once chosen):
         #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` with ``headers`` a list; returns None when
-        #: the batch is full. The caller tracks offset deltas and appends only before ``build()``
-        self.append_at = self._builder.append
+        #: the batch is full. The caller tracks offset deltas and appends only before ``build()``. Until the first
+        #: record it is ``_first_append``, which chooses the encoder and then replaces itself
+        self.append_at: Callable[[int, int, bytes | None, bytes | None, list[Header]], object]
+        if self.compression or _python_encoder() is None:
+            self._choose(False)
+        else:
+            self.append_at = self._first_append
         #: records taken through ``append`` (the producer's batches count their own)
         self.record_count = 0
         self._built: bytes | bytearray | None = None
+
+    def _choose(self, python: bool) -> Any:
+        """Make the batch's encoder: the Python one if ``python`` and it can (uncompressed, hardware CRC)."""
+        producer_id, producer_epoch, base_sequence = self._state
+        new = _python_encoder() if python and not self.compression else None
+        if new is None:
+            builder = _aiokafka().builder(2, self.compression, int(self.transactional), producer_id,
+                                          producer_epoch, base_sequence, max(self.batch_size, BATCH_HEADER_SIZE))
+        else:
+            builder = new(self.transactional, producer_id, producer_epoch, base_sequence, self.batch_size)
+        self._builder = builder
+        self.append_at = builder.append
+        return builder
+
+    def _first_append(self, offset_delta: int, timestamp_ms: int, key: bytes | None, value: bytes | None,
+                      headers: list[Header]) -> object:
+        builder = self._builder
+        if builder is None:     # a caller may hold on to this method past the first record: choose once
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+            builder = self._choose(size >= ENCODER_MIN_RECORD_BYTES)
+        return builder.append(offset_delta, timestamp_ms, key, value, headers)
+
+    @property
+    def encoder(self) -> str:
+        """Which encoder writes this batch: "python" (``PlainBatchEncoder``), "aiokafka", or "" (not chosen yet)."""
+        if self._builder is None:
+            return ""
+        return "aiokafka" if self._builder.__class__ is _aiokafka().builder else "python"
 
     def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] = ()) -> bool:
         """Add a record (offset delta = its index); False when it does not fit in ``batch_size``."""
         if self._built is not None:
             raise ProtocolError("record batch already built: no more appends")
+        for what, data in (("key", key), ("value", value)):
+            if not (data is None or isinstance(data, (bytes, bytearray))):
+                raise TypeError(f"record {what} must be bytes, bytearray or None, got {type(data).__name__}")
         if headers.__class__ is not list:
-            headers = list(headers) if headers else _NO_HEADERS   # the C builder wants a list; never mutates it
+            headers = list(headers) if headers else _NO_HEADERS   # the encoders want a list; never mutate it
         if timestamp_ms.__class__ is not int:
             timestamp_ms = int(timestamp_ms)
         if self.append_at(self.record_count, timestamp_ms, key, value, headers) is None:
@@ -182,7 +258,7 @@ class BatchBuilder:
         ``first_delta`` on while the estimated bytes stay within ``budget``; returns ``(appended, estimated bytes,
         batch full)``.
 
-        The bulk path of ``send_many``: one tight loop around the C encoder instead of a method call, a
+        The bulk path of ``send_many``: one tight loop around the encoder instead of a method call, a
         header conversion and a memory reservation per record. A record's estimate is ``base_size +
         len(key) + len(value)`` (the caller's upper bound, see ``core.batch.estimate_record_size``). The
         first record of an empty batch is always taken, whatever ``batch_size`` says.
@@ -191,6 +267,18 @@ class BatchBuilder:
             raise ProtocolError("record batch already built: no more appends")
         if timestamp_ms.__class__ is not int:
             timestamp_ms = int(timestamp_ms)
+        builder = self._builder
+        if builder is None:
+            end = len(records) if stop is None else stop
+            if start >= end:
+                return 0, 0, False
+            key, value = records[start]
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+            builder = self._choose(size >= ENCODER_MIN_RUN_RECORD_BYTES)
+        if builder.__class__ is not _aiokafka().builder:
+            counts: tuple[int, int, bool] = builder.append_run(records, start, first_delta, timestamp_ms, headers,
+                                                               budget, base_size, stop)
+            return counts
         append = self.append_at
         n = first_delta
         used = 0
@@ -219,6 +307,8 @@ class BatchBuilder:
     @property
     def size_bytes(self) -> int:
         """Bytes written so far (uncompressed, header included)."""
+        if self._builder is None:
+            return BATCH_HEADER_SIZE
         size: int = self._builder.size()
         return size
 
@@ -226,6 +316,8 @@ class BatchBuilder:
         """Set the idempotence fields; after ``build()`` the built bytes are re-stamped (CRC recomputed)."""
         if self._built is not None:
             self._built = restamp_producer_state(self._built, producer_id, producer_epoch, base_sequence)
+        elif self._builder is None:
+            self._state = (producer_id, producer_epoch, base_sequence)
         else:
             self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)
 
@@ -244,7 +336,8 @@ class BatchBuilder:
         """Compress (when it helps) and seal; idempotent. The encoder's own buffer is returned, not a copy
         (a batch is copied once more into the request frame anyway); treat it as read-only."""
         if self._built is None:
-            self._built = self._builder.build()
+            builder = self._builder if self._builder is not None else self._choose(False)
+            self._built = builder.build()
         return self._built
 
 
