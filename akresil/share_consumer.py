@@ -145,6 +145,7 @@ class ShareConsumer(ClientLifecycle):
 
     async def _start_tasks(self, tg: anyio.abc.TaskGroup) -> None:
         await tg.start(self._fetcher.run)
+        self._fetcher.connect_leaders(self._topics)
         await tg.start(self._group.run)
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ answer's throttle time is fed back to the node state. Leader hints from answers 
 from __future__ import annotations
 
 import logging
+from typing import Iterable
 
 import anyio
 import anyio.abc
@@ -46,6 +47,26 @@ class ShareFetcher:
 
     def wake(self) -> None:
         self._loop.wake()
+
+    def connect_leaders(self, topics: Iterable[str]) -> None:
+        """Open the connections to the leaders of ``topics``' partitions now, while the member joins, rather than
+        when the assignment names them: a connection's set-up is round trips to a broker that, once the first
+        fetch is out, serves them behind it (librdkafka's mock has one thread for every broker), and the
+        leaders connected last would start fetching tens of milliseconds after the first. A failure here is
+        only logged: the first fetch to that node connects (and reports) again."""
+        assert self._tg is not None, "run() first"
+        snapshot = self.cluster.metadata.snapshot
+        nodes = {lead[0] for topic in topics for p in snapshot.partitions_for(topic)
+                 if (lead := snapshot.leader_of(TopicPartition(topic, p))) is not None}
+        for node in sorted(nodes):
+            if self.cluster.connected(node) is None:
+                self._tg.start_soon(self._connect, node)
+
+    async def _connect(self, node: int) -> None:
+        try:
+            await self.cluster.connection(node)
+        except Exception as exc:   # noqa: BLE001 (the fetch to this node connects and reports again)
+            log.debug("early connection to node %s failed: %s", node, exc)
 
     def changed(self) -> anyio.Event:
         """The event the next answer (records, acknowledgement outcomes, an error) sets."""

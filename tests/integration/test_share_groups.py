@@ -164,3 +164,27 @@ def test_share_fetch_errors_back_off_exponentially(mock: MockCluster) -> None:
         assert {r.delivery_count for r in got} == {1}
 
     run(scenario)
+
+
+def test_every_leader_is_connected_before_the_first_share_fetch(mock: MockCluster) -> None:
+    """The connections to the subscribed topics' leaders are opened while the member joins: each costs ApiVersions
+    round trips, which the mock (one thread for all brokers) served behind the first leader's fetches when a
+    leader was connected only on its first fetch, starting it tens of milliseconds after the first."""
+    topic = unique_topic("share-connect")
+    mock.create_topic(topic, 3)
+
+    async def scenario() -> None:
+        produced = await produce(mock.bootstrap_servers, topic, 30, 3)
+        mock.start_request_tracking()
+        got: list[ShareRecord] = []
+        async with ShareConsumer(topic, bootstrap_servers=mock.bootstrap_servers, group_id="g", **FAST) as c:
+            with anyio.fail_after(20):
+                await drain(c, got, lambda: len(got) >= len(produced))
+        requests = mock.stop_request_tracking()
+        first_fetch = next(i for i, r in enumerate(requests) if r.api_key == 78)
+        assert {r.broker_id for r in requests if r.api_key == 78} == set(mock.broker_ids)
+        # every connection was set up (ApiVersions) before the first fetch went out
+        assert [r for r in requests[first_fetch:] if r.api_key == 18] == [], requests
+        assert sorted((r.partition, r.offset) for r in got) == sorted(produced)
+
+    run(scenario)

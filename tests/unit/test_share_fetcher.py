@@ -23,15 +23,21 @@ class _Snapshot:
     def leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
         return ({TP0: 1, TP1: 2}[tp], 0)
 
+    def partitions_for(self, topic: str) -> tuple[int, ...]:
+        return (0, 1) if topic == "t" else ()
+
 
 class _Metadata:
     snapshot = _Snapshot()
 
 
 class ScriptedCluster:
-    """Answers each request when the test says so; ``log`` records sends and what the test observes."""
+    """Answers each request when the test says so; ``log`` records sends, connections and what the test observes."""
 
-    def __init__(self, log: list[str]) -> None:
+    def __init__(self, log: list[str], up: set[int] | None = None) -> None:
+        #: nodes connected (all by default); ``connection`` connects the others, refusing those in ``refuse``
+        self.up = {1, 2} if up is None else up
+        self.refuse: set[int] = set()
         self.metadata = _Metadata()
         self.fatal_error: BaseException | None = None
         self.log = log
@@ -42,6 +48,17 @@ class ScriptedCluster:
 
     def on_metadata_change(self, callback: Any) -> None:
         pass
+
+    def connected(self, node: int) -> object:
+        return object() if node in self.up else None
+
+    async def connection(self, node: int) -> object:
+        self.log.append(f"connect {node}")
+        await anyio.sleep(0)
+        if node in self.refuse:
+            raise ConnectionRefusedError(f"node {node}")
+        self.up.add(node)
+        return object()
 
     def request_metadata_refresh(self, reason: str) -> None:
         pass
@@ -99,5 +116,33 @@ async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_applicat
                 await anyio.sleep(0)
             after_ack = log[log.index("sent ack 1") + 1:]
             assert after_ack[:2] == ["sent fetch 1", "application resumed"], log
+            fetcher._stopping = True
+            tg.cancel_scope.cancel()
+
+
+async def test_the_leaders_of_the_subscribed_topics_are_connected_before_the_assignment_names_them() -> None:
+    """A connection's set-up is round trips (ApiVersions) that librdkafka's mock, one thread for all brokers,
+    served behind the first leader's fetches: the leaders connected on their first fetch started fetching tens of
+    milliseconds after it. They are connected while the member joins; a refused one is left to the fetch."""
+    log: list[str] = []
+    cluster = ScriptedCluster(log, up={2})
+    cluster.refuse = {1}
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
+    state = ShareFetchState("g", backoff=backoff)
+    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            fetcher.connect_leaders(["t", "other"])
+            for _ in range(10):
+                await anyio.sleep(0)
+            assert log == ["connect 1"]             # node 2 is connected already; no assignment, no fetch
+            assert fetcher.fatal_error is None
+            state.member_id = "m"
+            state.set_assignment([TP0])
+            fetcher.wake()
+            while "sent fetch 1" not in log:
+                await anyio.sleep(0)
+            assert log == ["connect 1", "sent fetch 1"]
             fetcher._stopping = True
             tg.cancel_scope.cancel()
