@@ -145,7 +145,7 @@ class RecordAccumulator:
                  retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000, max_in_flight: int = 5,
                  enable_idempotence: bool = False, retries: int = 2**31 - 1, max_request_size: int = 1_048_576,
                  compression_type: str = "none", transactional: bool = False,
-                 new_payload: Callable[[TopicPartition], PayloadBuilder] | None = None,
+                 new_payload: Callable[[TopicPartition, int, bool], PayloadBuilder] | None = None,
                  rng: RandomSource | None = None, hooks: Hooks | None = None,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None) -> None:
         validate_delivery_timeout(delivery_timeout_ms, linger_ms, request_timeout_ms)
@@ -174,8 +174,11 @@ class RecordAccumulator:
             from ..protocol.records import BatchBuilder, compression_codec
             codec = compression_codec(compression_type)
 
-            def new_payload(tp: TopicPartition) -> PayloadBuilder:
-                return BatchBuilder(compression_type=codec, batch_size=batch_size, transactional=transactional)
+            def new_payload(tp: TopicPartition, first_record_bytes: int, bulk: bool) -> PayloadBuilder:
+                """A batch for ``tp`` whose first record has ``first_record_bytes`` of key and value, appended by
+                ``append_run`` if ``bulk``: what ``BatchBuilder`` chooses its encoder on."""
+                return BatchBuilder(compression_type=codec, batch_size=batch_size, transactional=transactional,
+                                    first_record_bytes=first_record_bytes, bulk=bulk)
         self._new_payload = new_payload
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms,
                                            rng=rng if rng is not None else random.Random())
@@ -376,7 +379,8 @@ class RecordAccumulator:
         needed = size + BATCH_OVERHEAD
         if not self._has_room(needed, waiter):
             return AppendResult(False, None, False, len(dq) > 0, needed)
-        batch = ProducerBatch(tp, pq.next_index, self._new_payload(tp), now, self.delivery_timeout_ms)
+        first_kv = (0 if key is None else len(key)) + (0 if value is None else len(value))
+        batch = ProducerBatch(tp, pq.next_index, self._new_payload(tp, first_kv, False), now, self.delivery_timeout_ms)
         pq.next_index += 1
         if not batch.try_append(timestamp_ms, key, value, headers, callback):
             raise RecordTooLargeError(f"record of ~{size} bytes does not fit in an empty batch")
@@ -419,11 +423,13 @@ class RecordAccumulator:
         while pos < total:
             last = dq[-1] if dq else None
             if last is None or not last.open:
-                first_size = base + _kv_size(records[pos])
+                first_kv = _kv_size(records[pos])
+                first_size = base + first_kv
                 if first_size + BATCH_OVERHEAD > budget:
                     needed = first_size + BATCH_OVERHEAD
                     break
-                last = ProducerBatch(tp, pq.next_index, self._new_payload(tp), now, self.delivery_timeout_ms)
+                last = ProducerBatch(tp, pq.next_index, self._new_payload(tp, first_kv, True), now,
+                                     self.delivery_timeout_ms)
                 pq.next_index += 1
                 dq.append(last)
                 self._incomplete += 1
@@ -716,8 +722,9 @@ class RecordAccumulator:
         pieces: list[ProducerBatch] = []
         sequence = batch.base_sequence
         for n, (lo, hi) in enumerate(zip(starts, [*starts[1:], len(records)])):
-            piece = ProducerBatch(batch.tp, batch.index + n, self._new_payload(batch.tp), batch.created_at,
-                                  self.delivery_timeout_ms)
+            piece = ProducerBatch(batch.tp, batch.index + n,
+                                  self._new_payload(batch.tp, _kv_size(records[lo][1:3]), False),
+                                  batch.created_at, self.delivery_timeout_ms)
             piece.deadline = batch.deadline
             piece.open = False
             piece.piece = True

@@ -172,66 +172,46 @@ ENCODER_MIN_RUN_RECORD_BYTES = 384
 class BatchBuilder:
     """One magic-2 batch being filled. ``append`` returns False once the batch is full (never for the first).
 
-    The encoder is chosen when the first record arrives, on its key and value size: an uncompressed batch whose
-    first record has at least ``ENCODER_MIN_RECORD_BYTES`` (``ENCODER_MIN_RUN_RECORD_BYTES`` when it comes through
-    ``append_run``) is written by ``record_encoder.PlainBatchEncoder`` and sealed with the hardware CRC-32C,
-    everything else (compressed batches, small records, no google-crc32c C extension) by aiokafka's C builder.
-    Both write the same bytes; they differ only in where the CPU goes.
+    The encoder is chosen with the batch, on the size of the record it is made for (``first_record_bytes``: key
+    plus value): an uncompressed batch whose first record has at least ``ENCODER_MIN_RECORD_BYTES``
+    (``ENCODER_MIN_RUN_RECORD_BYTES`` when it is made for ``append_run``: ``bulk``) is written by
+    ``record_encoder.PlainBatchEncoder`` and sealed with the hardware CRC-32C, everything else (compressed batches,
+    small records, no google-crc32c C extension) by aiokafka's C builder. Both write the same bytes; they differ
+    only in where the CPU goes. The caller knows the first record when it makes the batch, so choosing costs one
+    comparison (a batch at 10,000 partitions often holds one record of 100 B).
     """
 
-    __slots__ = ("_builder", "append_at", "compression", "batch_size", "record_count", "_built", "transactional",
-                 "_state")
+    __slots__ = ("_builder", "append_at", "compression", "batch_size", "record_count", "_built", "transactional")
 
     def __init__(self, *, compression_type: str | int = "none", batch_size: int = 16_384,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                 transactional: bool = False) -> None:
+                 transactional: bool = False, first_record_bytes: int = 0, bulk: bool = False) -> None:
         if batch_size < 0:
             raise ConfigError(f"batch_size: must be >= 0, got {batch_size!r}")
         self.compression = compression_codec(compression_type)
         self.batch_size = batch_size
         self.transactional = transactional
-        self._state = (producer_id, producer_epoch, base_sequence)
-        #: the encoder, once chosen (None until the first record, unless only aiokafka's can do this batch)
-        self._builder: Any = None
-        #: the encoder's own append, the producer's per-record path (no Python frame in between once chosen):
-        #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` with ``headers`` a list; returns None when
-        #: the batch is full. The caller tracks offset deltas and appends only before ``build()``. Until the first
-        #: record it is ``_first_append``, which chooses the encoder and then replaces itself
-        self.append_at: Callable[[int, int, bytes | None, bytes | None, list[Header]], object]
-        if self.compression or _python_encoder() is None:
-            self._choose(False)
+        new = None
+        if not self.compression and first_record_bytes >= (ENCODER_MIN_RUN_RECORD_BYTES if bulk
+                                                           else ENCODER_MIN_RECORD_BYTES):
+            new = _plain_encoder if _plain_looked else _python_encoder()
+        self._builder: Any
+        if new is None:
+            self._builder = _aiokafka().builder(2, self.compression, int(transactional), producer_id, producer_epoch,
+                                                base_sequence, max(batch_size, BATCH_HEADER_SIZE))
         else:
-            self.append_at = self._first_append
+            self._builder = new(transactional, producer_id, producer_epoch, base_sequence, batch_size)
+        #: the encoder's own append, the producer's per-record path (no Python frame in between for aiokafka's):
+        #: ``append_at(offset_delta, timestamp_ms, key, value, headers)`` with ``headers`` a list; returns None when
+        #: the batch is full. The caller tracks offset deltas and appends only before ``build()``
+        self.append_at: Callable[[int, int, bytes | None, bytes | None, list[Header]], object] = self._builder.append
         #: records taken through ``append`` (the producer's batches count their own)
         self.record_count = 0
         self._built: bytes | bytearray | None = None
 
-    def _choose(self, python: bool) -> Any:
-        """Make the batch's encoder: the Python one if ``python`` and it can (uncompressed, hardware CRC)."""
-        producer_id, producer_epoch, base_sequence = self._state
-        new = _python_encoder() if python and not self.compression else None
-        if new is None:
-            builder = _aiokafka().builder(2, self.compression, int(self.transactional), producer_id,
-                                          producer_epoch, base_sequence, max(self.batch_size, BATCH_HEADER_SIZE))
-        else:
-            builder = new(self.transactional, producer_id, producer_epoch, base_sequence, self.batch_size)
-        self._builder = builder
-        self.append_at = builder.append
-        return builder
-
-    def _first_append(self, offset_delta: int, timestamp_ms: int, key: bytes | None, value: bytes | None,
-                      headers: list[Header]) -> object:
-        builder = self._builder
-        if builder is None:     # a caller may hold on to this method past the first record: choose once
-            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-            builder = self._choose(size >= ENCODER_MIN_RECORD_BYTES)
-        return builder.append(offset_delta, timestamp_ms, key, value, headers)
-
     @property
     def encoder(self) -> str:
-        """Which encoder writes this batch: "python" (``PlainBatchEncoder``), "aiokafka", or "" (not chosen yet)."""
-        if self._builder is None:
-            return ""
+        """Which encoder writes this batch: "python" (``PlainBatchEncoder``) or "aiokafka"."""
         return "aiokafka" if self._builder.__class__ is _aiokafka().builder else "python"
 
     def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
@@ -268,13 +248,6 @@ class BatchBuilder:
         if timestamp_ms.__class__ is not int:
             timestamp_ms = int(timestamp_ms)
         builder = self._builder
-        if builder is None:
-            end = len(records) if stop is None else stop
-            if start >= end:
-                return 0, 0, False
-            key, value = records[start]
-            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-            builder = self._choose(size >= ENCODER_MIN_RUN_RECORD_BYTES)
         if builder.__class__ is not _aiokafka().builder:
             counts: tuple[int, int, bool] = builder.append_run(records, start, first_delta, timestamp_ms, headers,
                                                                budget, base_size, stop)
@@ -307,8 +280,6 @@ class BatchBuilder:
     @property
     def size_bytes(self) -> int:
         """Bytes written so far (uncompressed, header included)."""
-        if self._builder is None:
-            return BATCH_HEADER_SIZE
         size: int = self._builder.size()
         return size
 
@@ -316,8 +287,6 @@ class BatchBuilder:
         """Set the idempotence fields; after ``build()`` the built bytes are re-stamped (CRC recomputed)."""
         if self._built is not None:
             self._built = restamp_producer_state(self._built, producer_id, producer_epoch, base_sequence)
-        elif self._builder is None:
-            self._state = (producer_id, producer_epoch, base_sequence)
         else:
             self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)
 
@@ -336,8 +305,7 @@ class BatchBuilder:
         """Compress (when it helps) and seal; idempotent. The encoder's own buffer is returned, not a copy
         (a batch is copied once more into the request frame anyway); treat it as read-only."""
         if self._built is None:
-            builder = self._builder if self._builder is not None else self._choose(False)
-            self._built = builder.build()
+            self._built = self._builder.build()
         return self._built
 
 

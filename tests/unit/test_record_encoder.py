@@ -102,11 +102,10 @@ def test_same_bytes_as_aiokafka_for_producer_state_and_transactional_flag(transa
         (*state, transactional)
 
 
-def test_producer_state_set_before_and_after_build_through_batch_builder(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_producer_state_set_before_and_after_build_through_batch_builder() -> None:
     def make(python: bool) -> bytes:
-        monkeypatch.setattr(records, "ENCODER_MIN_RECORD_BYTES", 0 if python else 1 << 40)
-        b = BatchBuilder(transactional=True)
-        b.set_producer_state(11, 1, 5)           # before the first record: the encoder is not chosen yet
+        b = BatchBuilder(transactional=True, first_record_bytes=1001 if python else 0)
+        b.set_producer_state(11, 1, 5)           # before the first record
         for i in range(3):
             assert b.append_at(i, TS, b"k", b"v" * 1000, []) is not None
         assert b.encoder == ("python" if python else "aiokafka")
@@ -162,12 +161,11 @@ def test_random_batches_are_the_same_bytes_as_aiokafka() -> None:
         assert p == c
 
 
-def run_both(recs: list[tuple[bytes | None, bytes | None]], headers: list[Any], budget: int, batch_size: int,
-             monkeypatch: pytest.MonkeyPatch) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def run_both(recs: list[tuple[bytes | None, bytes | None]], headers: list[Any], budget: int, batch_size: int
+             ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     out = []
     for python in (False, True):
-        monkeypatch.setattr(records, "ENCODER_MIN_RUN_RECORD_BYTES", 0 if python else 1 << 40)
-        b = BatchBuilder(batch_size=batch_size)
+        b = BatchBuilder(batch_size=batch_size, first_record_bytes=1 << 40 if python else 0, bulk=True)
         first = b.append_run(recs, 1, 0, TS, headers, budget, RECORD_BASE_ESTIMATE, len(recs) - 1)
         assert b.encoder == ("python" if python else "aiokafka")
         more = b.append_run(recs, 1 + first[0], first[0], TS + 5, headers, budget, RECORD_BASE_ESTIMATE) \
@@ -179,46 +177,46 @@ def run_both(recs: list[tuple[bytes | None, bytes | None]], headers: list[Any], 
 @pytest.mark.parametrize("headers", HEADERS, ids=["no-headers", "one", "several"])
 @pytest.mark.parametrize("budget", [1 << 40, 3000])
 @pytest.mark.parametrize("batch_size", [0, 5000, 16_384, 1 << 30])
-def test_append_run_takes_and_writes_what_the_aiokafka_loop_does(headers: list[Any], budget: int, batch_size: int,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_run_takes_and_writes_what_the_aiokafka_loop_does(headers: list[Any], budget: int, batch_size: int
+                                                                 ) -> None:
     rng = random.Random(batch_size + budget)
     recs = [(rng.choice([None, b"k%d" % i]), rng.choice([None, b"v" * rng.randrange(2000)])) for i in range(40)]
-    c, p = run_both(recs, headers, budget, batch_size, monkeypatch)
+    c, p = run_both(recs, headers, budget, batch_size)
     assert p == c
 
 
-def test_append_run_past_multi_byte_offsets_and_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_run_past_multi_byte_offsets_and_lengths() -> None:
     recs: list[tuple[bytes | None, bytes | None]] = [(None, b"%d" % i) for i in range(8300)] + [(b"k", b"x" * 9000)]
-    c, p = run_both(recs, [], 1 << 40, 1 << 30, monkeypatch)
+    c, p = run_both(recs, [], 1 << 40, 1 << 30)
     assert p == c
 
 
 @pytest.mark.parametrize("size, single, run", [(767, "aiokafka", "python"), (768, "python", "python"),
                                                (383, "aiokafka", "aiokafka"), (384, "aiokafka", "python")])
 def test_the_encoder_is_chosen_on_the_first_record_size(size: int, single: str, run: str) -> None:
-    b = BatchBuilder()
-    assert b.encoder == "" and b.size_bytes == 61
-    assert b.append_at(0, TS, b"k", b"v" * (size - 1), []) is not None
-    assert b.append_at(1, TS, None, b"", []) is not None      # later records do not change the choice
+    b = BatchBuilder(first_record_bytes=size)
     assert b.encoder == single
-    r = BatchBuilder()
-    r.append_run([(b"k", b"v" * (size - 1)), (None, b"")], 0, 0, TS, [], 1 << 40, RECORD_BASE_ESTIMATE)
+    assert b.append_at(0, TS, b"k", b"v" * (size - 1), []) is not None
+    assert b.append_at(1, TS, None, b"", []) is not None
+    r = BatchBuilder(first_record_bytes=size, bulk=True)
     assert r.encoder == run
+    r.append_run([(b"k", b"v" * (size - 1)), (None, b"")], 0, 0, TS, [], 1 << 40, RECORD_BASE_ESTIMATE)
     assert bytes(b.build()) == bytes(r.build())
 
 
 def test_compressed_batches_and_no_hardware_crc_stay_with_aiokafka(monkeypatch: pytest.MonkeyPatch) -> None:
     big = b"v" * 4000
-    gz = BatchBuilder(compression_type="gzip")
+    gz = BatchBuilder(compression_type="gzip", first_record_bytes=len(big))
     assert gz.encoder == "aiokafka"
     gz.append(TS, None, big)
     assert next(read_batches(gz.build(), check_crcs=True)).compression == "gzip"
+    assert BatchBuilder(first_record_bytes=len(big)).encoder == "python"
     monkeypatch.setattr(records, "_hardware_crc32c", lambda: None)       # google-crc32c's C extension missing
     monkeypatch.setattr(records, "_plain_looked", False)
     monkeypatch.setattr(records, "_plain_encoder", None)
-    plain = BatchBuilder()
+    plain = BatchBuilder(first_record_bytes=len(big))
     assert plain.encoder == "aiokafka"
-    assert plain.append(TS, None, big) and plain.encoder == "aiokafka"
+    assert plain.append(TS, None, big)
 
 
 def test_an_empty_batch_builds_as_aiokafka_does() -> None:
@@ -230,6 +228,26 @@ def test_append_rejects_what_is_not_bytes() -> None:
         BatchBuilder().append(TS, None, "text")      # type: ignore[arg-type]
     with pytest.raises(TypeError, match="timestamp must be an int"):
         py_builder().append(0, float(TS), None, b"v", [])   # type: ignore[arg-type]
+
+
+def test_the_accumulator_chooses_on_the_record_that_opens_the_batch() -> None:
+    """One record of 400 B alone: aiokafka's builder; 400 B records in ``append_many``: the Python encoder; 100 B:
+    aiokafka's either way."""
+    def encoder_of(value: bytes, bulk: bool) -> str:
+        tp = TopicPartition("t", 0)
+        acc = RecordAccumulator(linger_ms=5, delivery_timeout_ms=10_000, request_timeout_ms=500, rng=random.Random(0))
+        if bulk:
+            recs: list[tuple[bytes | None, bytes | None]] = [(None, value)] * 3
+            acc.append_many(tp, recs, range(3), 0, TS, [], BulkCompletion(recs), now=0)
+        else:
+            acc.append(tp, TS, None, value, [], None, now=0)
+        [batch] = acc.drain(10, sendable={1}, leader_of={tp: (1, 3)}.get).batches[1]
+        assert [r[3] for r in decode(batch.payload.build())] == [value] * (3 if bulk else 1)
+        encoder: str = batch.payload.encoder
+        return encoder
+
+    assert [encoder_of(b"v" * 400, False), encoder_of(b"v" * 400, True)] == ["aiokafka", "python"]
+    assert [encoder_of(b"v" * 100, False), encoder_of(b"v" * 100, True)] == ["aiokafka", "aiokafka"]
 
 
 def test_the_producer_batches_1_kib_records_with_the_python_encoder_and_splits_them() -> None:
@@ -253,14 +271,13 @@ def test_the_producer_batches_1_kib_records_with_the_python_encoder_and_splits_t
 
 
 @pytest.mark.parametrize("slack", [-1, 0, 1, 2])
-def test_append_run_exactly_full_or_a_byte_over_takes_what_aiokafka_takes(slack: int,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_run_exactly_full_or_a_byte_over_takes_what_aiokafka_takes(slack: int) -> None:
     _, two = full_sizes()
     recs: list[tuple[bytes | None, bytes | None]] = [(b"k", b"v" * 1000)] * 3
     taken = []
     for python in (False, True):
-        monkeypatch.setattr(records, "ENCODER_MIN_RUN_RECORD_BYTES", 0 if python else 1 << 40)
-        b = BatchBuilder(batch_size=two + slack)
+        b = BatchBuilder(batch_size=two + slack, first_record_bytes=1001 if python else 0, bulk=True)
+        assert b.encoder == ("python" if python else "aiokafka")
         taken.append((b.append_run(recs, 0, 0, TS, [], 1 << 40, RECORD_BASE_ESTIMATE), bytes(b.build())))
     assert taken[0] == taken[1]
     assert taken[1][0][0] == (2 if slack > 0 else 1) and taken[1][0][2]
