@@ -852,6 +852,16 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._cluster.metadata.snapshot.partitions_for(topic)
 
+    async def fetch_partitions(self, topic: str) -> tuple[int, ...]:
+        """``partitions_for``, asking the brokers first when the producer does not know ``topic`` yet (within
+        ``max_block_ms``; an unknown topic raises as a send would), as Java's ``partitionsFor`` does: a caller
+        that knows its topic before it has records (a Spark write task waiting for its input) gets the metadata
+        round trip out of the way of the first send."""
+        self._check_open()
+        self._check_topic(topic)
+        await self._partitions(topic, self._cluster.clock() + self.config.max_block_ms)
+        return self.partitions_for(topic)
+
     @property
     def buffered_bytes(self) -> int:
         return self._acc.buffered_bytes

@@ -390,6 +390,44 @@ def test_task_side_clients_are_reused_by_the_next_task_and_closed_cleanly(spark_
     assert {t.ident for t in threading.enumerate()} <= baseline
 
 
+def test_a_write_task_fetches_its_topics_metadata_while_it_waits_for_input(spark_broker: Any, tmp_path: Any) -> None:
+    """A write task starts before Spark has computed its input: with the ``topic`` option, the worker's producer
+    learns the topic's partitions during that wait, not when the first rows arrive (a round trip less after
+    them), and the rows still all land."""
+    import pyarrow as pa
+
+    from akresil.spark.kafka_io import close_worker_clients, worker_clients
+    from akresil.spark.options import parse_write_options
+    from akresil.spark.writer import AkresilWriter
+
+    bs = spark_broker.bootstrap_servers
+    topic = unique_topic("spark-ahead")
+    writer = AkresilWriter(parse_write_options({"kafka.bootstrap.servers": bs, "topic": topic}), ("key", "value"),
+                           str(tmp_path))
+    close_worker_clients()
+    # the worker's cached producer, started by an earlier task before the topic existed: the topic is new to it
+    worker_clients().release(worker_clients().lease("producer", dict(writer.options.producer)), healthy=True)
+    create_topic(bs, topic, 3)
+    known_before_input: list[bool] = []
+
+    def spark_input() -> Any:           # Spark still computing the task's input: the task waits here
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            producers = [e.client for es in worker_clients()._clients.values() for e in es]
+            if any(p.partitions_for(topic) for p in producers):
+                break
+            time.sleep(0.01)
+        known_before_input.append(any(p.partitions_for(topic) for es in worker_clients()._clients.values()
+                                      for p in (e.client for e in es)))
+        yield pa.record_batch([pa.array([f"k{i}" for i in range(30)]), pa.array([f"v{i}" for i in range(30)])],
+                              names=["key", "value"])
+
+    delivery = writer.write(spark_input())
+    assert known_before_input == [True]
+    assert delivery.records == 30 and sum(delivery.partitions.values()) == 30
+    close_worker_clients()
+
+
 def _produce_at(bs: str, topic: str, partition: int, values: list[bytes], timestamp_ms: int) -> list[int]:
     import anyio
 
