@@ -87,6 +87,8 @@ CLOSE_S: list[float] = []
 #: per share round, seconds from the consumers' creation to the first record handed to any of them (group join,
 #: assignment, first fetch: on Apache Kafka mostly the wait for the heartbeat that brings the assignment)
 FIRST_S: list[float] = []
+#: when set (``--timeline``), each commit of a share round appends ``time.perf_counter()`` here (one consumer)
+COMMITS: list[float] | None = None
 
 
 async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: int,
@@ -117,6 +119,8 @@ async def share_akresil(mock: MockCluster, topic: str, records: int, consumers: 
                     if not first_at:
                         first_at = time.perf_counter()
                     await c.commit()
+                    if COMMITS is not None:
+                        COMMITS.append(time.perf_counter())
                     done += n
                     if done >= records and not committed_at:
                         committed_at = time.perf_counter()
@@ -159,6 +163,8 @@ def share_confluent(mock: MockCluster, topic: str, records: int, consumers: int,
                     if not first_at[0]:
                         first_at[0] = time.perf_counter()
                     c.commit_sync()
+                    if COMMITS is not None:
+                        COMMITS.append(time.perf_counter())
                     with lock:
                         done[0] += n
                         if done[0] >= records and not committed_at[0]:
@@ -392,6 +398,82 @@ def profile_share(records: int) -> int:
     return 0
 
 
+def _mock_thread_cpu_s() -> float:
+    """CPU seconds of this process's ``rdk:mock`` threads so far (the mock serves every broker on one), from
+    ``/proc`` (Linux): nanosecond resolution, unlike the clock ticks of ``/proc/*/stat``."""
+    import os
+
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "rdk:mock":
+                    continue
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0]) / 1e9
+        except FileNotFoundError:   # a thread that ended meanwhile
+            continue
+    return total
+
+
+class _Commits(list):  # type: ignore[type-arg]
+    """``COMMITS`` for ``--timeline``: each commit's time, and the mock threads' CPU seconds at it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mock_cpu: list[float] = []
+
+    def append(self, t: float) -> None:
+        self.mock_cpu.append(_mock_thread_cpu_s())
+        super().append(t)
+
+
+def timeline(records: int, n_rounds: int) -> dict[str, Any]:
+    """One share consumer per client and mode on a fresh mock per round, with the mock's request tracking and its
+    thread's CPU: the requests each client sends (ShareFetch, ShareAcknowledge), the time to its fourth commit
+    (start-up: join, connections, the first leaders' fetches) and, over the commits after it (each one poll of
+    ~500 records), the wall time per commit and how much of it the mock was busy. Both clients are bounded by
+    the mock (one thread for all brokers), so the busy share says how well a client keeps a request in front of
+    it. Medians of the rounds."""
+    global COMMITS
+    runs: list[tuple[str, Callable[..., Any]]] = [
+        ("akresil explicit", lambda m, t: share_akresil(m, t, records, 1, "explicit")),
+        ("akresil implicit", lambda m, t: share_akresil(m, t, records, 1, "implicit")),
+        ("confluent-kafka explicit", lambda m, t: share_confluent(m, t, records, 1, "explicit")),
+        ("confluent-kafka implicit", lambda m, t: share_confluent(m, t, records, 1, "implicit"))]
+    out: dict[str, Any] = {}
+    for client, fn in runs:
+        per: dict[str, list[float]] = {}
+
+        def body(mock: MockCluster, topic: str, fn: Any = fn) -> float:
+            global COMMITS
+            commits = COMMITS = _Commits()
+            mock.start_request_tracking()
+            start = time.perf_counter()
+            try:
+                rate = _figure(fn(mock, topic))
+            finally:
+                COMMITS = None
+            tracked = mock.stop_request_tracking()
+            per.setdefault("share_fetch", []).append(sum(1 for r in tracked if r.api_key == 78))
+            per.setdefault("share_acknowledge", []).append(sum(1 for r in tracked if r.api_key == 79))
+            if len(commits) > 5:
+                wall = commits[-1] - commits[3]
+                busy = commits.mock_cpu[-1] - commits.mock_cpu[3]
+                per.setdefault("start_to_4th_commit_ms", []).append((commits[3] - start) * 1e3)
+                per.setdefault("steady_ms_per_commit", []).append(wall / (len(commits) - 4) * 1e3)
+                per.setdefault("mock_cpu_ms_per_commit", []).append(busy / (len(commits) - 4) * 1e3)
+                per.setdefault("mock_busy", []).append(busy / wall)
+            return rate
+
+        for _ in range(n_rounds):
+            per.setdefault("acks_per_s", []).append(on_fresh_mock(body, records, PARTITIONS))
+        out[client] = {k: {"median": statistics.median(v), "rounds": v} for k, v in per.items()}
+        print(f"{client}: " + ", ".join(f"{k} {v['median']:,.2f}" for k, v in out[client].items()), file=sys.stderr)
+    COMMITS = None
+    return out
+
+
 def ack_cost(records: int, rounds: int) -> dict[str, Any]:
     """CPU ns per record of the per-record acknowledgement calls alone, no broker and no event loop: the share
     state's ``acknowledge_record`` (explicit mode's call per record) and ``accept_delivered`` (implicit mode's pass
@@ -471,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="instead: one akresil share consumer, explicit mode, under cProfile timed by its thread's "
                              "CPU (time.thread_time); prints the top functions by cumulative CPU to stderr")
+    parser.add_argument("--timeline", action="store_true",
+                        help="instead: one share consumer per client and mode on the mock with its request tracking "
+                             "and thread CPU (requests sent, start-up, wall and mock CPU per commit); prints JSON")
     parser.add_argument("--ack-cost", action="store_true",
                         help="instead: the share state's per-record acknowledgement calls alone (no broker, no "
                              "event loop), CPU ns per record, best of --rounds; prints JSON")
@@ -480,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.profile:
         return profile_share(args.records)
+    if args.timeline:
+        print(json.dumps(timeline(args.records, max(args.rounds, 3)), indent=2))
+        return 0
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (the report gives medians and the worst)")
     counts = [int(x) for x in args.consumers.split(",")]
