@@ -24,12 +24,15 @@ import asyncio
 import logging
 from collections import deque
 from contextvars import Context
-from typing import Any, Callable, Generator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generator, Optional
 
 import anyio
 
 from . import errors
 from .types import RecordMetadata
+
+if TYPE_CHECKING:
+    from .core.batch import Detached
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +45,9 @@ _PENDING, _DONE, _CANCELLED = 0, 1, 2
 class DeliveryFuture:
     """Completion of one record. ``await fut`` returns its ``RecordMetadata`` or raises its error."""
 
-    # seven slots, all set in __init__: the object is created once per record and walked by every collection
+    # all set in __init__: the object is created once per record and walked by every collection it lives through
     __slots__ = ("_value", "_state", "_loop", "_cb", "_cb_ctx", "_more", "_on_delivery", "_asyncio_future_blocking",
-                 "__weakref__")
+                 "_src", "_pos", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None,
                  on_delivery: DeliveryCallback | None = None) -> None:
@@ -59,6 +62,39 @@ class DeliveryFuture:
         self._more: list[tuple[Callable[[DeliveryFuture], Any], Context | None]] | None = None
         self._on_delivery = on_delivery
         self._asyncio_future_blocking = False
+        #: a detached future (``detached``): its batch's view and its record's slot there; None once settled
+        self._src: Detached | None = None
+        self._pos = 0
+
+    @classmethod
+    def detached(cls, loop: asyncio.AbstractEventLoop | None, on_delivery: DeliveryCallback, src: Detached,
+                 pos: int) -> DeliveryFuture:
+        """A future its batch does not hold: the batch calls ``on_delivery`` itself, so a caller that drops the
+        future leaves nothing per pending record. Kept, it reads its outcome from ``src`` when asked, and takes
+        the record's slot over (the batch then calls it, and it calls ``on_delivery``) once something waits on it
+        before completion (``_settle``)."""
+        fut = cls(loop, on_delivery)
+        fut._src = src
+        fut._pos = pos
+        return fut
+
+    def _settle(self, wait: bool) -> None:
+        """A detached future learns its record's outcome if the batch has it; if not and ``wait``, the batch will
+        call this future at completion (it waits like any other from then on)."""
+        src = self._src
+        assert src is not None
+        outcome = src.outcome(self._pos)
+        if outcome is None:
+            if wait and src.attach(self._pos, self):
+                self._src = None
+            elif wait:      # completed in between (cannot happen on one thread; kept exact)
+                self._settle(wait)
+            return
+        self._src = None
+        metadata, error = outcome
+        self._value = error if error is not None else metadata
+        if self._state == _PENDING:
+            self._state = _DONE
 
     # ------------------------------------------------------------------ the core's record callback
     def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
@@ -101,12 +137,16 @@ class DeliveryFuture:
 
     # ------------------------------------------------------------------ future API
     def done(self) -> bool:
+        if self._src is not None:
+            self._settle(False)
         return self._state != _PENDING
 
     def cancelled(self) -> bool:
         return self._state == _CANCELLED
 
     def result(self) -> RecordMetadata:
+        if self._src is not None:
+            self._settle(False)
         state = self._state
         if state == _DONE:
             value = self._value
@@ -120,6 +160,8 @@ class DeliveryFuture:
         raise NotDeliveredError("record not delivered yet")
 
     def exception(self) -> BaseException | None:
+        if self._src is not None:
+            self._settle(False)
         if self._state == _CANCELLED:
             raise asyncio.CancelledError("waiting for the record's delivery was cancelled (the record was not)")
         if self._state != _DONE:
@@ -129,6 +171,8 @@ class DeliveryFuture:
 
     def delivery_outcome(self) -> tuple[RecordMetadata | None, BaseException | None] | None:
         """``(metadata, error)`` once the record's outcome is known, else None; unaffected by ``cancel()``."""
+        if self._src is not None:
+            self._settle(False)
         value = self._value
         if value is None:
             return None
@@ -137,6 +181,8 @@ class DeliveryFuture:
     def add_done_callback(self, fn: Callable[[DeliveryFuture], Any], *, context: Context | None = None) -> None:
         """Call ``fn(fut)`` once done: under asyncio from the loop (``call_soon``), as asyncio does; under other
         backends synchronously at completion. Already done: scheduled (asyncio) or called now."""
+        if self._src is not None:
+            self._settle(True)
         if self._state != _PENDING:
             loop = self._loop
             if loop is not None:
@@ -167,6 +213,8 @@ class DeliveryFuture:
 
     def cancel(self, msg: Any = None) -> bool:
         """Stop waiting: awaiters get ``CancelledError``. The record itself is not recalled (see the module)."""
+        if self._src is not None:
+            self._settle(False)
         if self._state != _PENDING:
             return False
         self._state = _CANCELLED
@@ -202,6 +250,8 @@ class DeliveryFuture:
 
     def send(self, value: None) -> DeliveryFuture:
         """Await-iterator step (asyncio): the future to park on, or StopIteration carrying the result."""
+        if self._src is not None:
+            self._settle(True)
         if self._state == _PENDING:
             self._asyncio_future_blocking = True
             return self
@@ -225,6 +275,8 @@ class DeliveryFuture:
         return self.__await__()
 
     def __repr__(self) -> str:
+        if self._src is not None:
+            self._settle(False)
         state = ("pending", "done", "cancelled")[self._state]
         error = self._value if isinstance(self._value, BaseException) else None
         return f"<DeliveryFuture {state}{' error=' + repr(error) if error is not None else ''}>"

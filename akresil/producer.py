@@ -28,7 +28,7 @@ from . import errors
 from .checks import check_topic_name
 from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
-from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, headers_size
+from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, ProducerBatch, headers_size
 from .core.partitioner import DefaultPartitioner, check_partition
 from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
@@ -504,14 +504,25 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if tps is None or len(tps) <= p:
             tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(max(num, p + 1))]
         tp = tps[p]
-        if fut is None:                     # (given: a SendCall, the record's future itself)
-            fut = DeliveryFuture(self._loop, on_delivery)
         if timestamp_ms is None:
             timestamp_ms = int(_wall_time() * 1000)
         elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
             timestamp_ms = _checked_timestamp(timestamp_ms)
         acc = self._acc
-        size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, fut)
+        if fut is None and on_delivery is not None:
+            # the batch calls on_delivery itself and holds no future: a caller that drops the one returned (the
+            # delivery-callback idiom) leaves nothing per pending record for the collector (``Detached``)
+            size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, on_delivery)
+            if size:
+                batch: ProducerBatch = acc.appended_to  # type: ignore[assignment]
+                fut = DeliveryFuture.detached(self._loop, on_delivery, batch.detached or batch.detach(),
+                                              len(batch.singles) - 5)
+            else:
+                fut = DeliveryFuture(self._loop, on_delivery)
+        else:
+            if fut is None:                 # (given: a SendCall, the record's future itself)
+                fut = DeliveryFuture(self._loop)
+            size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, fut)
         if size:
             # joined an open batch: nothing changed that the sender waits for
             if sticky:

@@ -203,6 +203,8 @@ class RecordAccumulator:
         self._incomplete = 0
         #: node id -> batches in flight to it: a node with any is still answering a Produce (see module doc)
         self._node_in_flight: dict[int, int] = {}
+        #: the batch ``try_append_open`` last appended to (its record's slots end that batch's ``singles``)
+        self.appended_to: ProducerBatch | None = None
         self.producer_id = -1
         self.producer_epoch = -1
 
@@ -340,6 +342,7 @@ class RecordAccumulator:
         last.record_count += 1
         last.reserved_bytes += size
         self._used += size
+        self.appended_to = last
         return size
 
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,

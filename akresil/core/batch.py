@@ -194,13 +194,64 @@ class BatchState(enum.Enum):
     SPLIT = "split"              # refused as too large: its records and completions went into smaller batches
 
 
+class Detached:
+    """A batch's records as seen by futures the batch does not hold (``Producer.enqueue(..., on_delivery=cb)``).
+
+    Such a record's slot in ``singles`` holds the application's ``cb`` itself, so a caller that drops the returned
+    future (the delivery-callback idiom) leaves no object per pending record for Python's collector to walk: a
+    backlog of 150,000 pending records cost ~0.85 us per record in full collections. A future that is kept asks
+    here for its outcome, or takes the slot over (``attach``) when something waits on it before completion. One
+    per batch, made with its first detached record; it keeps the slots list, not the batch (nor its encoded bytes).
+    """
+
+    __slots__ = ("tp", "singles", "state", "base_offset", "log_append_time_ms", "error", "forward")
+
+    def __init__(self, tp: TopicPartition, singles: list[Any]) -> None:
+        self.tp = tp
+        #: the batch's slots list (the batch appends to it in place; ``complete`` and ``fail`` leave it here)
+        self.singles = singles
+        self.state = BatchState.QUEUED
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self.error: BaseException | None = None
+        #: after a split: for each record position here, the piece's ``Detached`` and position holding it now
+        self.forward: dict[int, tuple[Detached, int]] | None = None
+
+    def _follow(self, pos: int) -> tuple[Detached, int]:
+        d = self
+        while d.forward is not None:
+            d, pos = d.forward[pos]
+        return d, pos
+
+    def outcome(self, pos: int) -> tuple[RecordMetadata | None, BaseException | None] | None:
+        """``(metadata, error)`` of the record at slot ``pos`` once its batch completed, else None."""
+        d, pos = self._follow(pos)
+        if d.state is BatchState.SUCCEEDED:
+            s = d.singles
+            offset = d.base_offset + s[pos] if d.base_offset >= 0 else -1
+            stamp = s[pos + 1] if d.log_append_time_ms < 0 else d.log_append_time_ms
+            return RecordMetadata(d.tp.topic, d.tp.partition, offset, stamp, s[pos + 3], s[pos + 4]), None
+        if d.state is BatchState.FAILED:
+            return None, d.error
+        return None
+
+    def attach(self, pos: int, callback: RecordCallback) -> bool:
+        """Have the batch call ``callback`` (the future, which calls the application's one) instead of the
+        application's callback at completion; False when the record is already complete (ask ``outcome``)."""
+        d, pos = self._follow(pos)
+        if d.state is BatchState.SUCCEEDED or d.state is BatchState.FAILED:
+            return False
+        d.singles[pos + 2] = callback
+        return True
+
+
 class ProducerBatch:
     """One partition's records travelling together; ``deadline`` is ``created_at + delivery_timeout_ms``."""
 
     __slots__ = ("tp", "index", "created_at", "deadline", "payload", "record_count", "singles", "ranges", "state",
                  "open", "attempts", "last_attempt_at", "retry_at", "base_sequence", "producer_id",
                  "producer_epoch", "attempt_epochs", "current_leader_epoch", "attempts_when_leader_changed",
-                 "reserved_bytes", "error", "base_offset", "node_id", "expedite", "piece")
+                 "reserved_bytes", "error", "base_offset", "node_id", "expedite", "piece", "detached")
 
     def __init__(self, tp: TopicPartition, index: int, payload: PayloadBuilder, now: float,
                  delivery_timeout_ms: float) -> None:
@@ -239,6 +290,15 @@ class ProducerBatch:
         #: a piece of a batch the broker refused as too large (``RecordAccumulator.split``): sent only once no older
         #: batch of its partition is in flight, as a retry
         self.piece = False
+        #: the view of futures this batch does not hold (``Detached``), made with the first of them
+        self.detached: Detached | None = None
+
+    def detach(self) -> Detached:
+        """This batch's ``Detached`` view (made on first use)."""
+        d = self.detached
+        if d is None:
+            d = self.detached = Detached(self.tp, self.singles)
+        return d
 
     @property
     def done(self) -> bool:
@@ -276,12 +336,17 @@ class ProducerBatch:
         """Give every record's completion to the piece that now holds it (a split): ``pieces[n]`` holds this batch's
         records ``starts[n]`` up to the next start, as its records 0, 1, ... This batch reports nothing after."""
         singles = self.singles
+        detached = self.detached
+        forward: dict[int, tuple[Detached, int]] = {}
         n, last = 0, len(pieces) - 1
         for j in range(0, len(singles), 5):
             i = singles[j]
             while n < last and i >= starts[n + 1]:
                 n += 1
-            pieces[n].singles += (i - starts[n], *singles[j + 1:j + 5])
+            piece = pieces[n]
+            if detached is not None:
+                forward[j] = (piece.detach(), len(piece.singles))
+            piece.singles += (i - starts[n], *singles[j + 1:j + 5])
         ends = [*starts[1:], self.record_count]
         for run in self.ranges:
             first, count = run.first, len(run.positions)
@@ -294,6 +359,9 @@ class ProducerBatch:
         self.ranges = []
         self.state = BatchState.SPLIT
         self.open = False
+        if detached is not None:
+            detached.forward = forward
+            detached.state = BatchState.SPLIT
 
     # ------------------------------------------------------------------ completion (exactly once)
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> bool:
@@ -304,6 +372,10 @@ class ProducerBatch:
         self.open = False
         self.base_offset = base_offset
         topic, partition = self.tp
+        detached = self.detached
+        if detached is not None:     # before the callbacks: one of them may ask about another record of the batch
+            detached.base_offset, detached.log_append_time_ms = base_offset, log_append_time_ms
+            detached.state = BatchState.SUCCEEDED
         singles = self.singles
         if singles:
             # the records' metadata built by C iterators over the flat slots (index, timestamp, callback, key
@@ -336,6 +408,10 @@ class ProducerBatch:
         self.state = BatchState.FAILED
         self.open = False
         self.error = error
+        detached = self.detached
+        if detached is not None:
+            detached.error = error
+            detached.state = BatchState.FAILED
         for callback in self.singles[2::5]:
             if callback is not None:
                 try:
