@@ -19,9 +19,12 @@ from typing import Callable, Sequence
 
 Header = tuple[str, "bytes | None"]
 
-#: zigzag varints of 0 .. _TABLE - 1 are looked up, larger ones computed: offset deltas up to 8191, lengths up to
-#: 8 KiB and timestamp deltas up to 8 s cover nearly every record of a 16 KiB batch (~400 KB of small bytes)
+#: zigzag varints of 0 .. _TABLE - 1 are looked up, larger ones computed: offset deltas up to 8191 and lengths up
+#: to 8 KiB cover nearly every record of a batch (~350 KB of small bytes objects)
 _TABLE = 8192
+#: the same for timestamp deltas (from the batch's first record), up to ~1 s: a batch filling slower than that
+#: is not where the CPU goes
+_TS_TABLE = 1024
 
 # Length i, PartitionLeaderEpoch i, Magic b, CRC I in front of what the CRC covers:
 # Attributes h, LastOffsetDelta i, FirstTimestamp q, MaxTimestamp q, ProducerId q, ProducerEpoch h,
@@ -49,7 +52,7 @@ def zigzag_varint(n: int) -> bytes:
 
 _VARINT: list[bytes] = [zigzag_varint(n) for n in range(_TABLE)]
 #: the attributes byte (always 0 in a record) and the timestamp delta, which follow each other in a record
-_ATTRS_TS: list[bytes] = [b"\x00" + v for v in _VARINT]
+_ATTRS_TS: list[bytes] = [b"\x00" + v for v in _VARINT[:_TS_TABLE]]
 _NULL = b"\x01"         # length -1: a null key, value or header value
 _NO_HEADERS = b"\x00"   # header count 0
 
@@ -105,7 +108,7 @@ class PlainBatchEncoder:
             delta = 0
         else:
             raise TypeError(f"record timestamp must be an int (milliseconds), got {timestamp!r}")
-        at = _ATTRS_TS[delta] if 0 <= delta < _TABLE else b"\x00" + zigzag_varint(delta)
+        at = _ATTRS_TS[delta] if 0 <= delta < _TS_TABLE else b"\x00" + zigzag_varint(delta)
         ov = _VARINT[offset] if 0 <= offset < _TABLE else zigzag_varint(offset)
         body = len(at) + len(ov)
         if key is None:
@@ -155,7 +158,7 @@ class PlainBatchEncoder:
                                                 budget - estimate, base_size, end)
             return count + 1, used + estimate, full
         delta = timestamp_ms - self._first_ts
-        at = _ATTRS_TS[delta] if 0 <= delta < _TABLE else b"\x00" + zigzag_varint(delta)
+        at = _ATTRS_TS[delta] if 0 <= delta < _TS_TABLE else b"\x00" + zigzag_varint(delta)
         hv = encode_headers(headers) if headers else _NO_HEADERS
         fixed = len(at) + len(hv)
         parts = self._parts

@@ -163,9 +163,9 @@ def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequen
 #: a batch whose first record (key + value) has at least this many bytes is written by ``PlainBatchEncoder``,
 #: one with a smaller first record by aiokafka's C builder. Per record the Python encoder costs ~0.25 µs more when
 #: each record is a call (send, enqueue) and ~0.15 µs more in ``send_many``'s loop; per byte its hardware CRC
-#: costs ~0.45 ns less. The two break even at these sizes, measured per 16 KiB batch (docs/benchmarks.md)
+#: costs ~0.45 ns less. The two break even at these sizes, in 16 KiB and 256 KiB batches (docs/benchmarks.md)
 ENCODER_MIN_RECORD_BYTES = 768
-#: the same for a batch started by ``append_run`` (``send_many``)
+#: the same for a batch made for ``append_run`` (``send_many``: ``bulk``)
 ENCODER_MIN_RUN_RECORD_BYTES = 384
 
 

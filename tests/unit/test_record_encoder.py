@@ -72,7 +72,7 @@ def test_same_bytes_as_aiokafka_for_keys_values_and_headers(key: bytes | None, v
     assert decode(p) == [(i, TS + i, key, value, headers) for i in range(3)]
 
 
-@pytest.mark.parametrize("deltas", [[0, 0, 0], [0, 63, 64, 8191, 8192, 10**7, 2**40], [0, -1, -64, -8193, -10**9, 5],
+@pytest.mark.parametrize("deltas", [[0, 0, 0], [0, 63, 64, 1023, 1024, 8191, 8192, 10**7, 2**40], [0, -1, -64, -8193, -10**9, 5],
                                     [5, 3, 9, 1]], ids=["zero", "large", "negative", "unordered"])
 def test_same_bytes_as_aiokafka_for_timestamp_deltas(deltas: list[int]) -> None:
     recs: list[Rec] = [(i, TS + d, b"k", b"v" * 700, []) for i, d in enumerate(deltas)]
