@@ -1,8 +1,8 @@
 """An uncompressed magic-2 record batch written in Python and sealed with the hardware CRC-32C.
 
 aiokafka's C builder encodes each record fast but checks the finished batch with a table-driven CRC-32C
-(~11 µs per 2 KiB): for 16 records of 1 KiB that is most of the batch's cost. google-crc32c's C extension uses the
-CPU's CRC instructions (~1.1 µs per 2 KiB), so for records of a few hundred bytes and more this encoder, slower
+(~1.0–1.7 µs per 2 KiB): for 16 records of 1 KiB that is most of the batch's cost. google-crc32c's C extension uses
+the CPU's CRC instructions (~0.14 µs per 2 KiB), so for records of a few hundred bytes and more this encoder, slower
 per record (a Python call) but ten times faster per byte, builds a batch with less CPU; ``records.BatchBuilder``
 picks between the two per batch (``ENCODER_MIN_RECORD_BYTES``).
 
