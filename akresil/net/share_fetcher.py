@@ -2,8 +2,8 @@
 ShareAcknowledge requests (KIP-932).
 
 Each turn asks the core which leaders get a request now (one per leader at a time, none while a leader
-backs off), starts a task per request and sleeps until the core's earliest timer or a wake-up (records
-drained, an acknowledgement to commit, an answer, a metadata change). Requests go through
+backs off), hands each to its leader's long-lived sender task and sleeps until the core's earliest timer or a
+wake-up (records drained, an acknowledgement to commit, an answer, a metadata change). Requests go through
 ``Cluster.request``: a KIP-219 mute and the reconnect backoff are waited out before sending, and every
 answer's throttle time is fed back to the node state. Leader hints from answers (KIP-951 style
 ``CurrentLeader`` + ``NodeEndpoints``) go to the metadata cache before the refresh they also request.
@@ -12,6 +12,7 @@ answer's throttle time is fed back to the node state. Leader hints from answers 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Iterable
 
 import anyio
@@ -41,6 +42,9 @@ class ShareFetcher:
         self._stopping = False
         self._in_flight = 0
         self._idle = Broadcast()
+        #: per node, the plans its sender task has yet to send, and the event that wakes that task when idle
+        self._queues: dict[int, deque[SharePlan]] = {}
+        self._ready: dict[int, anyio.Event] = {}
         self.fatal_error: BaseException | None = None
         self._timeout_ms = request_timeout_ms + state.max_wait_ms
         cluster.on_metadata_change(self.wake)
@@ -104,12 +108,39 @@ class ShareFetcher:
                            layout=self.cluster.metadata.snapshot)
         if state.unknown_leaders:
             self.cluster.request_metadata_refresh("share-fetch-unknown-leader", missing=True)
-        assert self._tg is not None
         for plan in plans:
             self._in_flight += 1
-            self._tg.start_soon(self._send, plan)
+            self._dispatch(plan)
         at = state.next_timer_at(now)
         return None if at is None else max(0.0, at - now)
+
+    def _dispatch(self, plan: SharePlan) -> None:
+        """Queue ``plan`` for its node's sender task, started on the node's first request. A task per request
+        (anyio's spawn, its cancel scope, its teardown) cost about half of each fetcher turn; a node has one
+        request in flight at a time anyway, so one task per node sends them one after the other."""
+        node = plan.node_id
+        queue = self._queues.get(node)
+        if queue is None:
+            queue = self._queues[node] = deque()
+            assert self._tg is not None
+            self._tg.start_soon(self._sender, node, queue)
+        queue.append(plan)
+        ready = self._ready.get(node)
+        if ready is not None:
+            ready.set()
+
+    async def _sender(self, node: int, queue: deque[SharePlan]) -> None:
+        """Node ``node``'s sender: sends its queued plans in order, handling each answer before the next; ends
+        once the fetcher stops and nothing is queued (in-flight requests finish: a cancelled one would leave
+        its answer unread)."""
+        ready = self._ready
+        while True:
+            while queue:
+                await self._send(queue.popleft())
+            if self._stopping:
+                return
+            event = ready[node] = anyio.Event()
+            await event.wait()
 
     async def _send(self, plan: SharePlan) -> None:
         state, cluster = self.state, self.cluster
@@ -165,6 +196,8 @@ class ShareFetcher:
         """Stop planning; wait (bounded) for requests in flight so their answers are read, not dropped."""
         self._stopping = True
         self.wake()
+        for event in self._ready.values():      # idle senders end
+            event.set()
         with anyio.move_on_after(timeout_ms / 1000.0):
             while self._in_flight:
                 await self._idle.current().wait()

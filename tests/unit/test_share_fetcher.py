@@ -3,6 +3,7 @@ consequences reach the broker and the application (no broker, no sleeps)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -146,3 +147,45 @@ async def test_the_leaders_of_the_subscribed_topics_are_connected_before_the_ass
             assert log == ["connect 1", "sent fetch 1"]
             fetcher._stopping = True
             tg.cancel_scope.cancel()
+
+
+async def test_a_leaders_requests_are_sent_by_one_long_lived_task_not_a_task_each() -> None:
+    """Spawning a task per ShareFetch / ShareAcknowledge (anyio's spawn, cancel scope and teardown) was about half
+    of each fetcher turn's CPU; a leader has one request in flight at a time, so one task per leader sends them
+    all, and it ends when the fetcher stops."""
+    log: list[str] = []
+    cluster = ScriptedCluster(log)
+    senders: dict[int, set[object]] = {1: set(), 2: set()}
+    request = cluster.request
+
+    async def tracked(node: int, api: ApiKey, body: dict[str, Any], *, timeout_ms: float) -> tuple[int, Any]:
+        senders[node].add(asyncio.current_task())
+        return await request(node, api, body, timeout_ms=timeout_ms)
+
+    cluster.request = tracked  # type: ignore[method-assign]
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
+    state = ShareFetchState("g", backoff=backoff)
+    state.member_id = "m"
+    state.set_assignment([TP0, TP1])
+    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            offset = 0
+            for _ in range(3):      # fetch, poll, acknowledge, commit: three rounds per leader
+                await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
+                await cluster.answer("fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
+                while state.buffered < 4:
+                    await anyio.sleep(0)
+                for records in state.poll_by_partition(4, 0.0, whole=False).values():
+                    for rec in records:
+                        state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
+                state.request_commit()
+                fetcher.wake()
+                offset += 2
+            await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
+            assert log.count("sent fetch 1") >= 4 and log.count("sent fetch 2") >= 4, log
+            assert [len(tasks) for tasks in senders.values()] == [1, 1], senders
+            tg.start_soon(cluster.answer, "fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
+            await fetcher.stop(1000)
+        # run() returned: the senders ended with the fetcher
