@@ -29,7 +29,9 @@ write and read per format and value size, the streaming pipeline readStream -> u
 (records/s over ``--stream-records`` in micro-batches of ``--stream-batch``, and the per-micro-batch time of
 micro-batches of ``--latency-batch``), akresil's exactly-once sink as a third streaming column, and each path's
 fixed cost from 100-row queries; medians and the worst round, ratios akresil / ``format("kafka")`` (> 1: akresil
-faster). The command that makes the figures in docs/spark.md:
+faster). The fixed cost also runs a no-op Python data source (``noop``: writes and streams 100 rows, talks to no
+broker), Spark's floor for any Python data source's write and streaming query (``--only fixed``: these alone).
+The command that makes the figures in docs/spark.md:
 
     python benchmarks/bench_spark.py --apache --out spark-apache.json     # 1 M rows, 100 B and 1 KiB, 3 rounds
     python benchmarks/bench_spark.py --apache --only streaming            # the streaming pipeline alone
@@ -62,6 +64,93 @@ from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition
 from akresil.testing import EmbeddedBroker
 
 CHUNK = 10_000
+#: the no-op Python data source of the fixed-cost rows: Spark's own floor for any Python data source
+NOOP = "noop"
+
+
+def _noop_source() -> Any:
+    """A Python data source that does nothing (``format("akresil_bench_noop")``): its 100-row write and streaming
+    queries cost what Spark's Python Data Source API costs per query (planner, Python workers, commit runner,
+    source runner) with no Kafka client at all — the floor under akresil's fixed cost. Defined here, not in a
+    module, so Spark's workers get it by value (cloudpickle) and need nothing installed."""
+    from pyspark.sql.datasource import (
+        DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
+        WriterCommitMessage,
+    )
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NoopStreamWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: Any, batchId: int) -> None:
+            pass
+
+        def abort(self, messages: Any, batchId: int) -> None:
+            pass
+
+    class NoopStreamReader(DataSourceStreamReader):
+        """100 rows at offset 0..100, in one partition (the 100-record pipeline of the fixed cost)."""
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            return {"o": 100}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            return [InputPartition(0)] if end["o"] > start["o"] else []
+
+        def read(self, partition: InputPartition) -> Any:
+            return ((str(i).encode(), str(i).encode()) for i in range(100))
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class NoopSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "akresil_bench_noop"
+
+        def schema(self) -> str:
+            return "key binary, value binary"
+
+        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
+            return NoopWriter()
+
+        def streamReader(self, schema: Any) -> NoopStreamReader:
+            return NoopStreamReader()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> NoopStreamWriter:
+            return NoopStreamWriter()
+
+    return NoopSource
+
+
+def noop_pipeline(spark: Any, checkpoint: Path) -> float:
+    """The fixed-cost pipeline (100 records, Trigger.AvailableNow, upper(value)) through the no-op source and sink."""
+    query = (spark.readStream.format("akresil_bench_noop").load()
+             .selectExpr("key", "upper(cast(value as string)) as value")
+             .writeStream.format("akresil_bench_noop").option("checkpointLocation", str(checkpoint)))
+    t0 = time.perf_counter()
+    started = query.trigger(availableNow=True).start()
+    try:
+        started.awaitTermination()
+    finally:
+        started.stop()
+    elapsed = time.perf_counter() - t0
+    done = sum(p.numInputRows for p in started.recentProgress)
+    if done != 100:
+        raise AssertionError(f"no-op pipeline read {done} records, expected 100")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return elapsed
 
 
 def records(n: int, size: int, start: int = 0) -> list[tuple[bytes, bytes]]:
@@ -121,6 +210,7 @@ def spark_session(jars: list[str] | None = None, master: str = "local[2]") -> An
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     akresil.spark.register(spark)
+    spark.dataSource.register(_noop_source())
     return spark
 
 
@@ -128,7 +218,7 @@ def spark_write(spark: Any, bs: str, topic: str, n: int, size: int, fmt: str = "
     df = spark.range(0, n, numPartitions=2).selectExpr(
         "cast(id as string) as key", f"lpad(cast(id as string), {size}, '0') as value")
     t0 = time.perf_counter()
-    df.write.format(fmt).option("kafka.bootstrap.servers", bs).option("topic", topic).mode("append").save()
+    df.write.format("akresil_bench_noop" if fmt == NOOP else fmt).option("kafka.bootstrap.servers", bs).option("topic", topic).mode("append").save()
     return time.perf_counter() - t0
 
 
@@ -212,7 +302,7 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
                    fmts: tuple[str, ...], scratch: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     sinks = (*fmts, "akresil_exactly_once")
-    batch, streaming = args.only in ("all", "batch"), args.only in ("all", "streaming")
+    batch, streaming = args.only in ("all", "batch", "fixed"), args.only in ("all", "streaming", "fixed")
 
     def pipeline(sink: str, source: str, records: int, per_batch: int) -> PipelineRun:
         return spark_pipeline(spark, bs, source, topic(), records, per_batch, sink, scratch / uuid.uuid4().hex)
@@ -221,28 +311,42 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
         warm = topic()
         spark_write(spark, bs, warm, 1000, sizes[0], fmt)
         spark_read(spark, bs, warm, 1000, fmt)
+    spark_write(spark, bs, warm, 1000, sizes[0], NOOP)
     warm_stream = topic()
     anyio.run(fill, bs, warm_stream, 1000, sizes[0])
     for sink in sinks:
         pipeline(sink, warm_stream, 1000, 500)
+    noop_pipeline(spark, scratch / uuid.uuid4().hex)
 
-    # each path's cost per query, independent of its rows: the same paths with 100 rows
+    # each path's cost per query, independent of its rows: the same paths with 100 rows, the formats in an order
+    # that alternates from round to round, and the no-op Python data source (NOOP) as Spark's floor for any
+    # Python data source's write and streaming query
     kinds = (("write", "read") if batch else ()) + (("stream",) if streaming else ())
     fixed: dict[str, list[float]] = {f"{f}_{d}": [] for f in fmts for d in kinds if d != "stream"}
-    fixed.update({f"{s}_stream": [] for s in sinks if streaming})
+    if batch:
+        fixed[f"{NOOP}_write"] = []
+    fixed.update({f"{s}_stream": [] for s in (*sinks, NOOP) if streaming})
     tiny_stream = topic()
     anyio.run(fill, bs, tiny_stream, 100, sizes[0])
-    for _ in range(args.rounds):
-        for fmt in fmts if batch else ():
+    for r in range(args.rounds):
+        for fmt in ((*fmts, NOOP) if r % 2 == 0 else (NOOP, *fmts[::-1])) if batch else ():
             tiny = topic()
             fixed[f"{fmt}_write"].append(spark_write(spark, bs, tiny, 100, sizes[0], fmt))
-            fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
-        for sink in sinks if streaming else ():
-            fixed[f"{sink}_stream"].append(pipeline(sink, tiny_stream, 100, 100).seconds)
+            if fmt != NOOP:
+                fixed[f"{fmt}_read"].append(spark_read(spark, bs, tiny, 100, fmt))
+        for sink in ((*sinks, NOOP) if r % 2 == 0 else (NOOP, *sinks[::-1])) if streaming else ():
+            fixed[f"{sink}_stream"].append(
+                noop_pipeline(spark, scratch / uuid.uuid4().hex) if sink == NOOP
+                else pipeline(sink, tiny_stream, 100, 100).seconds)
     results["per_query_s_100_rows"] = {k: _stats(v) for k, v in fixed.items()}
     results["per_query_akresil_vs_kafka_medians"] = {
         d: round(statistics.median(fixed[f"kafka_{d}"]) / statistics.median(fixed[f"akresil_{d}"]), 2)
         for d in kinds}
+    results["per_query_python_floor_vs_kafka_medians"] = {
+        d: round(statistics.median(fixed[f"kafka_{d}"]) / statistics.median(fixed[f"{NOOP}_{d}"]), 2)
+        for d in kinds if f"{NOOP}_{d}" in fixed}
+    if args.only == "fixed":
+        return results
     if streaming:
         results["stream"] = _stream_rounds(args, bs, topic, sizes, sinks, pipeline)
     for size in sizes if batch else ():
@@ -379,8 +483,9 @@ def main() -> None:
     ap.add_argument("--latency-batches", type=int, default=10, help="--apache: micro-batches per latency run")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not compile akresil to bytecode first (Spark's Python processes compile its source)")
-    ap.add_argument("--only", choices=("all", "batch", "streaming"), default="all",
-                    help="--apache: run only the batch paths or only the streaming pipeline (with its fixed cost)")
+    ap.add_argument("--only", choices=("all", "batch", "streaming", "fixed"), default="all",
+                    help="--apache: run only the batch paths or only the streaming pipeline (with its fixed cost), "
+                         "or only the fixed cost per query (100-row queries, with the no-op Python data source)")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds: need at least 1")
