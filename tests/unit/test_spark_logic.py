@@ -308,6 +308,43 @@ def test_write_summary_aggregates_task_messages() -> None:
     assert (s.throttled, s.leader_hints, s.skip_backoff_retries) == (3, 1, 1)   # KIP-219 / KIP-951 activity
 
 
+def test_group_batch_builds_its_pairs_without_setting_off_the_cyclic_gc() -> None:
+    """Thousands of new pair tuples used to run a young-generation collection every ~700 of them (and with
+    those, full collections over the whole worker); the pairs are now built with the GC paused, which is
+    enabled again afterwards, and left disabled when the caller had disabled it."""
+    import gc
+
+    import pyarrow as pa
+
+    from akresil.spark.writer import group_batch
+
+    n = 20_000
+    b = pa.record_batch([pa.array([str(i).encode() for i in range(n)], pa.binary()),
+                         pa.array([b"v" * 10] * n, pa.binary())], names=["key", "value"])
+    started: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        groups = group_batch(b, ("key", "value"), default_topic="t", row_base=0)
+    finally:
+        gc.callbacks.remove(count)
+    assert gc.isenabled()
+    assert len(started) <= 1, f"{len(started)} collections while grouping {n} rows"
+    assert [len(g.pairs) for g in groups] == [n] and groups[0].pairs[7] == (b"7", b"v" * 10)
+
+    gc.disable()
+    try:
+        group_batch(b, ("key", "value"), default_topic="t", row_base=0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_failed_tasks_report_what_landed_and_the_commit_fails_naming_them() -> None:
     from akresil.errors import UnknownTopicOrPartitionError
     from akresil.spark.writer import (
