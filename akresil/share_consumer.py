@@ -253,16 +253,16 @@ class ShareConsumer(ClientLifecycle):
         whole = whole and self._state.whole_batches
         if self.acknowledgement_mode == "implicit":
             self._accept_last_poll()
-        self._fetcher.wake()
+        self._fetcher.poke()
         deadline = None if timeout_ms is None else self._cluster.clock() + timeout_ms
         while True:
             changed = self._fetcher.changed()
             records = self._state.poll_by_partition(limit, self._cluster.clock(), whole=whole)
             if records:
-                self._fetcher.wake()     # a leader whose records were all handed out may be fetched again
+                self._fetcher.poke()     # a leader whose records were all handed out may be fetched again
                 return records
             self._check_open()
-            self._fetcher.wake()
+            self._fetcher.poke()
             if deadline is None:
                 await changed.wait()
                 continue
@@ -330,7 +330,7 @@ class ShareConsumer(ClientLifecycle):
         if self.acknowledgement_mode == "implicit":
             self._accept_last_poll()
         nodes = self._state.request_commit()
-        self._fetcher.wake()
+        self._fetcher.poke()
         wait_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
         with anyio.move_on_after(wait_ms / 1000.0):
             while True:

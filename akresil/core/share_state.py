@@ -214,6 +214,18 @@ class ShareFetchState:
         #: offsets spanned by the largest record batch of the latest answer that brought more records than it
         #: asked for (0: none did): sizes the next fetch so that its whole batches fit one poll (``fetch_records``)
         self._batch_span = 0
+        #: bumped by every event that can make ``plan`` return something it did not (answers, failures, records
+        #: settled or dropped, commits asked, the assignment); ``_planned`` is its value at the latest full plan,
+        #: which holds until ``_quiet_until`` (the earliest backoff end or lock deadline it depended on)
+        self._changes = 0
+        self._planned = -1
+        self._quiet_until = 0.0
+
+    def needs_plan(self, now: float) -> bool:
+        """Whether ``plan`` could return a request now: something changed since the latest plan, or a time it
+        depended on has come. The shell takes no turn for a poll or commit when not (a poll that only hands out
+        buffered records, a commit whose acknowledgements an answer's turn already sent)."""
+        return self._changes != self._planned or now >= self._quiet_until or self.unknown_leaders
 
     # ------------------------------------------------------------------ sessions
     def _session(self, node_id: int) -> _Session:
@@ -228,6 +240,7 @@ class ShareFetchState:
 
     def set_assignment(self, tps: Iterable[TopicPartition]) -> None:
         self.assignment = frozenset(tps)
+        self._changes += 1
 
     # ------------------------------------------------------------------ planning
     def plan(self, now: float, *, leader_of: Callable[[TopicPartition], int | None],
@@ -236,9 +249,15 @@ class ShareFetchState:
 
         ``layout``: an immutable object that stands for what ``leader_of`` and ``topic_id_of`` answer (the shell's
         metadata snapshot): while it and the assignment are the ones of the previous plan, the partitions are not
-        looked up again (a turn per answer and per wake-up would otherwise cost a look-up per assigned partition)."""
+        looked up again (a turn per answer and per wake-up would otherwise cost a look-up per assigned partition).
+        Under an unchanged ``layout``, with nothing changed since the latest plan (``needs_plan``), it returns at
+        once: that plan made every request that could be made."""
+        same_layout = layout is not None and layout is self._layout and self.assignment is self._layout_assignment
+        if same_layout and not self.needs_plan(now):
+            return []
         self.expire(now)
-        if layout is not None and layout is self._layout and self.assignment is self._layout_assignment:
+        quiet = float("inf")
+        if same_layout:
             wanted = self._wanted
         else:
             wanted = {}
@@ -256,8 +275,15 @@ class ShareFetchState:
         for node in set(wanted) | {n for n, s in self._sessions.items() if s.pending}:
             s = self._session(node)
             assert s.retry is not None
-            if s.in_flight or not s.retry.ready(now):
+            if s.in_flight:
                 continue
+            if not s.retry.ready(now):
+                at = s.retry.next_allowed_at
+                quiet = min(quiet, now if at is None else at)
+                continue
+            for lock in s.awaiting:     # one running out lets the next fetch go (see ``_awaiting``)
+                if now < lock.deadline < quiet:
+                    quiet = lock.deadline
             names = wanted.get(node, {})
             if s.pending and (node in self._commit_nodes or not names):
                 if names and self._fetch_may_carry_commit(s, names, now, topic_id_of):
@@ -274,6 +300,9 @@ class ShareFetchState:
                 plans.append(self._fetch_plan(node, s, names, now, topic_id_of))
         for plan in plans:
             self._sessions[plan.node_id].in_flight = True
+        if self._buffer and self._buffer[0].lock.deadline < quiet:
+            quiet = self._buffer[0].lock.deadline
+        self._planned, self._quiet_until = self._changes, quiet
         return plans
 
     def _fetch_may_carry_commit(self, s: _Session, names: Mapping[TpKey, TopicPartition], now: float,
@@ -402,10 +431,12 @@ class ShareFetchState:
             if plan is not None:
                 s.in_flight = True
                 plans.append(plan)
+        self._changes += 1
         return plans
 
     # ------------------------------------------------------------------ answers
     def on_fetch_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
+        self._changes += 1
         s = self._session(plan.node_id)
         s.in_flight = False
         code = int(response.get("error_code") or 0)
@@ -553,6 +584,7 @@ class ShareFetchState:
         return count, span if count else 0
 
     def on_ack_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
+        self._changes += 1
         s = self._session(plan.node_id)
         s.in_flight = False
         code = int(response.get("error_code") or 0)
@@ -591,6 +623,7 @@ class ShareFetchState:
 
     def on_request_failed(self, plan: SharePlan, exc: BaseException, now: float) -> None:
         """The request was not answered (connection lost, timeout): the session is gone with it."""
+        self._changes += 1
         self._session(plan.node_id).in_flight = False
         err = exc if isinstance(exc, KafkaError) else errors.KafkaConnectionError(str(exc))
         self._request_failed(plan, err, now)
@@ -677,6 +710,7 @@ class ShareFetchState:
 
     def _drop(self, chunk: _Chunk) -> int:
         """Forget a chunk's records not handed out (the caller takes the chunk off the buffer)."""
+        self._changes += 1      # the leader's buffer may be empty now: its next fetch may go
         lock = chunk.lock
         rest = chunk.records[chunk.pos:]
         chunk.pos = len(chunk.records)
@@ -725,6 +759,7 @@ class ShareFetchState:
                 held = self._held.get(lock.tp) or {}
                 part = [r for r in part if held.get(r[2]) is lock]
                 if not part:
+                    self._changes += 1      # taken off the buffer and not awaited: the next fetch may go
                     continue
             lock.through = part[-1][2]
             lock.unsettled += len(part)
@@ -745,6 +780,7 @@ class ShareFetchState:
         old delivery from a newer acquisition of the same offset: acknowledging the old one is refused.
         ``tp`` may be a plain ``(topic, partition)`` tuple (it hashes as the ``TopicPartition``): this runs once
         per record, so nothing is built here that the first acknowledgement of a partition does not need."""
+        self._changes += 1
         held = self._held.get(tp)   # type: ignore[call-overload]
         lock = None if held is None else held.get(offset)
         if lock is not None and delivery_count is not None and lock.delivery_count != delivery_count:
@@ -791,9 +827,11 @@ class ShareFetchState:
                 s = lock.session
                 if not lock.unsettled:
                     s.awaiting.discard(lock)
+                    self._changes += 1      # the leader's next fetch may go
                 pending = s.pending.get(lock.tp)
                 if pending is None:
                     pending = s.pending[lock.tp] = {}
+                    self._changes += 1      # acknowledgements to send (alone, if the leader lost the partition)
                 pending[offset] = ack
                 return
         self.acknowledge((topic, partition), offset, AckType(ack), now, delivery_count=record[9])
@@ -834,6 +872,7 @@ class ShareFetchState:
             run += 1
         if run_lock is not None:
             self._settled_run(run_lock, run)
+        self._changes += 1
 
     @staticmethod
     def _settled_run(lock: _Lock, count: int) -> None:
@@ -866,7 +905,15 @@ class ShareFetchState:
         """Send pending acknowledgements now (ShareAcknowledge where no fetch is due); returns the leaders
         whose acknowledgements the caller should wait for."""
         nodes = {n for n, s in self._sessions.items() if s.pending} | set(self._unsettled)
-        self._commit_nodes |= nodes
+        new = nodes - self._commit_nodes
+        if new:
+            self._commit_nodes |= new
+            # a plan can change only for a leader with acknowledgements pending and no request in flight (whose
+            # answer is a change of its own): a leader already asked to commit, or one whose acknowledgements an
+            # answer's turn already sent on a fetch, gets nothing new
+            sessions = self._sessions
+            if any(not s.in_flight and s.pending for n in new if (s := sessions.get(n)) is not None):
+                self._changes += 1
         return nodes
 
     def settled(self, nodes: Iterable[int]) -> bool:
@@ -877,6 +924,8 @@ class ShareFetchState:
             if (s is not None and s.pending) or self._unsettled.get(n):
                 done = False
             else:
+                # no plan changes: a leader asked to commit gets a request whenever it has acknowledgements
+                # pending (``plan``), and this one has none
                 self._commit_nodes.discard(n)
         return done
 

@@ -52,6 +52,15 @@ class ShareFetcher:
     def wake(self) -> None:
         self._loop.wake()
 
+    def poke(self) -> None:
+        """``wake`` for the application's side (a poll, a commit): a turn only when the state could plan a
+        request now, and taken at once in the caller, as an answer's is (``TurnLoop.turn_now``). Most pokes come
+        after an answer's turn already planned what followed it; a woken loop would run after the answers
+        read meanwhile had planned, costing a task switch, its sleep set up again and a turn that plans
+        nothing."""
+        if self.state.needs_plan(self.cluster.clock()) or self.cluster.fatal_error is not None:
+            self._loop.turn_now()
+
     def connect_leaders(self, topics: Iterable[str]) -> None:
         """Open the connections to the leaders of ``topics``' partitions now, while the member joins, rather than
         when the assignment names them: a connection's set-up is round trips to a broker that, once the first

@@ -189,3 +189,46 @@ async def test_a_leaders_requests_are_sent_by_one_long_lived_task_not_a_task_eac
             tg.start_soon(cluster.answer, "fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
             await fetcher.stop(1000)
         # run() returned: the senders ended with the fetcher
+
+
+async def test_a_poke_that_changes_nothing_takes_no_turn_and_a_commit_is_planned_in_the_caller() -> None:
+    """Issue 35 item 5: ``poll()`` and ``commit()`` woke the fetcher's loop, whose turn then ran after the answers
+    read meanwhile had planned (half the turns of a round planned nothing). ``poke()`` takes a turn only when
+    the state says something changed, and takes it at once: the commit's ShareAcknowledge is queued before the
+    caller awaits anything."""
+    log: list[str] = []
+    cluster = ScriptedCluster(log)
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
+    state = ShareFetchState("g", backoff=backoff)
+    state.member_id = "m"
+    state.set_assignment([TP0, TP1])
+    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    plans: list[int] = []
+    plan = state.plan
+
+    def counted(now: float, **kw: Any) -> Any:
+        got = plan(now, **kw)
+        plans.append(len(got))
+        return got
+
+    state.plan = counted  # type: ignore[method-assign]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            await cluster.answer("fetch", 1, fetch_answer(0, batch(0, 2), [(0, 1, 1)]))
+            await cluster.answer("fetch", 2, fetch_answer(1, batch(0, 2), [(0, 1, 1)]))
+            for _ in range(10):     # both answers applied by the fetcher's tasks
+                await anyio.sleep(0)
+            records = state.poll_by_partition(2, 0.0)     # leader 1's two records; leader 2's stay buffered
+            turns = len(plans)
+            fetcher.poke()                                # handing records out plans nothing: no turn
+            for _ in range(10):
+                await anyio.sleep(0)
+            assert len(plans) == turns, plans
+            for rec in records[TP0]:
+                state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
+            state.request_commit()
+            fetcher.poke()
+            assert plans[turns:] == [1] and [p.kind.value for p in fetcher._queues[1]] == ["acknowledge"], plans
+            fetcher._stopping = True
+            tg.cancel_scope.cancel()

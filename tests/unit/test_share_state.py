@@ -585,3 +585,71 @@ def test_plans_under_an_unchanged_layout_are_the_plans_without_one() -> None:
             st.acknowledge((rec.topic, rec.partition), rec.offset, AckType.ACCEPT, 6, delivery_count=1)
     again = plans(10)                                  # the next fetches carry the acknowledgements
     assert [n for n, _, _ in again] == [1, 2] and all("'acknowledge_types': [1]" in body for _, _, body in again)
+
+
+def test_plan_with_nothing_changed_since_the_last_returns_at_once_and_never_hides_a_request() -> None:
+    """Issue 35 item 5: the shell's poll and commit woke the planner after an answer's turn had already planned
+    what followed it (half the turns of a round planned nothing). ``needs_plan`` says whether anything that can
+    make a plan happened since the latest one; over scripted rounds (answers, polls, acknowledgements, commits,
+    a lost session, a lock running out), whenever it says no, a full plan of a copy of the state plans nothing,
+    and most turns that would plan nothing are skipped."""
+    import copy
+
+    rng = random.Random(7)
+    st = state()
+    layout = object()
+    in_flight: dict[int, SharePlan] = {}
+    next_offset = {1: 0, 2: 0}
+    commits: set[int] = set()
+    turns = empty = skipped = 0
+    now = 0.0
+
+    def turn() -> None:
+        nonlocal turns, empty, skipped
+        if not st.needs_plan(now):
+            skipped += 1
+            assert copy.deepcopy(st).plan(now, leader_of=LEADERS.get, topic_id_of=lambda t: TID) == []
+            assert st.plan(now, leader_of=LEADERS.get, topic_id_of=lambda t: TID, layout=layout) == []
+            return
+        got = st.plan(now, leader_of=LEADERS.get, topic_id_of=lambda t: TID, layout=layout)
+        turns += 1
+        empty += not got
+        for p in got:
+            in_flight[p.node_id] = p
+
+    for _ in range(400):
+        now += rng.choice((1, 1, 1, 300))               # the lock lasts 1000: some run out while held
+        event = rng.random()
+        if event < 0.35 and in_flight:
+            node = rng.choice(sorted(in_flight))
+            p = in_flight.pop(node)
+            tp = TP0 if node == 1 else TP1
+            if rng.random() < 0.05:
+                st.on_request_failed(p, errors.KafkaConnectionError("gone"), now)
+            elif p.kind is PlanKind.FETCH:
+                first = next_offset[node]
+                count = rng.randint(0, 4)
+                next_offset[node] += count
+                answer = fetch_answer(tp.partition, batch(first, count), [(first, first + count - 1, 1)]) if count \
+                    else fetch_answer(tp.partition)
+                st.on_fetch_response(p, answer, now)
+            else:
+                st.on_ack_response(p, ack_answer(tp.partition), now)
+            turn()                                       # the answer's own turn
+        elif event < 0.65:
+            records = st.poll(rng.randint(1, 5), now)
+            turn()                                       # the poll's wake-up
+            for rec in records:
+                if rng.random() < 0.9:
+                    st.acknowledge_record(rec, int(AckType.ACCEPT), now)
+        elif event < 0.8:
+            commits |= st.request_commit()
+            turn()                                       # the commit's wake-up
+        elif event < 0.9:
+            st.settled(commits)
+            turn()
+        else:
+            turn()                                       # a timer
+    assert turns + skipped > 300 and skipped > 0
+    # the turns that plan nothing were empty + skipped (every turn planned in full); most are skipped now
+    assert skipped > empty, (turns, empty, skipped)
