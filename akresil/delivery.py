@@ -83,12 +83,11 @@ class DeliveryFuture:
         call this future at completion (it waits like any other from then on)."""
         src = self._src
         assert src is not None
+        if wait and src.attach(self._pos, self):      # still pending: the batch will call this future
+            self._src = None
+            return
         outcome = src.outcome(self._pos)
         if outcome is None:
-            if wait and src.attach(self._pos, self):
-                self._src = None
-            elif wait:      # completed in between (cannot happen on one thread; kept exact)
-                self._settle(wait)
             return
         self._src = None
         metadata, error = outcome
