@@ -68,23 +68,16 @@ def _hardware_crc32c() -> Callable[[bytes], int] | None:
     return value
 
 
-#: ``record_encoder.PlainBatchEncoder`` bound to the hardware CRC-32C once ``_python_encoder`` has looked; None
-#: when google-crc32c's C extension is missing (aiokafka's builder then writes every batch)
-_plain_encoder: Callable[..., Any] | None = None
-_plain_looked = False
-
-
+@functools.cache
 def _python_encoder() -> Callable[..., Any] | None:
     """``new(transactional, producer_id, producer_epoch, base_sequence, batch_size)`` making a Python-encoded
-    batch, or None without the hardware CRC (aiokafka's table-driven one would undo the gain)."""
-    global _plain_encoder, _plain_looked
-    if not _plain_looked:
-        crc32c = _hardware_crc32c()
-        if crc32c is not None:
-            from .record_encoder import PlainBatchEncoder
-            _plain_encoder = functools.partial(PlainBatchEncoder, crc32c)
-        _plain_looked = True
-    return _plain_encoder
+    batch, or None without the hardware CRC (aiokafka's table-driven one would undo the gain, and aiokafka's
+    builder then writes every batch). Looked up once."""
+    crc32c = _hardware_crc32c()
+    if crc32c is None:
+        return None
+    from .record_encoder import PlainBatchEncoder
+    return functools.partial(PlainBatchEncoder, crc32c)
 
 
 _LAZY_NAMES = {"DefaultRecordBatchBuilder": "builder", "DefaultRecordBatch": "batch",
@@ -194,7 +187,7 @@ class BatchBuilder:
         new = None
         if not self.compression and first_record_bytes >= (ENCODER_MIN_RUN_RECORD_BYTES if bulk
                                                            else ENCODER_MIN_RECORD_BYTES):
-            new = _plain_encoder if _plain_looked else _python_encoder()
+            new = _python_encoder()
         self._builder: Any
         if new is None:
             self._builder = _aiokafka().builder(2, self.compression, int(transactional), producer_id, producer_epoch,

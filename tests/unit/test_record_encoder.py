@@ -212,11 +212,14 @@ def test_compressed_batches_and_no_hardware_crc_stay_with_aiokafka(monkeypatch: 
     assert next(read_batches(gz.build(), check_crcs=True)).compression == "gzip"
     assert BatchBuilder(first_record_bytes=len(big)).encoder == "python"
     monkeypatch.setattr(records, "_hardware_crc32c", lambda: None)       # google-crc32c's C extension missing
-    monkeypatch.setattr(records, "_plain_looked", False)
-    monkeypatch.setattr(records, "_plain_encoder", None)
-    plain = BatchBuilder(first_record_bytes=len(big))
-    assert plain.encoder == "aiokafka"
-    assert plain.append(TS, None, big)
+    records._python_encoder.cache_clear()
+    try:
+        plain = BatchBuilder(first_record_bytes=len(big))
+        assert plain.encoder == "aiokafka"
+        assert plain.append(TS, None, big)
+    finally:
+        monkeypatch.undo()
+        records._python_encoder.cache_clear()       # the next test looks again, with the extension
 
 
 def test_an_empty_batch_builds_as_aiokafka_does() -> None:
