@@ -80,6 +80,16 @@ class ScriptedCluster:
         event.set()
 
 
+def member_fetcher(cluster: ScriptedCluster, *, joined: bool = True) -> tuple[ShareFetchState, ShareFetcher]:
+    """A share state (no jitter in its backoff) and its fetcher over ``cluster``; ``joined``: member "m",
+    assigned ``TP0`` and ``TP1``."""
+    state = ShareFetchState("g", backoff=ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0))
+    if joined:
+        state.member_id = "m"
+        state.set_assignment([TP0, TP1])
+    return state, ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+
+
 async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_application_resumes() -> None:
     """With another leader's records still buffered, ``commit()`` sends a ShareAcknowledge; when it is answered,
     the fetch to that leader (held while its records were unsettled) must reach the broker before the
@@ -87,11 +97,7 @@ async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_applicat
     fetcher's next turn wrote it after the application's whole run of work."""
     log: list[str] = []
     cluster = ScriptedCluster(log)
-    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
-    state = ShareFetchState("g", backoff=backoff)
-    state.member_id = "m"
-    state.set_assignment([TP0, TP1])
-    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    state, fetcher = member_fetcher(cluster)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(fetcher.run)
@@ -128,9 +134,7 @@ async def test_the_leaders_of_the_subscribed_topics_are_connected_before_the_ass
     log: list[str] = []
     cluster = ScriptedCluster(log, up={2})
     cluster.refuse = {1}
-    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
-    state = ShareFetchState("g", backoff=backoff)
-    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    state, fetcher = member_fetcher(cluster, joined=False)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(fetcher.run)
@@ -163,11 +167,7 @@ async def test_a_leaders_requests_are_sent_by_one_long_lived_task_not_a_task_eac
         return await request(node, api, body, timeout_ms=timeout_ms)
 
     cluster.request = tracked  # type: ignore[method-assign]
-    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
-    state = ShareFetchState("g", backoff=backoff)
-    state.member_id = "m"
-    state.set_assignment([TP0, TP1])
-    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    state, fetcher = member_fetcher(cluster)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(fetcher.run)
@@ -198,11 +198,7 @@ async def test_a_poke_that_changes_nothing_takes_no_turn_and_a_commit_is_planned
     caller awaits anything."""
     log: list[str] = []
     cluster = ScriptedCluster(log)
-    backoff = ExponentialBackoff(100, 1000, rng=random.Random(0), jitter=0.0)
-    state = ShareFetchState("g", backoff=backoff)
-    state.member_id = "m"
-    state.set_assignment([TP0, TP1])
-    fetcher = ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
+    state, fetcher = member_fetcher(cluster)
     plans: list[int] = []
     plan = state.plan
 
