@@ -10,13 +10,13 @@ that arrives after that, such as the late response of an expired in-flight batch
 from __future__ import annotations
 
 import enum
-import gc
 import logging
 from itertools import repeat
 from operator import add as _add, itemgetter
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..types import RecordMetadata, TopicPartition
+from . import collector
 
 log = logging.getLogger(__name__)
 
@@ -120,16 +120,10 @@ class BulkCompletion:
         offsets: Iterable[int] = range(first_offset, first_offset + n) if first_offset >= 0 else repeat(-1)
         # Tens of thousands of new tuples at once would trigger the cyclic GC over and over (measured: 0.74 vs
         # 0.18 us per record for a 100k range); none of them can form a cycle, so it sleeps through the burst
-        paused = n >= _GC_PAUSE_MIN and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
+        with collector.paused_for(n):
             mds = list(map(_new_tuple, repeat(RecordMetadata), zip(
                 repeat(topic), repeat(partition), offsets, repeat(timestamp_ms),
                 _sizes(self._key_sizes, run, 0), _sizes(self._value_sizes, run, 1))))
-        finally:
-            if paused:
-                gc.enable()
         if span is not None:
             results[span[0]:span[1]] = mds
         else:
@@ -153,8 +147,6 @@ class BulkCompletion:
 
 
 _new_tuple = tuple.__new__
-#: ranges at least this long build their metadata with the cyclic GC paused (see ``complete_range``)
-_GC_PAUSE_MIN = 1024
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 

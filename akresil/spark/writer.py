@@ -23,7 +23,6 @@ the messages and orjson, not the ~0.2 s that Arrow takes to import.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import os
 import tempfile
@@ -41,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from .. import errors
+from ..core import collector
 from ..types import Header, RecordMetadata
 from .options import WriteOptions
 
@@ -292,29 +292,18 @@ def group_batch(batch: pa.RecordBatch, used: Sequence[str], *, default_topic: st
     return groups
 
 
-#: groups at least this long build their pairs with the cyclic GC paused (see ``_pairs``)
-_GC_PAUSE_MIN = 1024
-
-
 def _pairs(keys: pa.Array | None, values: pa.Array | None, n: int) -> list[tuple[bytes | None, bytes | None]]:
-    """One group's ``(key, value)`` tuples, with the cyclic GC paused while they are made.
+    """One group's ``(key, value)`` tuples, with the cyclic GC paused while they are made (``core.collector``).
 
     Each new tuple is a GC-tracked allocation: a 10 000-row batch set off ~14 young collections, and every
     tenth of those counts towards a full collection over the whole worker (~100 000 objects, ~50 ms here).
-    Four 500 000-row tasks of 100 B rows ran 24 full collections before, 13 now (docs/spark.md). None of
-    these tuples can form a cycle, so the one young collection after the pause frees what the many did.
+    Four 500 000-row tasks of 100 B rows ran 24 full collections before, 13 now (docs/spark.md).
     """
-    paused = n >= _GC_PAUSE_MIN and gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
+    with collector.paused_for(n):
         v = values.to_pylist() if values is not None else [None] * n
         if keys is None:
             return list(zip(itertools.repeat(None, n), v))
         return list(zip(keys.to_pylist(), v))
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _topic_codes(topics: pa.Array) -> tuple[list[str], Any]:
