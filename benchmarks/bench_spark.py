@@ -134,18 +134,24 @@ def _noop_source() -> Any:
     return NoopSource
 
 
+def run_available_now(writer: Any) -> tuple[Any, float]:
+    """Start ``writer`` (a ``DataStreamWriter``) with ``Trigger.AvailableNow``, wait until it has read everything
+    and stop it: the stopped query and the seconds from start to stop."""
+    t0 = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    return query, time.perf_counter() - t0
+
+
 def noop_pipeline(spark: Any, checkpoint: Path) -> float:
     """The fixed-cost pipeline (100 records, Trigger.AvailableNow, upper(value)) through the no-op source and sink."""
     query = (spark.readStream.format("akresil_bench_noop").load()
              .selectExpr("key", "upper(cast(value as string)) as value")
              .writeStream.format("akresil_bench_noop").option("checkpointLocation", str(checkpoint)))
-    t0 = time.perf_counter()
-    started = query.trigger(availableNow=True).start()
-    try:
-        started.awaitTermination()
-    finally:
-        started.stop()
-    elapsed = time.perf_counter() - t0
+    started, elapsed = run_available_now(query)
     done = sum(p.numInputRows for p in started.recentProgress)
     if done != 100:
         raise AssertionError(f"no-op pipeline read {done} records, expected 100")
@@ -437,13 +443,7 @@ def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in
               .option("checkpointLocation", str(checkpoint)))
     if sink == "akresil_exactly_once":
         writer = writer.option("deliveryGuarantee", "exactly-once")
-    t0 = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
-    elapsed = time.perf_counter() - t0
+    query, elapsed = run_available_now(writer)
     if query.exception() is not None:
         raise RuntimeError(f"{sink} pipeline failed: {query.exception()}")
     progress = [p for p in query.recentProgress if p.numInputRows > 0]
