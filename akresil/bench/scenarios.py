@@ -168,11 +168,27 @@ def _retry_storm(quick: bool, rng: random.Random) -> Scenario:
 # ---------------------------------------------------------------------------------------------- metrics
 @dataclass
 class AppliedStep:
-    """A script step as the runner applied it: when, and what it did (moved partitions and their leaders)."""
+    """A script step as the runner applied it: when, and what it did (moved partitions and their leaders).
+
+    ``at_s`` is when the step took effect as the runner defines it (a move once Metadata reports every new
+    leader, a restarted broker once it serves); ``began_s`` is when the runner started applying it (default:
+    ``at_s``). On Apache Kafka a move's reassignment and election take 0.3-1.2 s, and the clients meet the move
+    from its start: ``fault_windows`` opens a fault at the earlier of the two, so no record scheduled while a
+    step was being applied counts as "before the fault"."""
 
     step: FaultStep
     at_s: float
     moved: list[tuple[tuple[str, int], int]] = field(default_factory=list)
+    began_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.began_s is None:
+            self.began_s = self.at_s
+
+    @property
+    def from_s(self) -> float:
+        """From when the step could affect the clients: the earlier of ``began_s`` and ``at_s``."""
+        return self.at_s if self.began_s is None else min(self.began_s, self.at_s)
 
 
 class PhaseRecord(Protocol):
@@ -317,11 +333,11 @@ _WINDOW_ENDS = {"stop_node": "start_node", "fail_produce": "clear", "throttle_al
 
 
 def fault_windows(data: PhaseRecord, end: float) -> list[tuple[float, float]]:
-    """The spans (monotonic s) in which the phase's faults were in force: each windowed step from where it was
-    applied to where its closing step was applied (or its nominal end); leader moves are instants, so from
-    the first move to the end of the run."""
-    applied = sorted(data.applied, key=lambda a: a.at_s)
-    moves = [a.at_s for a in applied if a.step.action == "move_all_leaders"]
+    """The spans (monotonic s) in which the phase's faults were in force: each windowed step from where its
+    application began (``AppliedStep.from_s``) to where its closing step was applied (or its nominal end);
+    leader moves are instants, so from where the first move began to the end of the run."""
+    applied = sorted(data.applied, key=lambda a: a.from_s)
+    moves = [a.from_s for a in applied if a.step.action == "move_all_leaders"]
     if moves:
         return [(moves[0], end)]
     out = []
@@ -330,7 +346,7 @@ def fault_windows(data: PhaseRecord, end: float) -> list[tuple[float, float]]:
             continue
         closer = _WINDOW_ENDS[a.step.action]
         closed = [b.at_s for b in applied[i + 1:] if b.step.action == closer]
-        out.append((a.at_s, min(closed[0] if closed else end, end) if closer else a.at_s + a.step.window_s))
+        out.append((a.from_s, min(closed[0] if closed else end, end) if closer else a.from_s + a.step.window_s))
     return out
 
 

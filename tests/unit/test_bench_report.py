@@ -272,3 +272,26 @@ def test_rounds_combine_to_element_wise_medians_and_the_worst_round_per_headline
     assert worst["sched_latency.p99_ms"] == 30.0 and worst["sched_latency.p999_ms"] == float("inf")
     assert worst["throughput_msg_per_s"] == 1500.0     # higher is better: the lowest round
     assert worst["move_to_first_success.median_ms"] is None
+
+
+def test_a_move_that_takes_time_counts_from_where_it_began_not_from_where_it_was_confirmed() -> None:
+    # on Apache Kafka a move (reassignment, then election) runs for up to a second before Metadata confirms it:
+    # records scheduled meanwhile meet the move and are not the baseline "before the first move"
+    from akresil.bench.scenarios import fault_windows
+    sc = build("leader-move", quick=True, seed=1)
+    began, confirmed = 2.0, 3.0
+    log = stats.DeliveryLog()
+    for i in range(int(sc.duration_s * 100)):
+        t = i / 100
+        idx = log.begin(T0 + t, i % 3)
+        log.succeeded(idx, T0 + t + (1.0 if began <= t < confirmed else 0.005), i % 3)
+    first = AppliedStep(sc.script.steps[0], T0 + began, moved=[(("t", 0), 2)])   # as the runners do:
+    first.at_s = T0 + confirmed                                                  # created, then confirmed
+    moves = [first, *(AppliedStep(s, T0 + s.at_s) for s in sc.script.steps[1:])]
+    data = phase("leader-move", log=log, applied=moves)
+    assert fault_windows(data, T0 + sc.duration_s) == [(T0 + began, T0 + sc.duration_s)]
+    summary, _ = summarize(data)
+    before = summary["sched_before_fault"]
+    assert before["count"] == int(began * 100)
+    assert before["max_ms"] == pytest.approx(5.0, abs=0.01)
+    assert summary["sched_live_during_fault"]["max_ms"] == pytest.approx(1000.0, abs=0.01)
