@@ -28,7 +28,7 @@ from . import errors
 from .checks import check_topic_name
 from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.accumulator import AppendResult, RecordAccumulator, SpaceWaiter
-from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, ProducerBatch, headers_size
+from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, BulkCounts, ProducerBatch, headers_size
 from .core.partitioner import DefaultPartitioner, check_partition
 from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
@@ -591,27 +591,52 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         completed; those are delivered, the rest fail with it, and ``error.results`` holds every record's
         outcome. Cancelling the call does not recall records already buffered.
         """
+        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, None, raise_on_error)
+        return sink.results  # type: ignore[return-value]
+
+    async def send_many_counted(self, topic: str,
+                                records: Iterable[tuple[KeyT_contra | None, ValueT_contra | None]], *,
+                                partition: int | None = None, headers: Sequence[Header] | None = None,
+                                timestamp_ms: int | None = None) -> BulkCounts:
+        """``send_many`` for callers that only count: the same checks, placement and wait, but the outcome is
+        a ``BulkCounts`` (records landed per partition, failed positions with their error) instead of a
+        ``RecordMetadata`` per record, and failed records never raise.
+
+        An error that stops buffering part-way is raised as in ``send_many``, with ``error.counts`` holding the
+        outcome of every record of the call.
+        """
+        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, BulkCounts, False)
+        assert isinstance(sink, BulkCounts)
+        return sink
+
+    async def _traced_send_many(self, topic: str, records: Iterable[Any], partition: int | None,
+                                headers: Sequence[Header] | None, timestamp_ms: int | None,
+                                counted: type[BulkCounts] | None, raise_on_error: bool) -> BulkCompletion:
         items = records if isinstance(records, list) else list(records)
         tracer = self.hooks.tracer
         if tracer is None:
-            return await self._send_many(topic, items, partition, headers, timestamp_ms, raise_on_error)
+            return await self._send_many(topic, items, partition, headers, timestamp_ms, counted, raise_on_error)
         span = tracer.start_send(self._trace_site, topic, None, partition, len(items), headers, tombstone=False,
                                  body_size=None)
         try:
-            results = await self._send_many(topic, items, partition, span.headers, timestamp_ms, raise_on_error)
+            sink = await self._send_many(topic, items, partition, span.headers, timestamp_ms, counted,
+                                         raise_on_error)
         except BaseException as exc:
             span.end(error=exc)
             raise
         span.end()
-        return results
+        return sink
 
     async def _send_many(self, topic: str, items: list[Any], partition: int | None,
                          headers: Sequence[Header] | None, timestamp_ms: int | None,
-                         raise_on_error: bool) -> list[RecordMetadata]:
+                         counted: type[BulkCounts] | None, raise_on_error: bool) -> BulkCompletion:
+        """The bulk send behind ``send_many`` (``counted`` None: a ``BulkCompletion`` with a metadata per record)
+        and ``send_many_counted`` (a ``BulkCounts``); returns the completed sink, or raises its first error with
+        ``raise_on_error``."""
         self._check_send()
         _check_record_args(partition, timestamp_ms)
         if not items:
-            return []
+            return BulkCompletion(items) if counted is None else counted(items)
         self._check_topic(topic)
         hdrs = self._check_headers(headers)
         items, max_kv, total_kv, null_keys, null_values = self._check_pairs(items)
@@ -627,7 +652,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         per_visit = max(1, -(-self._partitioner.sticky.unit * n // (per_record * n + total_kv)),
                         -(-n // max(1, len(self._available_partitions(topic)) or num)))
         done = anyio.Event()
-        sink = BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values)
+        sink = (BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values) if counted is None
+                else counted(items, done.set))
         ts = timestamp_ms if timestamp_ms is not None else int(_wall_time() * 1000)
         partitioner = self._partitioner
         runs: list[tuple[int | None, range | list[int]]]
@@ -660,11 +686,14 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if not sink.done:
             await done.wait()
         if error is not None:
-            error.results = sink.results   # type: ignore[attr-defined]
+            if isinstance(sink, BulkCounts):
+                error.counts = sink   # type: ignore[attr-defined]
+            else:
+                error.results = sink.results   # type: ignore[attr-defined]
             raise error
         if raise_on_error and sink.first_error is not None:
             raise sink.first_error
-        return sink.results  # type: ignore[return-value]
+        return sink
 
     async def _append_run(self, topic: str, num: int, partition: int | None,
                           items: list[tuple[bytes | None, bytes | None]], positions: range | list[int], ts: int,

@@ -146,6 +146,43 @@ class BulkCompletion:
             self.on_done()
 
 
+class BulkCounts(BulkCompletion):
+    """Outcome of one bulk call kept as counts: records landed per partition, and the failed positions with
+    their error, instead of a ``RecordMetadata`` per record.
+
+    For callers that only tally (the Spark sink counts rows per partition and quotes failed rows): 10,000
+    metadata tuples per call, held until the call is tallied, live long enough to reach the collector's
+    oldest generation and set off full collections over the whole process. ``results`` stays empty.
+    """
+
+    __slots__ = ("landed", "failed")
+
+    def __init__(self, records: Sequence[tuple[bytes | None, bytes | None]],
+                 on_done: Callable[[], None] | None = None) -> None:
+        super().__init__((), on_done)
+        self.records = records
+        self.pending = len(records)
+        #: partition -> records acknowledged there
+        self.landed: dict[int, int] = {}
+        #: ``(positions, error)`` per failed run, in the order they failed
+        self.failed: list[tuple[range | list[int], BaseException]] = []
+
+    @property
+    def landed_total(self) -> int:
+        return sum(self.landed.values())
+
+    def complete_range(self, topic: str, partition: int, positions: range | list[int], first_offset: int,
+                       timestamp_ms: int) -> None:
+        self.landed[partition] = self.landed.get(partition, 0) + len(positions)
+        self._count(len(positions))
+
+    def fail_range(self, positions: range | list[int], error: BaseException) -> None:
+        if self.first_error is None:
+            self.first_error = error
+        self.failed.append((positions, error))
+        self._count(len(positions))
+
+
 _new_tuple = tuple.__new__
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)

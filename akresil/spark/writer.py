@@ -30,7 +30,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
@@ -41,6 +40,7 @@ from pyspark.sql.types import (
 
 from .. import errors
 from ..core import collector
+from ..core.batch import BulkCounts
 from ..types import Header, RecordMetadata
 from .options import WriteOptions
 
@@ -570,8 +570,9 @@ class AkresilWriter(DataSourceArrowWriter):
         store_summary(self.summary_dir, summary.write_id, summary)
 
 
-async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], BaseException | None]:
-    """Send one batch's groups; returns, per group, each record's RecordMetadata or exception.
+async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[BulkCounts], BaseException | None]:
+    """Send one batch's groups; returns, per group, its records' outcome as counts (``BulkCounts``: landed per
+    partition, failed positions with their error), so no ``RecordMetadata`` is made per record.
 
     Groups bound for different partitions go concurrently (each keeps its own order); when groups could
     share a partition, records are appended one at a time in row order. A record that cannot be appended at
@@ -581,14 +582,14 @@ async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], Ba
     import anyio
 
     results: list[list[Any]] = [[None] * len(g.pairs) for g in groups]
+    counted: list[BulkCounts | None] = [None] * len(groups)
     fatal: list[BaseException] = []
 
     async def send_group(gi: int) -> None:
         g = groups[gi]
         try:
             if g.headers is None:
-                results[gi] = await producer.send_many(g.topic, g.pairs, partition=g.partition,
-                                                       raise_on_error=False)
+                counted[gi] = await producer.send_many_counted(g.topic, g.pairs, partition=g.partition)
                 return
             futures = [await producer.enqueue(g.topic, v, k, partition=g.partition, headers=h)
                        for (k, v), h in zip(g.pairs, g.headers)]
@@ -601,7 +602,8 @@ async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], Ba
         async with anyio.create_task_group() as tg:
             for gi in range(len(groups)):
                 tg.start_soon(send_group, gi)
-        return results, (fatal[0] if fatal else None)
+        return ([c if c is not None else counts_of(g, r) for g, c, r in zip(groups, counted, results)],
+                (fatal[0] if fatal else None))
 
     order = sorted((row, gi, j) for gi, g in enumerate(groups) for j, row in enumerate(g.rows))
     pending: list[tuple[int, int, Any]] = []
@@ -617,7 +619,22 @@ async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[Any], Ba
             results[gi] = [exc] * len(g.pairs)
     for gi, j, fut in pending:
         results[gi][j] = await _outcome(fut)
-    return results, (fatal[0] if fatal else None)
+    return [counts_of(g, r) for g, r in zip(groups, results)], (fatal[0] if fatal else None)
+
+
+def counts_of(group: RowGroup, outcome: Sequence[Any]) -> BulkCounts:
+    """Per-record outcomes (a ``RecordMetadata`` or an error, None: not sent) of ``group`` as counts."""
+    counts = BulkCounts(group.pairs)
+    for j, res in enumerate(outcome):
+        if res.__class__ is RecordMetadata:
+            counts.complete_range(group.topic, res.partition, range(j, j + 1), res.offset, res.timestamp_ms)
+        else:
+            counts.fail_range(range(j, j + 1), res if res is not None else _NOT_SENT)
+    return counts
+
+
+#: the error of a record that was never handed to the producer (reported as "not sent")
+_NOT_SENT = DeliveryFailedError("not sent")
 
 
 async def _outcome(fut: Any) -> Any:
@@ -625,9 +642,6 @@ async def _outcome(fut: Any) -> Any:
         return await fut
     except errors.KafkaError as exc:
         return exc
-
-
-_ALL_LANDED = {RecordMetadata}
 
 
 class _Tally:
@@ -658,34 +672,28 @@ class _Tally:
             self.bad_input = str(rows.bad_input)
             self.not_sent += rows.bad_rows
 
-    def add(self, outcome_of_batch: tuple[list[list[Any]], BaseException | None], groups: list[RowGroup]) -> None:
-        """Count one batch's outcome (``_deliver``'s result: per group, each record's metadata or error)."""
+    def add(self, outcome_of_batch: tuple[Sequence[BulkCounts], BaseException | None], groups: list[RowGroup]
+            ) -> None:
+        """Count one batch's outcome (``_deliver``'s result: per group, its records landed per partition and its
+        failed positions)."""
         results, fatal = outcome_of_batch
         for g, outcome in zip(groups, results):
-            # one C-level pass over the results when all landed (the usual case), the per-record scan otherwise
-            bad = ([] if set(map(type, outcome)) == _ALL_LANDED
-                   else [j for j, res in enumerate(outcome) if res.__class__ is not RecordMetadata])
-            ok = len(outcome) - len(bad)
-            self.records += ok
-            if g.partition is not None:
-                if ok:
-                    key = f"{g.topic}-{g.partition}"
-                    self.partitions[key] = self.partitions.get(key, 0) + ok
-            else:
-                for p, count in Counter(r.partition for r in outcome if r.__class__ is RecordMetadata).items():
-                    key = f"{g.topic}-{p}"
-                    self.partitions[key] = self.partitions.get(key, 0) + count
+            for p, count in outcome.landed.items():
+                key = f"{g.topic}-{p}"
+                self.partitions[key] = self.partitions.get(key, 0) + count
+                self.records += count
             self.bytes += g.nbytes
-            for j in bad:        # only failures cost per-record work
-                k, v = g.pairs[j]
-                res = outcome[j]
-                self.bytes -= (len(k) if k else 0) + (len(v) if v else 0)
+            for positions, res in outcome.failed:        # only failures cost per-record work
                 key = f"{g.topic}-{g.partition if g.partition is not None else '?'}"
-                self.failed_count[key] = self.failed_count.get(key, 0) + 1
-                rows = self.failed.setdefault(key, [])
-                if len(rows) < _QUOTED_ROWS:
-                    rows.append(g.rows[j])
-                self.first_error.setdefault(key, "not sent" if res is None else f"{type(res).__name__}: {res}")
+                error = "not sent" if res is _NOT_SENT else f"{type(res).__name__}: {res}"
+                for j in positions:
+                    k, v = g.pairs[j]
+                    self.bytes -= (len(k) if k else 0) + (len(v) if v else 0)
+                    self.failed_count[key] = self.failed_count.get(key, 0) + 1
+                    rows = self.failed.setdefault(key, [])
+                    if len(rows) < _QUOTED_ROWS:
+                        rows.append(g.rows[j])
+                    self.first_error.setdefault(key, error)
         if fatal is not None:
             self.fatal = fatal
 

@@ -418,3 +418,43 @@ async def test_a_cancelled_wait_for_space_leaves_no_waiter_behind() -> None:
     o.ack_all()                                          # the two buffered records are still delivered
     mds = await o.run(o.producer.send_many("t", records[:1]))
     assert mds[0].offset == 2
+
+
+async def test_send_many_counted_counts_landed_per_partition_and_failed_runs_without_metadata() -> None:
+    """The counting outcome (for callers that only tally, such as the Spark sink): records landed per partition
+    and the failed positions with their error; no RecordMetadata per record, and a failure does not raise."""
+    from akresil.core.batch import BulkCounts
+
+    o = Offline(3, batch_size=512)
+    records = [(b"user-%d" % (i % 10), b"v%d" % i) for i in range(200)]
+    counts = await o.run(o.producer.send_many_counted("t", records))
+    assert isinstance(counts, BulkCounts) and counts.results == [] and counts.done
+    expected: dict[int, int] = {}
+    for k, _ in records:
+        expected[partition_for_key(k, 3)] = expected.get(partition_for_key(k, 3), 0) + 1
+    assert counts.landed == expected and counts.landed_total == 200 and counts.failed == []
+    assert await o.run(o.producer.send_many_counted("t", [])) is not None
+
+    boom = errors.InvalidRecordError("bad")
+    o = Offline(3)
+    task = asyncio.ensure_future(o.producer.send_many_counted("t", [(None, b"x" * 100)] * 6, partition=1))
+    await asyncio.sleep(0)
+    [batch] = drain_all(o.acc, o.producer._cluster.clock())                                # noqa: SLF001
+    o.acc.on_batch_error(batch, boom, 0)
+    failed = await asyncio.wait_for(task, 5)
+    assert failed.landed == {} and failed.failed == [(range(0, 6), boom)] and failed.first_error is boom
+
+
+async def test_send_many_counted_stopped_by_buffer_full_raises_with_the_counts() -> None:
+    size = estimate_record_size(None, b"x" * 100)
+    o = Offline(1, buffer_memory=BATCH_OVERHEAD + 4 * size, batch_size=100_000, max_block_ms=50)
+    task = asyncio.ensure_future(o.producer.send_many_counted("t", [(None, b"x" * 100)] * 10))
+    while not task.done() and o.acc.space_waiters == 0:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.1)
+    o.ack_all()
+    with pytest.raises(errors.BufferFullError) as info:
+        await asyncio.wait_for(task, 5)
+    counts = info.value.counts
+    assert counts.landed == {0: 4} and [(list(pos), type(e)) for pos, e in counts.failed] == [
+        ([4, 5, 6, 7, 8, 9], errors.BufferFullError)]

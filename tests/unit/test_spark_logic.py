@@ -348,7 +348,7 @@ def test_group_batch_builds_its_pairs_without_setting_off_the_cyclic_gc() -> Non
 def test_failed_tasks_report_what_landed_and_the_commit_fails_naming_them() -> None:
     from akresil.errors import UnknownTopicOrPartitionError
     from akresil.spark.writer import (
-        DeliveryFailedError, RowGroup, TaskDelivery, WriteSummary, _Tally, raise_on_failed_tasks,
+        DeliveryFailedError, RowGroup, TaskDelivery, WriteSummary, _Tally, counts_of, raise_on_failed_tasks,
     )
     from akresil.types import RecordMetadata
 
@@ -359,7 +359,7 @@ def test_failed_tasks_report_what_landed_and_the_commit_fails_naming_them() -> N
     groups = [RowGroup("t", None, [(None, b"ab")] * 2, rows=[0, 1], nbytes=4),
               RowGroup("t", 9, [(b"k", b"cd")], rows=[2], nbytes=3)]
     refused = UnknownTopicOrPartitionError("partition 9 does not exist")
-    tally.add(([[md(0), md(1)], [refused]], None), groups)
+    tally.add(([counts_of(groups[0], [md(0), md(1)]), counts_of(groups[1], [refused])], None), groups)
     tally.not_sent = 5
     stats = {"retries": 2, "throttle_ms": 0.0, "throttled": 0, "leader_hints": 0, "skip_backoff_retries": 0}
     landed = tally.delivery(stats, 0.1, "acknowledged records stay")
@@ -435,7 +435,7 @@ def test_task_rows_stop_at_a_row_the_sink_cannot_write_and_the_report_names_it()
     is sent), and the task's report names the row and counts what landed and what was not sent."""
     import pyarrow as pa
 
-    from akresil.spark.writer import TaskRows, _Tally
+    from akresil.spark.writer import TaskRows, _Tally, counts_of
     from akresil.types import RecordMetadata
 
     topics = [["t"] * 3, ["t", None], ["t"] * 4]
@@ -445,7 +445,7 @@ def test_task_rows_stop_at_a_row_the_sink_cannot_write_and_the_report_names_it()
     assert [list(g.rows) for g in first] == [[0, 1, 2]]
     assert rows.bad_input is not None and "row 4: topic is null" in str(rows.bad_input) and rows.bad_rows == 2
     tally = _Tally(task=1, attempt=0)
-    tally.add(([[RecordMetadata("t", 0, i, 0) for i in range(3)]], None), first)
+    tally.add(([counts_of(first[0], [RecordMetadata("t", 0, i, 0) for i in range(3)])], None), first)
     assert not tally.refused
     tally.add_bad_input(rows)
     tally.not_sent += rows.drain()
