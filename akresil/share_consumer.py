@@ -63,6 +63,10 @@ _MODES = ("implicit", "explicit")
 _ACQUIRE_MODES = ("batch_optimized", "record_limit")
 #: acknowledge()'s type names to their wire values (plain ints: the per-record path converts nothing)
 _ACKS: dict[str, int] = {name: int(kind) for name, kind in ACK_TYPES.items()}
+#: ``acknowledge``'s default type: the call that passes no type (or this interned literal) is recognised by
+#: identity, without a lookup
+_ACCEPT_NAME = "accept"
+_ACCEPT = _ACKS[_ACCEPT_NAME]
 
 
 def _ack_of(type: object) -> int | None:  # noqa: A002
@@ -128,6 +132,8 @@ class ShareConsumer(ClientLifecycle):
             max_records=cfg.max_poll_records, key_deserializer=key_deserializer,
             value_deserializer=value_deserializer, whole_batches=share_acquire_mode == "batch_optimized")
         self._state.member_id = self._group.member_id
+        #: the state's per-record settle, bound once (``acknowledge`` runs once per record)
+        self._settle_record = self._state.acknowledge_record
         self._fetcher = ShareFetcher(self._cluster, self._state, request_timeout_ms=cfg.request_timeout_ms)
         self._clock = self._cluster.clock
         #: ``acknowledge`` reads the clock once per record as ``source() * scale`` (no Python frame for the default)
@@ -305,7 +311,7 @@ class ShareConsumer(ClientLifecycle):
             processing.end()
 
     # ------------------------------------------------------------------ acknowledgements
-    def acknowledge(self, record: ShareRecord, type: str = "accept") -> None:  # noqa: A002 (Java's name)
+    def acknowledge(self, record: ShareRecord, type: str = _ACCEPT_NAME) -> None:  # noqa: A002 (Java's name)
         """Settle one delivered record: ``"accept"`` (processed), ``"release"`` (deliver again, perhaps to
         another member) or ``"reject"`` (unprocessable: never deliver again). Local until the next fetch
         to its leader or ``commit()``. Raises ``IllegalStateError`` for a record this consumer does not
@@ -313,12 +319,16 @@ class ShareConsumer(ClientLifecycle):
         if (not self._runtime.running or self._fetcher.fatal_error is not None
                 or self._membership.fatal_error is not None):
             self._check_open()     # raises the reason (the usual case costs these attribute reads only)
-        ack = _ACKS.get(type) if type.__class__ is str else _ack_of(type)
-        if ack is None:
-            raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
+        if type is _ACCEPT_NAME:
+            ack = _ACCEPT
+        else:
+            kind = _ACKS.get(type) if type.__class__ is str else _ack_of(type)
+            if kind is None:
+                raise errors.ConfigError(f"type: {type!r} is not one of 'accept', 'release', 'reject'")
+            ack = kind
         if record.__class__ is not ShareRecord and not isinstance(record, ShareRecord):
             raise TypeError(f"record: expected a ShareRecord from this consumer, got {record.__class__.__name__}")
-        self._state.acknowledge_record(record, ack, self._clock_source() * self._clock_scale)
+        self._settle_record(record, ack, self._clock_source() * self._clock_scale)
 
     async def commit(self, *, timeout_ms: float | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
         """Send the pending acknowledgements now and wait for the brokers' answers.

@@ -844,30 +844,41 @@ class ShareFetchState:
         one lock (a poll hands a lock's records out together): this is the per-record loop of implicit mode."""
         held_of = self._held.get
         accept = int(AckType.ACCEPT)
-        tp_key: tuple[str, int] | None = None
-        held: dict[int, _Lock] | None = None
+        topic: str | None = None
+        partition = -1
+        held: dict[int, _Lock] = {}
         run_lock: _Lock | None = None        # the lock of the current run and how many of its records it settled
         run = 0
+        # the run's lock's delivery count and highest offset handed out: neither changes during this call, nor
+        # does its lost flag or deadline against ``now``, so a record of the same lock as the one before it is
+        # checked against locals (the usual case: a poll hands a lock's records out together)
+        run_dc = run_through = 0
         pending: dict[int, int] = {}
         for rec in records:
-            if tp_key is None or rec[1] != tp_key[1] or rec[0] != tp_key[0]:
-                tp_key = (rec[0], rec[1])
-                held = held_of(tp_key)    # type: ignore[call-overload]
+            if rec[1] != partition or rec[0] != topic:
+                topic, partition = rec[0], rec[1]
+                held = held_of((topic, partition)) or {}     # type: ignore[call-overload]
             offset = rec[2]
-            lock = None if held is None else held.get(offset)
-            if lock is None or lock.delivery_count != rec[9] or offset > lock.through:
+            lock = held.get(offset)
+            if lock is None:
                 continue
-            if lock.lost or now >= lock.deadline:
-                self.acknowledge(tp_key, offset, AckType.ACCEPT, now, delivery_count=rec[9], implicit=True)
-                continue
-            if lock is not run_lock:
+            if lock is run_lock:
+                if rec[9] != run_dc or offset > run_through:
+                    continue
+            else:
+                if lock.delivery_count != rec[9] or offset > lock.through:
+                    continue
+                if lock.lost or now >= lock.deadline:
+                    self.acknowledge((topic, partition), offset, AckType.ACCEPT, now, delivery_count=rec[9],
+                                     implicit=True)
+                    continue
                 if run_lock is not None:
                     self._settled_run(run_lock, run)
-                run_lock, run = lock, 0
+                run_lock, run, run_dc, run_through = lock, 0, lock.delivery_count, lock.through
                 pending = lock.session.pending.get(lock.tp)   # type: ignore[assignment]
                 if pending is None:
                     pending = lock.session.pending[lock.tp] = {}
-            del held[offset]   # type: ignore[union-attr]
+            del held[offset]
             pending[offset] = accept
             run += 1
         if run_lock is not None:

@@ -52,6 +52,16 @@ def test_acknowledge_settles_held_records_with_their_type() -> None:
         c.acknowledge(recs[0])                                     # settled already
 
 
+def test_acknowledge_takes_accept_by_value_not_only_the_default_object() -> None:
+    """The default type is recognised by identity; an equal string built at run time (not the interned literal)
+    and a str subclass equal to it are the same type name."""
+    c, recs = _holding(3, lock_ms=60_000)
+    c.acknowledge(recs[0], "".join(["acc", "ept"]))
+    c.acknowledge(recs[1], type("Kind", (str,), {})("accept"))
+    c.acknowledge(recs[2], "accept")
+    assert c._state._sessions[1].pending[TP0] == {0: AckType.ACCEPT, 1: AckType.ACCEPT, 2: AckType.ACCEPT}
+
+
 def test_acknowledge_refuses_a_bad_type_or_record() -> None:
     c, recs = _holding(1, lock_ms=60_000)
     with pytest.raises(errors.ConfigError, match="type: 1 is not one of"):

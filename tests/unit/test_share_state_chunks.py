@@ -80,6 +80,24 @@ def test_accept_delivered_accepts_what_is_still_held_and_skips_the_rest() -> Non
     assert st2.held_count() == 0
 
 
+def test_accept_delivered_checks_every_record_of_a_run_against_its_lock() -> None:
+    """Records of one lock after the first are checked against that lock's delivery count and the highest offset
+    handed out kept for the run: an older delivery's record, or one never handed out, in the middle of a run is
+    skipped, and the run goes on after it."""
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 5), [(0, 4, 2)]), 10)
+    got = st.poll(3, 20)                    # offsets 0..2 handed out; 3 and 4 buffered
+    stale = got[1]._replace(delivery_count=1)           # offset 1 as an earlier delivery handed it out
+    unheld = got[2]._replace(offset=3)                  # held by the lock, but not handed out yet
+    st.accept_delivered([got[0], stale, unheld, got[2]], 30)
+    assert st._sessions[1].pending[TP0] == {0: AckType.ACCEPT, 2: AckType.ACCEPT}
+    assert st.held_count() == 1             # offset 1: its delivery-2 record was not accepted
+    st.acknowledge(TP0, 1, AckType.RELEASE, 30, delivery_count=2)
+    assert st.take_results() == {}
+    assert [r.offset for r in st.poll(10, 40)] == [3, 4]
+
+
 def test_accept_delivered_settles_interleaved_locks_of_two_partitions_each_once() -> None:
     """The implicit accept counts each lock's settled records per run; records of two partitions (two locks,
     two sessions) handed back interleaved must each leave their own lock, so both sessions owe nothing and both
