@@ -282,9 +282,10 @@ class DeliveryFuture:
 
 
 #: per asyncio loop: done-callbacks due, run by ``_run_pending`` (asyncio runs done-callbacks from the loop, never
-#: inside ``set_result``; this keeps that, batched)
-_pending: dict[asyncio.AbstractEventLoop, deque[tuple[Callable[[DeliveryFuture], Any], DeliveryFuture,
-                                                      Context | None]]] = {}
+#: inside ``set_result``; this keeps that, batched), flat: callback, future, context, callback, ... (no tuple per
+#: callback: gathering 200,000 records completed ahead queues 200,000 of them at once, and each tuple would be one
+#: more object for every collection to walk until its turn)
+_pending: dict[asyncio.AbstractEventLoop, deque[Any]] = {}
 #: callbacks run per loop pass: a response that completes thousands of records (a recovered broker's backlog)
 #: wakes their tasks in slices, so the loop reads other connections' responses in between
 _SLICE = 256
@@ -298,15 +299,16 @@ def _schedule(loop: asyncio.AbstractEventLoop, fn: Callable[[DeliveryFuture], An
     if pending is None:
         pending = _pending[loop] = deque()
         loop.call_soon(_run_pending, loop)
-    pending.append((fn, fut, ctx))
+    pending.extend((fn, fut, ctx))
 
 
 def _run_pending(loop: asyncio.AbstractEventLoop) -> None:
     pending = _pending.get(loop)
     if pending is None:
         return
-    for _ in range(min(_SLICE, len(pending))):
-        fn, fut, ctx = pending.popleft()
+    pop = pending.popleft
+    for _ in range(min(_SLICE, len(pending) // 3)):
+        fn, fut, ctx = pop(), pop(), pop()
         try:
             if ctx is None:
                 fn(fut)

@@ -271,3 +271,22 @@ async def test_a_large_completion_wakes_waiters_in_slices_with_io_in_between() -
     await t
     assert len(set(passes)) >= 3          # at least three loop passes, not one
     assert passes == sorted(passes)       # in completion order
+
+
+async def test_callbacks_due_add_no_object_per_record_for_the_collector() -> None:
+    """Gathering records that completed ahead queues a done-callback per record at once: they wait in a flat
+    queue, not a tuple each, which every full collection would walk until its turn came."""
+    futs = fresh(2000)
+    ran: list[DeliveryFuture] = []
+    for f in futs:
+        f.add_done_callback(ran.append)
+    landed = md(0)                        # one shared result: only the queue itself may grow
+    gc.collect()
+    before = len(gc.get_objects())
+    for f in futs:
+        f(landed, None)
+    grown = len(gc.get_objects()) - before
+    assert grown < 50, f"{grown} objects tracked for 2000 queued callbacks"
+    while len(ran) < len(futs):
+        await asyncio.sleep(0)
+    assert ran == futs                    # in completion order, each once
