@@ -28,7 +28,9 @@ at a time; this keeps that, and keeps pipelining the batches that are full).
 Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
 idempotence up to ``max_in_flight`` batches are in flight, sequence numbers are assigned at first drain in
 queue order, a retried batch goes back into the queue in creation order (ahead of newer batches) and is
-resent only once no older batch of its partition is still outstanding. Without idempotence and with more
+resent only once no older batch of its partition is still outstanding; when the leader moves, newer batches
+wait for the old leader's answers to the batches in flight there (the new leader would refuse them as out of
+order). Without idempotence and with more
 than one request in flight, a retry may overtake (Kafka's documented behaviour).
 
 Memory: every record reserves an upper-bound estimate of its encoded size (plus the batch header for a new
@@ -544,6 +546,19 @@ class RecordAccumulator:
                 return True
         return False
 
+    def _left_behind(self, pq: _Partition, node: int) -> bool:
+        """The idempotent partition's leader is now ``node`` but batches of it are still in flight to another
+        node (the leader moved under them): newer batches wait for those answers. The new leader would refuse
+        them with OUT_OF_ORDER_SEQUENCE_NUMBER while the older batches are not written there (it has not seen
+        their sequences), and each refusal costs a round trip and a retry backoff; aiokafka never meets this
+        (one batch per partition in flight)."""
+        if not self.idempotent:
+            return False
+        for batch in pq.in_flight:
+            if batch.node_id != node:
+                return True
+        return False
+
     def node_busy(self, node: int) -> bool:
         """``node`` has not answered every Produce request sent to it: only complete batches go to it now."""
         return node in self._node_in_flight
@@ -587,7 +602,7 @@ class RecordAccumulator:
                 continue
             node, epoch = lead
             observe_leader_epoch(pq.queue[0], epoch)
-            if node not in sendable or self._blocked(pq):
+            if node not in sendable or self._blocked(pq) or (pq.in_flight and self._left_behind(pq, node)):
                 continue
             candidates.setdefault(node, []).append((pq, epoch))
             if node not in ready_nodes and self._head_ready(pq, now, node):
@@ -896,6 +911,8 @@ class RecordAccumulator:
                 lead = leader_of(pq.tp)
                 if lead is not None and lead[0] >= 0:
                     observe_leader_epoch(pq.queue[0], lead[1])
+                    if pq.in_flight and self._left_behind(pq, lead[0]):
+                        continue
                     if self._head_ready(pq, now, lead[0]):
                         nodes.add(lead[0])
         return nodes

@@ -478,3 +478,31 @@ def test_abort_fails_everything_once() -> None:
     assert a.abort(RuntimeError("closed")) == 2
     assert not a.on_batch_success(batch, 0, now=7)
     assert set(r.done) == {0, 1} and a.incomplete_batches == 0 and a.buffered_bytes == 0
+
+
+def test_idempotent_partition_waits_for_its_batches_at_the_old_leader_after_a_move() -> None:
+    """A leader move with batches in flight to the old leader: newer batches do not go to the new leader ahead
+    of them (it would refuse them with OUT_OF_ORDER_SEQUENCE_NUMBER, a wasted round trip and a backoff each);
+    once the old leader answers, the retry goes first, then the rest."""
+    a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
+    a.set_producer_identity(1, 0)
+    for i in range(3):
+        a.append(T0, i, None, b"x" * 70, now=0)
+    (b0,) = a.drain(0, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1]
+    moved = leaders({T0: (2, 1)})
+    assert a.ready_nodes(1, moved) == set()
+    assert a.drain(1, sendable={1, 2}, leader_of=moved).batches == {}
+    a.on_batch_error(b0, NotLeaderOrFollowerError(), now=2, leader_epoch=1)
+    assert a.ready_nodes(2, moved) == {2}
+    assert a.drain(2, sendable={2}, leader_of=moved).batches[2] == [b0]        # the retry first, no backoff
+    (b1,) = a.drain(2, sendable={2}, leader_of=moved).batches[2]                # then pipelined behind it
+    assert (b0.base_sequence, b1.base_sequence) == (0, 1) and b1.node_id == 2
+
+
+def test_without_idempotence_a_move_does_not_hold_newer_batches() -> None:
+    a = acc(linger_ms=0, batch_size=100)
+    for i in range(2):
+        a.append(T0, i, None, b"x" * 70, now=0)
+    a.drain(0, sendable={1}, leader_of=leaders({T0: (1, 0)}))
+    (b1,) = a.drain(1, sendable={2}, leader_of=leaders({T0: (2, 1)})).batches[2]
+    assert b1.index == 1
