@@ -72,7 +72,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import errors
 from ..checks import EARLIEST as EARLIEST_TIMESTAMP, LATEST as LATEST_TIMESTAMP
-from ..protocol.fetch_codec import FetchedPartition, PackedFetchBody, pack_partitions
+from ..protocol.fetch_codec import (FetchedPartition, FetchedPartitions, PackedFetchBody, nothing_new,
+                                    pack_partitions)
 from ..protocol.records import RecordBatchView, read_batches
 from ..types import ConsumerRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
@@ -363,6 +364,23 @@ class PartitionFetchState:
         return (f"PartitionFetchState({self.tp.topic}-{self.tp.partition}, position={self.position}, "
                 f"fetch_offset={self.fetch_offset}, paused={self.paused}, reset={self.reset}, "
                 f"buffered={self.buffered_bytes}, in_flight={self.in_flight}, error={self.error!r})")
+
+
+def _by_topic(entries: Sequence[FetchPartition]) -> dict[str, list[FetchPartition]]:
+    """``entries`` grouped by topic, in order (a run of one topic's entries costs one lookup)."""
+    topics: dict[str, list[FetchPartition]] = {}
+    last: str | None = None
+    parts: list[FetchPartition] = []
+    for p in entries:
+        name = p[0][0]
+        if name is not last and name != last:
+            last = name
+            got = topics.get(name)
+            if got is None:
+                got = topics[name] = []
+            parts = got
+        parts.append(p)
+    return topics
 
 
 class FetchState:
@@ -870,28 +888,23 @@ class FetchState:
         """The Fetch body for ``request`` at ``version`` (v13+ names topics by id). Within a KIP-227 session
         (``core.fetch_session``) it lists only the partitions the node's session does not hold as they are now,
         and names those to drop; the session then holds ``request``'s partitions."""
-        if version >= TOPIC_ID_VERSION and len(request.topic_ids) < len({p.tp.topic for p in request.partitions}):
+        wanted = request.partitions
+        by_id = version >= TOPIC_ID_VERSION
+        ids = request.topic_ids
+        # the planned entries per topic, packed per topic by ``fetch_codec`` (no dict or tuple per partition
+        # entry: thousands per Fetch at 10,000 partitions)
+        topics = _by_topic(wanted)
+        if by_id and any(name not in ids for name in topics):
             raise errors.UnsupportedVersionError(
                 f"Fetch v{version} needs topic ids and some topic in the request has none")
         session = self.sessions.get(request.node)
         if session is None:
             session = self.sessions[request.node] = FetchSession(request.node)
-        sreq = session.build(request.partitions, request.topic_ids, version)
-        wanted = request.partitions
-        listed = wanted if sreq.full else [wanted[i] for i in sreq.send]
-        # the planned entries per topic, packed per topic by ``fetch_codec`` (no dict or tuple per partition
-        # entry: thousands per Fetch at 10,000 partitions)
-        topics: dict[str, list[FetchPartition]] = {}
-        for p in listed:
-            name = p[0][0]
-            parts = topics.get(name)
-            if parts is None:
-                parts = topics[name] = []
-            parts.append(p)
+        sreq = session.build(wanted, ids, version)
+        if not sreq.full:
+            topics = _by_topic([wanted[i] for i in sreq.send])
         pmax = self.max_partition_fetch_bytes
-        by_id = version >= TOPIC_ID_VERSION
         key = "topic_id" if by_id else "topic"
-        ids = request.topic_ids
         topic_list = [{key: ids[t] if by_id else t, "partitions": pack_partitions(version, ps, pmax)}
                       for t, ps in topics.items()]
         forgotten: dict[Any, list[int]] = {}
@@ -974,16 +987,53 @@ class FetchState:
                     st.retry.on_failure(now)
             return ResponseOutcome(f"fetch-error-{err.__name__}" if err.invalid_metadata else None, False, False)
         names_by_id = {tid: name for name, tid in request.topic_ids.items()}
-        endpoints: dict[int, BrokerInfo] | None = None
+        endpoints: dict[int, BrokerInfo] = {}
         partitions = self.partitions
-        new_tp = tuple.__new__
+        new_tp = new_part = tuple.__new__
         for topic in response.get("responses") or ():
             name = topic.get("topic")
             if name is None:
                 name = names_by_id.get(topic.get("topic_id"))
                 if name is None:
                     continue
-            for part in topic["partitions"]:
+            entries = topic["partitions"]
+            for piece in entries.pieces if type(entries) is FetchedPartitions else entries:
+                if type(piece) is memoryview:
+                    # a run of entries with nothing new (no records, no aborted transactions, no tagged fields),
+                    # read straight from the answer's bytes: most of an answer at 10,000 partitions, so no tuple
+                    # is built per entry; an error or a preferred read replica goes the general way
+                    for index, code, hwm, lso, log_start, n_aborted, replica, _, _ in nothing_new(piece):
+                        plan = asked[at] if at < n_asked else None
+                        if plan is not None and planned is None and plan[0][1] == index and plan[0][0] == name:
+                            at += 1
+                            key = plan[0]
+                        else:
+                            if planned is None:
+                                planned = {p.tp: p for p in asked}
+                            key = new_tp(TopicPartition, (name, index))
+                            plan = planned.get(key)
+                        st = partitions.get(key)
+                        if plan is None or st is None or st.generation != plan.generation:
+                            continue  # not asked for, unassigned meanwhile, or seeked meanwhile
+                        if code or replica >= 0:
+                            refresh, got, again = self._apply_entry(
+                                st, plan, new_part(FetchedPartition, (
+                                    index, code, hwm, lso, log_start, () if n_aborted else None, replica, b"",
+                                    None, None)), request, response, now, metadata, refresh, endpoints)
+                            data = data or got
+                            replan = replan or again
+                            continue
+                        st.high_watermark = hwm
+                        if lso >= 0:
+                            st.last_stable_offset = lso
+                        if log_start >= 0:
+                            st.log_start_offset = log_start
+                        if st.retry_state is not None and st.retry_state.failures:
+                            st.retry_state.on_success()
+                        if st.behind_state is not None and st.behind_state.failures:
+                            st.behind_state.on_success()
+                    continue
+                part = piece
                 index = part.partition_index
                 plan = asked[at] if at < n_asked else None
                 if plan is not None and planned is None and plan[0][1] == index and plan[0][0] == name:
@@ -998,86 +1048,99 @@ class FetchState:
                 st = partitions.get(key)
                 if plan is None or st is None or st.generation != plan.generation:
                     continue  # not asked for, unassigned meanwhile, or seeked meanwhile
-                code = part.error_code
-                if code == 0:
-                    # the common case, once per partition per answer (most carry no records at 10,000
-                    # partitions): what every answer says is kept here, the records go to ``_buffer``
-                    st.high_watermark = part.high_watermark
-                    lso = part.last_stable_offset
-                    if lso >= 0:
-                        st.last_stable_offset = lso
-                    lso = part.log_start_offset
-                    if lso >= 0:
-                        st.log_start_offset = lso
-                    if part.records and self._buffer(st, plan, part):
-                        data = True
-                        self.starved = False    # records for the application: it is about to drain
-                    if st.retry_state is not None and st.retry_state.failures:
-                        st.retry_state.on_success()
-                    if st.behind_state is not None and st.behind_state.failures:
-                        st.behind_state.on_success()
-                    preferred = part.preferred_read_replica
-                    if preferred < 0:
-                        continue
-                    if preferred != st.read_replica:
-                        st.read_replica = preferred       # KIP-392: the leader points to a closer replica
-                        st.read_replica_until = now + self.read_replica_ttl_ms
-                        replan = True
-                    continue
-                tp = st.tp
-                if code == _UNKNOWN_LEADER_EPOCH:
-                    st.behind.on_failure(now)   # the leader is behind our metadata: again in ~1, 2, 4 ... ms
-                    continue
-                if st.read_replica == request.node:
-                    # KIP-392: the replica cannot serve this (it left the ISR, lags behind the fetch offset, was
-                    # removed): back to the leader at once; only an answer naming a stale view refreshes
-                    st.read_replica = None
-                    replan = True
-                    if code != _OFFSET_OUT_OF_RANGE:
-                        refresh = refresh or "fetch-read-replica-error"
-                    continue
-                if code in _LEADER_ERRORS:
-                    hint = part.current_leader
-                    accepted = False
-                    if hint is not None and hint[0] >= 0:
-                        if endpoints is None:
-                            endpoints = {e["node_id"]: BrokerInfo(e["node_id"], e["host"], e["port"], e.get("rack"))
-                                         for e in (response.get("node_endpoints") or ())}
-                        leader_id = hint[0]
-                        accepted = metadata.apply_leader_hint(tp, leader_id, hint[1], endpoints.get(leader_id))
-                    if accepted:
-                        refresh = "fetch-not-leader"
-                        replan = True     # KIP-951: straight to the new leader, no backoff
-                    elif moved_past(metadata.snapshot, tp, request.node, plan.current_leader_epoch):
-                        replan = True     # stale: the cache already names a newer leader, fetch there now
-                    else:
-                        refresh = "fetch-not-leader"
-                        st.retry.on_failure(now)
-                    continue
-                if code == _OFFSET_OUT_OF_RANGE:
-                    if self.auto_offset_reset == "none":
-                        self.fail(st, errors.OffsetOutOfRangeError(
-                            f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range "
-                            f"(log start {part.log_start_offset}, high watermark "
-                            f"{part.high_watermark}) and auto_offset_reset='none'"))
-                        data = True
-                    else:
-                        self.request_reset(tp)
-                    continue
-                err_cls = errors.error_for_code(code)
-                if err_cls.invalid_metadata and moved_past(metadata.snapshot, tp, request.node,
-                                                           plan.current_leader_epoch):
-                    replan = True
-                    continue
-                if err_cls.retriable or err_cls.invalid_metadata:
-                    st.retry.on_failure(now)
-                    if err_cls.invalid_metadata or code in (errors.UnknownTopicOrPartitionError.errno,):
-                        refresh = refresh or f"fetch-{err_cls.__name__}"
-                    continue
-                self.fail(st, err_cls(f"{tp.topic}-{tp.partition} (Fetch from node {request.node}): "
-                                      f"{err_cls.description or err_cls.__name__}"))
-                data = True
+                refresh, got, again = self._apply_entry(st, plan, part, request, response, now, metadata, refresh,
+                                                        endpoints)
+                data = data or got
+                replan = replan or again
         return ResponseOutcome(refresh, data, replan)
+
+    def _apply_entry(self, st: PartitionFetchState, plan: FetchPartition, part: FetchedPartition,
+                     request: FetchRequest, response: Mapping[str, Any], now: float, metadata: MetadataCache,
+                     refresh: str | None, endpoints: dict[int, BrokerInfo]) -> tuple[str | None, bool, bool]:
+        """Act on one partition entry of a Fetch answer, matched with its plan: ``(refresh, data, replan)``, the
+        answer's refresh cause so far (``refresh``) updated, and whether it gave the application something and
+        asks for a new plan. ``endpoints`` caches the answer's KIP-951 node endpoints."""
+        data = replan = False
+        code = part.error_code
+        if code == 0:
+            # the common case, once per partition per answer (most carry no records at 10,000
+            # partitions): what every answer says is kept here, the records go to ``_buffer``
+            st.high_watermark = part.high_watermark
+            lso = part.last_stable_offset
+            if lso >= 0:
+                st.last_stable_offset = lso
+            lso = part.log_start_offset
+            if lso >= 0:
+                st.log_start_offset = lso
+            if part.records and self._buffer(st, plan, part):
+                data = True
+                self.starved = False    # records for the application: it is about to drain
+            if st.retry_state is not None and st.retry_state.failures:
+                st.retry_state.on_success()
+            if st.behind_state is not None and st.behind_state.failures:
+                st.behind_state.on_success()
+            preferred = part.preferred_read_replica
+            if preferred < 0:
+                return refresh, data, replan
+            if preferred != st.read_replica:
+                st.read_replica = preferred       # KIP-392: the leader points to a closer replica
+                st.read_replica_until = now + self.read_replica_ttl_ms
+                replan = True
+            return refresh, data, replan
+        tp = st.tp
+        if code == _UNKNOWN_LEADER_EPOCH:
+            st.behind.on_failure(now)   # the leader is behind our metadata: again in ~1, 2, 4 ... ms
+            return refresh, data, replan
+        if st.read_replica == request.node:
+            # KIP-392: the replica cannot serve this (it left the ISR, lags behind the fetch offset, was
+            # removed): back to the leader at once; only an answer naming a stale view refreshes
+            st.read_replica = None
+            replan = True
+            if code != _OFFSET_OUT_OF_RANGE:
+                refresh = refresh or "fetch-read-replica-error"
+            return refresh, data, replan
+        if code in _LEADER_ERRORS:
+            hint = part.current_leader
+            accepted = False
+            if hint is not None and hint[0] >= 0:
+                if not endpoints:
+                    endpoints.update((e["node_id"], BrokerInfo(e["node_id"], e["host"], e["port"], e.get("rack")))
+                                     for e in (response.get("node_endpoints") or ()))
+                leader_id = hint[0]
+                accepted = metadata.apply_leader_hint(tp, leader_id, hint[1], endpoints.get(leader_id))
+            if accepted:
+                refresh = "fetch-not-leader"
+                replan = True     # KIP-951: straight to the new leader, no backoff
+            elif moved_past(metadata.snapshot, tp, request.node, plan.current_leader_epoch):
+                replan = True     # stale: the cache already names a newer leader, fetch there now
+            else:
+                refresh = "fetch-not-leader"
+                st.retry.on_failure(now)
+            return refresh, data, replan
+        if code == _OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                self.fail(st, errors.OffsetOutOfRangeError(
+                    f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range "
+                    f"(log start {part.log_start_offset}, high watermark "
+                    f"{part.high_watermark}) and auto_offset_reset='none'"))
+                data = True
+            else:
+                self.request_reset(tp)
+            return refresh, data, replan
+        err_cls = errors.error_for_code(code)
+        if err_cls.invalid_metadata and moved_past(metadata.snapshot, tp, request.node,
+                                                   plan.current_leader_epoch):
+            replan = True
+            return refresh, data, replan
+        if err_cls.retriable or err_cls.invalid_metadata:
+            st.retry.on_failure(now)
+            if err_cls.invalid_metadata or code in (errors.UnknownTopicOrPartitionError.errno,):
+                refresh = refresh or f"fetch-{err_cls.__name__}"
+            return refresh, data, replan
+        self.fail(st, err_cls(f"{tp.topic}-{tp.partition} (Fetch from node {request.node}): "
+                              f"{err_cls.description or err_cls.__name__}"))
+        data = True
+        return refresh, data, replan
 
     def _buffer(self, st: PartitionFetchState, plan: FetchPartition, part: FetchedPartition) -> bool:
         """Keep the records of one partition's answer (``part.records``, not empty); True when any can be

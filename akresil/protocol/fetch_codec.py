@@ -183,6 +183,10 @@ _PART5_AT = struct.Struct(">ihqqq").unpack_from
 #: byte when null or short), preferred_read_replica, the records' length (one byte when null, empty or short) and
 #: the tagged-field count
 _EMPTY_ENTRIES = struct.Struct(">ihqqqBiBB").iter_unpack
+#: a run of such entries (a piece of ``FetchedPartitions.pieces``) read as ``(partition_index, error_code,
+#: high_watermark, last_stable_offset, log_start_offset, aborted transactions (0: null, 1: empty),
+#: preferred_read_replica, records (0: null, 1: empty), tagged fields (0))`` rows
+nothing_new = _EMPTY_ENTRIES
 _EMPTY_SIZE = 37
 _PAIR_QQ_AT = struct.Struct(">qq").unpack_from
 _PAIR_II_AT = struct.Struct(">ii").unpack_from
@@ -223,6 +227,13 @@ class FetchedPartitions(Sequence[FetchedPartition]):
 
     def __len__(self) -> int:
         return self._len
+
+    @property
+    def pieces(self) -> list[FetchedPartition | memoryview]:
+        """The entries as kept: ``FetchedPartition``s and runs of "nothing new" entries, each a memoryview of
+        whole 37-byte entries that ``nothing_new`` reads (``FetchState.on_fetch_response`` applies them without
+        a tuple per entry)."""
+        return self._items
 
     @overload
     def __getitem__(self, index: int) -> FetchedPartition: ...

@@ -567,6 +567,46 @@ def test_an_answer_in_another_order_than_asked_is_applied_entry_by_entry() -> No
     assert {tp: [r.value for r in rs] for tp, rs in st.drain(10).items()} == {TP2: [b"two"]}
 
 
+def _applied(as_list: bool) -> tuple[Any, ...]:
+    """Forty partitions of node 1 answered with runs of entries with nothing new (some out of order, one never
+    asked for), records, errors and a preferred read replica inside the runs; applied as decoded or as a list."""
+    tps = [TopicPartition(T, p) for p in range(41)]
+    cache = metadata({p: (1, 0) for p in range(41)})
+    st = fetch_state()
+    st.assign(tps[:40])
+    for tp in tps[:40]:
+        st.seek(tp, 0)
+    st.state(tps[5]).retry.on_failure(0)           # backing off before: the answer's success resets it
+    req = only_request(st, 200, cache)
+    parts: dict[TopicPartition, dict[str, Any]] = {tp: {"high_watermark": 50 + tp.partition,
+                                                        "last_stable_offset": 40, "log_start_offset": 3}
+                                                   for tp in tps[:40]}
+    parts[tps[3]] = {"records": batch(0, [b"three"]), "high_watermark": 9}
+    parts[tps[11]] = {"error_code": errors.UnknownTopicOrPartitionError.errno}
+    parts[tps[12]] = {"error_code": errors.OffsetOutOfRangeError.errno}
+    parts[tps[20]] = {"preferred_read_replica": 2}
+    parts[tps[40]] = {"high_watermark": 77}                          # never asked for
+    order = tps[:25] + [tps[30], tps[25], tps[40]] + tps[26:30] + tps[31:40]
+    answer = response({tp: parts[tp] for tp in order})
+    if as_list:
+        for topic in answer["responses"]:
+            topic["partitions"] = list(topic["partitions"])
+    out = st.on_fetch_response(req, answer, 200, cache)
+    fields = ("high_watermark", "last_stable_offset", "log_start_offset", "read_replica", "fetch_offset", "reset")
+    return (out, [tuple(getattr(st.partitions[tp], f) for f in fields) for tp in tps[:40]],
+            [st.partitions[tp].next_try_at() for tp in tps[:40]],
+            {tp: [r.value for r in rs] for tp, rs in st.drain(100).items()})
+
+
+def test_runs_of_entries_with_nothing_new_are_applied_as_each_entry_alone_would_be() -> None:
+    fast, general = _applied(False), _applied(True)
+    assert fast == general
+    out, states, retry_at, records = fast
+    assert out.data and out.replan and out.refresh == "fetch-UnknownTopicOrPartitionError"
+    assert states[0] == (50, 40, 3, None, 0, None) and states[20][3] == 2 and states[12][5] is not None
+    assert retry_at[5] is None and retry_at[11] is not None and records == {TopicPartition(T, 3): [b"three"]}
+
+
 def test_an_unchanged_partition_is_planned_with_the_same_entry_and_a_change_makes_a_new_one() -> None:
     st, cache = both_positioned()
     first = only_request(st, 0, cache)
