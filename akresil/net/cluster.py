@@ -115,6 +115,9 @@ class Cluster:
         #: features epoch seen on any connection (Java's ``ApiVersions.getFinalizedFeaturesInfo``)
         self._features: dict[str, int] = {}
         self._features_epoch = -1
+        #: where a connection's ApiVersions starts: the version an earlier connection stepped down to past
+        #: rejections it could not read (librdkafka's mock: two round trips saved on every later connection)
+        self._api_versions_start: int | None = None
         self._sasl = None
         if config.security_protocol.startswith("SASL_"):
             token_source = None
@@ -210,7 +213,7 @@ class Cluster:
                 request_timeout_ms=self.config.request_timeout_ms,
                 max_in_flight=self.config.max_in_flight_requests_per_connection,
                 max_frame_bytes=self.config.receive_message_max_bytes,
-                node_id=node_id, hooks=self.hooks, clock=self.clock)
+                node_id=node_id, hooks=self.hooks, clock=self.clock, api_versions_version=self._api_versions_start)
         except errors.AuthenticationError as exc:
             state.on_disconnected(self.clock(), failed=True)
             self._set_fatal(exc)
@@ -227,6 +230,8 @@ class Cluster:
                 f"cannot connect to node {node_id} at {host}:{port}: {reason}",
                 reason=reason) from exc
         state.on_connected(self.clock())
+        if conn.stepped_api_versions is not None:
+            self._api_versions_start = conn.stepped_api_versions
         self._conns[(node_id, lane)] = conn
         self._learn_features(conn.finalized_features, conn.finalized_features_epoch)
         return conn

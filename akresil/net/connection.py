@@ -132,6 +132,9 @@ class Connection:
         #: (-1: none reported); the client keeps those of the highest epoch (``Cluster.feature_level``)
         self.finalized_features: dict[str, int] = {}
         self.finalized_features_epoch = -1
+        #: the ApiVersions version this connection settled on by stepping down past rejections whose body it could
+        #: not read (librdkafka's mock), else None: the cluster starts its later connections there
+        self.stepped_api_versions: int | None = None
         #: SASL session lifetime the broker granted (KIP-368), 0 if none
         self.session_lifetime_ms = 0
         #: when to re-authenticate (85% into the session, as Java's lower bound), None without a lifetime
@@ -149,7 +152,7 @@ class Connection:
                       sasl: SaslConfig | None = None, connect_timeout_ms: float = 10_000,
                       request_timeout_ms: float = 30_000, max_in_flight: int = 5, node_id: int | None = None,
                       max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, hooks: SupportsEmit | None = None,
-                      clock: Clock = monotonic_ms) -> Connection:
+                      clock: Clock = monotonic_ms, api_versions_version: int | None = None) -> Connection:
         """Open TCP (and TLS), negotiate API versions, authenticate with SASL; return a ready connection.
 
         ``connect_timeout_ms`` bounds TCP and TLS set-up; the ApiVersions and SASL requests each get
@@ -190,7 +193,7 @@ class Connection:
                    max_frame_bytes=max_frame_bytes, hooks=hooks, clock=clock)
         conn.listener_hint = listener_hint(tls=ssl_context is not None, sasl=sasl is not None)
         try:
-            await conn.negotiate_versions()
+            await conn.negotiate_versions(api_versions_version)
             if sasl is not None:
                 await conn.authenticate(sasl)
         except BaseException as exc:
@@ -524,15 +527,18 @@ class Connection:
             await self.close()
 
     # ------------------------------------------------------------------ handshake
-    async def negotiate_versions(self) -> None:
+    async def negotiate_versions(self, start: int | None = None) -> None:
         """ApiVersions: learn the broker's ranges and pick the highest common version of every API.
 
         Starts with the newest ApiVersions akresil speaks.  A broker that does not know it answers
         UNSUPPORTED_VERSION with a v0 body listing its own ApiVersions range; we retry with that version, or,
         when the body cannot be parsed (librdkafka's mock cluster sends a malformed one), one version lower.
+        ``start``: the version to try first when lower than the newest (``stepped_api_versions`` of another
+        connection to the same cluster: one request instead of a rejected one per step).
         """
         key = ApiKey.API_VERSIONS
-        version = CLIENT_VERSIONS[key][1]
+        version = CLIENT_VERSIONS[key][1] if start is None else min(start, CLIENT_VERSIONS[key][1])
+        stepped = False
         body: ApiVersionsRequest = {"client_software_name": "akresil", "client_software_version": __version__}
         while True:
             def encode(cid: int, v: int = version) -> bytes:
@@ -553,6 +559,7 @@ class Connection:
                     # unparsable body (librdkafka's mock, a supported test broker): step down one version, as
                     # KIP-511 asks of a client whatever the broker
                     theirs = None
+                    stepped = True
                 if theirs is not None and theirs[1] < version:
                     fallback = theirs[1]
                 if fallback < 0:
@@ -570,6 +577,7 @@ class Connection:
                 raise await self._fail(errors.ProtocolError(
                     f"malformed ApiVersions v{version} response from {self._where()}: {exc}")) from exc
             break
+        self.stepped_api_versions = version if stepped else None
         ranges: dict[Any, tuple[int, int]] = {}
         for api, span in broker_versions(response).items():
             try:

@@ -37,6 +37,7 @@ class FakeConnection:
         self.api_ranges = {api: (0, 9) for api in ApiKey}
         self.finalized_features: dict[str, int] = {}
         self.finalized_features_epoch = -1
+        self.stepped_api_versions: int | None = None
         self.carried: list[ApiKey] = []
 
     @classmethod

@@ -15,7 +15,7 @@ from anyio.abc import SocketAttribute
 
 from akresil import errors
 from akresil.config import resolve
-from akresil.net.cluster import Cluster
+from akresil.net.cluster import Cluster, Lane
 from akresil.net.connection import Connection
 from akresil.net.framing import FrameDecoder
 from akresil.net.sasl import SaslConfig
@@ -190,6 +190,37 @@ def test_unparsable_unsupported_answer_steps_down_one_version_at_a_time(backend:
 
     anyio.run(body_wrapper(broker, body), backend=backend)
     assert broker.asked == [(18, 4), (18, 3), (18, 2)]
+
+
+def test_a_version_reached_blind_is_kept_and_a_later_connection_starts_there() -> None:
+    """The step-down past unreadable rejections costs a round trip per step on every connection; the version it
+    reached is kept (``stepped_api_versions``) and the cluster starts its next connections there. A rejection
+    that names the broker's range is not a blind step: nothing is kept."""
+    blind = FakeBroker(max_api_versions=2, garbage_on_unsupported=True)
+
+    async def cluster_body(port: int) -> None:
+        cluster = Cluster(resolve("consumer", {"bootstrap_servers": f"127.0.0.1:{port}"}))
+        try:
+            first = await cluster.connection(-1)
+            assert first.stepped_api_versions == 2
+            second = await cluster.connection(-1, Lane.GROUP)
+            assert second is not first and second.versions == first.versions
+        finally:
+            await cluster.close()
+
+    anyio.run(body_wrapper(blind, cluster_body))
+    assert blind.asked == [(18, 4), (18, 3), (18, 2), (18, 2)]
+
+    told = FakeBroker(max_api_versions=1)
+
+    async def told_body(port: int) -> None:
+        async with await Connection.connect("127.0.0.1", port) as conn:
+            assert conn.stepped_api_versions is None
+        async with await Connection.connect("127.0.0.1", port, api_versions_version=3) as conn:
+            assert conn.versions[ApiKey.METADATA] == 9
+
+    anyio.run(body_wrapper(told, told_body))
+    assert told.asked == [(18, 4), (18, 1), (18, 3), (18, 1)]
 
 
 def test_broker_rejecting_every_api_versions_version() -> None:

@@ -110,6 +110,7 @@ def fake_connection(brokers: Brokers) -> type:
             self.api_ranges = {api: (0, 12) for api in ApiKey}
             self.finalized_features: dict[str, int] = {}
             self.finalized_features_epoch = -1
+            self.stepped_api_versions: int | None = None
 
         @classmethod
         async def connect(cls, host: str, port: int, *, node_id: int, **_: Any) -> "FakeConnection":
