@@ -14,8 +14,9 @@ each write partition the same rows again. A task of micro-batch *B* for Spark pa
    the task's first row, with ``require_stable`` (a transaction still completing is waited for). A marker above
    *B* means an earlier attempt committed this micro-batch: the task sends nothing and reports its rows as
    skipped;
-3. otherwise sends its rows in a transaction, adds the marker *B* + 1 to it (TxnOffsetCommit) and commits: the
-   rows and the marker become visible together or not at all. Refused records abort the transaction.
+3. otherwise sends its rows in a transaction, adds the marker *B* + 1 to it (TxnOffsetCommit, sent while the rows
+   are sent and acknowledged) and commits: the rows and the marker become visible together or not at all.
+   Refused records abort the transaction.
 
 The marker lives in a consumer group because TxnOffsetCommit is Kafka's one way to commit a state change with a
 transaction's records; one group per Spark partition because a group's offsets are keyed by Kafka partition,
@@ -107,16 +108,22 @@ def deliver_exactly_once(iterator: Iterable[pa.RecordBatch], options: WriteOptio
             return TaskDelivery(task, attempt, 0, 0, 0, 0.0, {}, time.monotonic() - started, skipped=skipped)
         tally = _Tally(task, attempt)
         portal.call(producer.begin_transaction)
+        # the marker goes into the transaction while the rows are sent and acknowledged, not after them: its
+        # TxnOffsetCommit round trip overlaps theirs (a transaction's offsets and records may come in any order)
+        marked = portal.start_task_soon(producer.send_offsets_to_transaction, {marker: batch_id + 1}, name)
         try:
             send_rows(portal, producer, rows, tally)
             if tally.refused:
                 tally.not_sent += rows.drain()
+                _settle(marked)
                 portal.call(producer.abort_transaction)
                 return tally.delivery(entry.stats.since(entry.mark), time.monotonic() - started,
                                       "its transaction was aborted, so none of the task's rows landed",
                                       landed=False)
-            portal.call(_commit, producer, marker, name, batch_id)
+            marked.result()
+            portal.call(producer.commit_transaction)
         except BaseException:
+            _settle(marked)
             _abort_quietly(portal, producer)
             raise
         healthy = True
@@ -146,9 +153,13 @@ async def _committed_offset(admin: Any, group: str, marker: TopicPartition) -> i
     return committed
 
 
-async def _commit(producer: Any, marker: TopicPartition, group: str, batch_id: int) -> None:
-    await producer.send_offsets_to_transaction({marker: batch_id + 1}, group)
-    await producer.commit_transaction()
+def _settle(future: Any) -> None:
+    """Wait for the marker's TxnOffsetCommit to end before the transaction is aborted (its error, if any, is the
+    abort's business): an abort must not overtake a request of the transaction still in flight."""
+    try:
+        future.result()
+    except BaseException:  # noqa: BLE001 - the task's own outcome (a refusal, an error) is what it reports
+        pass
 
 
 def _abort_quietly(portal: Any, producer: Any) -> None:

@@ -580,6 +580,80 @@ def test_exactly_once_producer_retries_a_busy_coordinator_sooner_unless_configur
     assert transactional_config(given, "p-q-0")["retry_backoff_ms"] == 250
 
 
+def test_exactly_once_task_adds_its_marker_while_its_rows_are_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker's TxnOffsetCommit goes into the transaction while the rows are being sent and acknowledged, not
+    after their acknowledgement: the stand-in producer acknowledges the rows only once the marker was sent (a
+    task that sends the marker after the acknowledgement never finishes), then the transaction commits last."""
+    from contextlib import ExitStack
+
+    import anyio
+    import pyarrow as pa
+    from anyio.from_thread import start_blocking_portal
+
+    from akresil.core.batch import BulkCounts
+    from akresil.spark import exactly_once
+    from akresil.spark.kafka_io import ClientStats
+
+    events: list[str] = []
+
+    class Producer:
+        config = type("C", (), {"partitioner": None, "partitioner_ignore_keys": True})()
+        transaction_state = "in transaction"
+
+        def __init__(self) -> None:
+            self.marked = anyio.Event()
+
+        async def init_transactions(self, take_over: bool = False) -> None:
+            events.append("fence")
+
+        def begin_transaction(self) -> None:
+            events.append("begin")
+
+        async def send_many_counted(self, topic: str, pairs: list, *, partition: int | None = None) -> BulkCounts:
+            events.append("send")
+            with anyio.fail_after(5):
+                await self.marked.wait()
+            counts = BulkCounts(pairs)
+            counts.complete_range(topic, 0, range(len(pairs)), 0, 0)
+            events.append("acknowledged")
+            return counts
+
+        async def send_offsets_to_transaction(self, offsets: dict, group: str) -> None:
+            events.append(f"marker {list(offsets.values())} {group}")
+            self.marked.set()
+
+        async def commit_transaction(self) -> None:
+            events.append("commit")
+
+        async def abort_transaction(self) -> None:
+            events.append("abort")
+
+    class Admin:
+        async def list_consumer_group_offsets(self, group: str, tps: list, **_: object) -> dict:
+            return {tp: type("O", (), {"committed": None})() for tp in tps}
+
+    class Entry:
+        def __init__(self, client: object) -> None:
+            self.client, self.stats = client, ClientStats()
+            self.mark = self.stats.snapshot()
+
+    with ExitStack() as stack:
+        portal = stack.enter_context(start_blocking_portal())
+        producer = portal.call(Producer)
+        worker = type("W", (), {"portal": portal, "release": lambda self, entry, healthy: None,
+                                "lease": lambda self, kind, config: Entry(producer if kind == "producer"
+                                                                          else Admin())})()
+        monkeypatch.setattr(exactly_once, "worker_clients", lambda: worker)
+        options = parse_write_options({**BS, "topic": "o", "deliveryGuarantee": "exactly-once"}, streaming=True)
+        batch = pa.record_batch([pa.array([b"v1", b"v2"])], names=["value"])
+        delivery = exactly_once.deliver_exactly_once(iter([batch]), options, ("value",), task=3, attempt=0,
+                                                     query_id="q", batch_id=7)
+    assert delivery.records == 2 and delivery.report is None
+    marker = f"marker [8] {options.transactional_id_prefix}-q-3"
+    assert events[:2] == ["fence", "begin"] and sorted(events[2:4]) == sorted(["send", marker])
+    assert events[4:] == ["acknowledged", "commit"]
+
+
 # ---------------------------------------------------------------------- Arrow batches of consumed records
 @pytest.mark.parametrize("values", [
     [b"x" * 1024, b"", b"y" * 2000, b"z" * 700],            # large values: joined into one buffer
