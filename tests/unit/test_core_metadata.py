@@ -149,6 +149,55 @@ def test_partition_infos_are_built_whole() -> None:
     assert info.replicas == (1, 2, 3) and info.isr == (1, 2, 3) and info.offline == () and info.error_code == 0
 
 
+def test_a_refresh_that_changes_nothing_keeps_the_cached_objects() -> None:
+    c = cache()
+    c.update_from_metadata(response(brokers=(1, 2, 3)), now=0)
+    before = c.snapshot
+    update = c.update_from_metadata(response(brokers=(1, 2, 3)), now=10)
+    assert update.changed_leaders == [] and c.snapshot.generation == before.generation + 1
+    assert c.snapshot.topics["t"] is before.topics["t"]
+    assert c.snapshot.topics["t"][0] is before.topics["t"][0]
+
+
+@pytest.mark.parametrize("change", [
+    {"isr_nodes": [1, 2]}, {"replica_nodes": [1, 2, 4]}, {"offline_replicas": [3]}, {"error_code": 9},
+    {"leader_id": 2}, {"leader_epoch": 6},
+])
+def test_a_refresh_replaces_exactly_the_partitions_that_changed(change: dict) -> None:
+    # what keeping cached objects must not hide: any field of a partition, not only its leader and epoch
+    c = cache()
+    c.update_from_metadata(response(brokers=(1, 2, 3)), now=0)
+    before = c.snapshot
+    answer = response(brokers=(1, 2, 3))
+    answer["topics"][0]["partitions"][1].update(change)
+    c.update_from_metadata(answer, now=10)
+    after = c.snapshot.topics["t"]
+    assert after is not before.topics["t"] and before.topics["t"][1].isr == (1, 2, 3)   # the old view is intact
+    assert after[0] is before.topics["t"][0]
+    expected = {"isr_nodes": "isr", "replica_nodes": "replicas", "offline_replicas": "offline",
+                "error_code": "error_code", "leader_id": "leader", "leader_epoch": "leader_epoch"}
+    (key, value), = change.items()
+    got = getattr(after[1], expected[key])
+    assert got == (tuple(value) if isinstance(value, list) else value)
+
+
+def test_a_refresh_with_fewer_or_more_partitions_replaces_the_topic() -> None:
+    c = cache()
+    c.update_from_metadata(response(partitions=2), now=0)
+    c.update_from_metadata(response(partitions=1), now=10)
+    assert c.snapshot.partitions_for("t") == (0,)
+    c.update_from_metadata(response(partitions=3), now=20)
+    assert c.snapshot.partitions_for("t") == (0, 1, 2)
+
+
+def test_a_recreated_topic_with_equal_partitions_gets_new_ones() -> None:
+    c = cache()
+    c.update_from_metadata(response(), now=0)
+    before = c.snapshot
+    c.update_from_metadata(response(topic_id=bytes(range(1, 17))), now=10)
+    assert c.snapshot.topics["t"] is not before.topics["t"] and c.snapshot.topic_ids["t"] == bytes(range(1, 17))
+
+
 def test_refresh_due_now_at_start_then_max_age() -> None:
     c = cache(retry_backoff_ms=100, retry_backoff_max_ms=1000, metadata_max_age_ms=60_000)
     assert c.next_refresh_at(0) <= 0
