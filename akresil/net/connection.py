@@ -18,6 +18,7 @@ wrong request); the timed-out caller gets ``RequestTimeoutError``, the others ``
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 import math
@@ -34,6 +35,8 @@ from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_ans
                             negotiate)
 from .clock import Clock, monotonic_ms
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, InFlight
+from .backend import loop_primitives
+from .loop_stream import LoopStream
 from .sasl import SaslConfig
 
 if TYPE_CHECKING:
@@ -104,6 +107,8 @@ class Connection:
         if request_timeout_ms <= 0:
             raise errors.ConfigError(f"request_timeout_ms must be > 0, got {request_timeout_ms}")
         self._stream = stream
+        #: the back-end's CancelScope, Event and clock, resolved once (``net.backend``): four look-ups per request
+        self._rt = loop_primitives()
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
@@ -170,7 +175,11 @@ class Connection:
         stream: anyio.abc.ByteStream
         try:
             with anyio.fail_after(connect_timeout_ms / 1000.0):
-                tcp = await anyio.connect_tcp(host, port)
+                tcp: anyio.abc.ByteStream
+                if ssl_context is None and _on_asyncio():
+                    tcp = await LoopStream.connect(host, port)     # no selector change per wait (loop_stream)
+                else:
+                    tcp = await anyio.connect_tcp(host, port)
                 _set_nodelay(tcp)
                 stream = tcp
                 if ssl_context is not None:
@@ -313,7 +322,7 @@ class Connection:
         scope = self._reader_scope
         if scope is not None and pending.deadline < self._reader_deadline:
             self._reader_deadline = pending.deadline
-            scope.deadline = anyio.current_time() + (pending.deadline - now) / 1000.0
+            scope.deadline = self._rt.now() + (pending.deadline - now) / 1000.0
         self._out.append(frame)
         if not self._writing:
             await self._flush()
@@ -322,7 +331,7 @@ class Connection:
                 if self._reader is None:
                     await self._read_for(pending)
                 else:
-                    pending.event = event = anyio.Event()
+                    pending.event = event = self._rt.event()
                     await event.wait()
         except BaseException:
             # Cancelled from outside: the response must still be read and dropped to keep the stream in step,
@@ -373,7 +382,8 @@ class Connection:
         out = self._out
         try:
             # One scope that is both shielded and deadline-bound: cheaper than nesting two.
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self._timeout_s) as scope:
+            rt = self._rt
+            with rt.scope(shield=True, deadline=rt.now() + self._timeout_s) as scope:
                 while out:
                     data = out[0] if len(out) == 1 else b"".join(out)
                     out.clear()
@@ -412,7 +422,7 @@ class Connection:
                 earliest = self._earliest_deadline()
                 self._reader_deadline = earliest
                 delay_s = (earliest - self._clock()) / 1000.0
-                with anyio.CancelScope(deadline=anyio.current_time() + delay_s) as scope:
+                with self._rt.scope(deadline=self._rt.now() + delay_s) as scope:
                     self._reader_scope = scope
                     try:
                         await self._read_frames(pending)
@@ -638,7 +648,16 @@ class Connection:
         return error
 
 
-def _set_nodelay(stream: anyio.abc.SocketStream) -> None:
+def _on_asyncio() -> bool:
+    """Running under asyncio (not trio, anyio's other back-end)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _set_nodelay(stream: anyio.abc.ByteStream) -> None:
     """Kafka requests are small and latency-bound: disable Nagle (both backends usually do already)."""
     sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):

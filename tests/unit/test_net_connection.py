@@ -17,8 +17,9 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from akresil import errors
-from akresil.net.connection import Connection
+from akresil.net.connection import Connection, _on_asyncio
 from akresil.net.framing import FrameDecoder
+from akresil.net.loop_stream import LoopStream
 
 BACKENDS = ["asyncio", "trio"]
 API = 1000  # any api key: the core does not interpret it
@@ -75,7 +76,9 @@ async def with_peer(handler: Callable[[Peer], Awaitable[None]],
                     pass
 
         tg.start_soon(listener.serve, serve)
-        stream = await anyio.connect_tcp("127.0.0.1", port)
+        # the stream Connection.connect opens: LoopStream under asyncio, anyio's elsewhere
+        stream: anyio.abc.ByteStream = (await LoopStream.connect("127.0.0.1", port) if _on_asyncio()
+                                        else await anyio.connect_tcp("127.0.0.1", port))
         kwargs.setdefault("request_timeout_ms", 5_000)
         conn = Connection(stream, address=f"127.0.0.1:{port}", node_id=7, **kwargs)
         try:
@@ -465,3 +468,34 @@ def test_a_close_on_the_first_request_after_the_handshake_names_that_request_too
         assert "could not parse the SHARE_FETCH v2 request" in message
 
     run(backend, lambda: with_peer(hang_up, body))
+
+
+def test_requests_resolve_the_back_end_once_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """anyio finds the running back-end (through sniffio) on every CancelScope(), Event() and current_time();
+    a connection resolves them when it is made, not four times per request."""
+    import sys
+    from anyio._core import _eventloop
+    real = _eventloop.get_async_backend
+    # every anyio module that looks the back-end up (each imported the function by name)
+    users = [m for name, m in list(sys.modules.items())
+             if name.startswith("anyio.") and getattr(m, "get_async_backend", None) is real]
+    assert len(users) >= 3
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    async def body(conn: Connection) -> None:
+        await conn.request_raw(API, 0, encode(b"warm"))
+        for m in users:
+            monkeypatch.setattr(m, "get_async_backend", counted)
+        try:
+            for i in range(20):
+                assert (await conn.request_raw(API, 0, encode(b"r%d" % i)))[4:] == b"r%d" % i
+        finally:
+            for m in users:
+                monkeypatch.setattr(m, "get_async_backend", real)
+
+    run("asyncio", lambda: with_peer(echo, body))
+    assert calls == []
