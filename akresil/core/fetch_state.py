@@ -276,7 +276,7 @@ class PartitionFetchState:
     __slots__ = ("tp", "position", "position_epoch", "fetch_offset", "paused", "reset", "awaiting_committed",
                  "lookup_in_flight", "in_flight", "generation", "chunks", "buffered_bytes", "error", "_backoff",
                  "_behind_backoff", "retry_state", "behind_state", "high_watermark", "last_stable_offset", "log_start_offset", "read_replica",
-                 "read_replica_until", "planned")
+                 "read_replica_until", "planned", "planned_on", "planned_node")
 
     def __init__(self, tp: TopicPartition, backoff: ExponentialBackoff, behind_backoff: ExponentialBackoff) -> None:
         self.tp = tp
@@ -317,6 +317,11 @@ class PartitionFetchState:
         #: get nothing in an answer), so a plan allocates nothing for them and the garbage collector sees one
         #: long-lived tuple instead of a new one per Fetch
         self.planned: FetchPartition | None = None
+        #: the snapshot ``planned`` was last planned on from the partition's leader ``planned_node`` (None: not
+        #: on a leader): on the same snapshot the leader and its epoch are the same, so a plan that reaches
+        #: the partition right after another of that leader takes ``planned`` with no look-up (``_plan``)
+        self.planned_on: MetadataSnapshot | None = None
+        self.planned_node = -1
 
     @property
     def retry(self) -> RetryState:
@@ -739,16 +744,25 @@ class FetchState:
                         wake_at = retry_at
                     still[tp] = st
                     continue
+            fp = st.planned
+            if (st.planned_on is snapshot and st.planned_node == open_node and st.read_replica is None
+                    and fp[1] == st.fetch_offset and fp[3] == st.generation):   # type: ignore[index]
+                # planned last time from this same snapshot on the leader of the partition before (which passed
+                # the node's checks below), with the same fetch offset and generation: the same entry again,
+                # with no look-up of the partition's leader (the snapshot, so the leader and epoch, are the same)
+                parts.append(fp)    # type: ignore[arg-type]
+                still[tp] = st
+                continue
             name = tp[0]
-            if name is not last_topic:
+            if name is not last_topic and name != last_topic:
                 last_topic, in_topic = name, topics.get(name)
             info = None if in_topic is None else in_topic.get(tp[1])
             if info is not None and info.leader == open_node and st.read_replica is None:
                 # the leader of the partition before, which passed the checks below: straight into its request
                 epoch = info.leader_epoch
-                fp = st.planned
                 if fp is None or fp[1] != st.fetch_offset or fp[2] != epoch or fp[3] != st.generation:
                     fp = st.planned = new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation))
+                st.planned_on, st.planned_node = snapshot, info.leader
                 parts.append(fp)
                 still[tp] = st
                 continue
@@ -782,9 +796,10 @@ class FetchState:
                     parts = by_node[node] = []
             # a leader fetched from, known and ready: the next partitions it leads skip the node's checks
             open_node = node if st.read_replica is None else None
-            fp = st.planned
             if fp is None or fp[1] != st.fetch_offset or fp[2] != epoch or fp[3] != st.generation:
                 fp = st.planned = new(FetchPartition, (tp, st.fetch_offset, epoch, st.generation))
+            # a read replica's entry is not the leader's: the fast path above is for leaders only
+            st.planned_on, st.planned_node = (snapshot, node) if open_node is not None else (None, -1)
             parts.append(fp)
             still[tp] = st      # until ``begin_fetch`` takes it: a plan is only a proposal
         self._fetchable = still
@@ -808,12 +823,17 @@ class FetchState:
                 continue
             ids = {}
             max_version = 17
+            last_name: str | None = None
             for p in parts:
-                tid = topic_ids.get(p.tp.topic)
+                name = p[0][0]
+                if name is last_name or name == last_name:
+                    continue        # a run of one topic (the usual order): its id is looked up once
+                last_name = name
+                tid = topic_ids.get(name)
                 if not tid or tid == ZERO_UUID:
                     max_version = TOPIC_ID_VERSION - 1
                 else:
-                    ids[p.tp.topic] = tid
+                    ids[name] = tid
             requests.append(FetchRequest(node, tuple(parts), max_version, ids))
         if replan:
             return None
@@ -863,11 +883,13 @@ class FetchState:
     def begin_fetch(self, request: FetchRequest) -> None:
         self.busy_nodes.add(request.node)
         fetchable = self._fetchable
+        partitions = self.partitions
         for p in request.partitions:
-            st = self.partitions.get(p.tp)
+            tp = p[0]
+            st = partitions.get(tp)
             if st is not None:
                 st.in_flight = True
-                fetchable.pop(p.tp, None)
+                fetchable.pop(tp, None)
 
     def _end_fetch(self, request: FetchRequest) -> None:
         """The node is free again: its request's partitions and those that waited for it rejoin the ready set."""
@@ -875,10 +897,11 @@ class FetchState:
         fetchable = self._fetchable
         partitions = self.partitions
         for p in request.partitions:
-            st = partitions.get(p.tp)
+            tp = p[0]
+            st = partitions.get(tp)
             if st is not None:
                 st.in_flight = False
-                fetchable[p.tp] = st
+                fetchable[tp] = st
         waiting = self._node_waiting.pop(request.node, None)
         if waiting:
             fetchable.update(waiting)

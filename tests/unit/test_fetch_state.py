@@ -628,6 +628,75 @@ def test_an_unchanged_partition_is_planned_with_the_same_entry_and_a_change_make
     assert fourth.partitions[0] is not third.partitions[0] and fourth.partitions[0].current_leader_epoch == 4
 
 
+def test_a_plan_on_the_same_snapshot_follows_every_change_of_a_partition_planned_after_another_of_its_leader(
+        ) -> None:
+    """A partition planned right after another of its leader, on the snapshot it was planned on last time, reuses its
+    entry without looking its leader up: new records, a seek to the same offset, a preferred read replica and a
+    leader move (a new snapshot) must each still change where and from what offset it is fetched."""
+    tps = [TopicPartition(T, p) for p in range(5)]
+    brokers = [{"node_id": n, "host": "127.0.0.1", "port": 9000 + n} for n in (1, 2, 3)]
+
+    def layout(leaders: dict[int, int]) -> dict[str, Any]:
+        return {"brokers": brokers, "topics": [{"name": T, "topic_id": TID, "error_code": 0, "partitions": [
+            {"partition_index": p, "leader_id": lead, "leader_epoch": 5, "replica_nodes": [1, 2, 3],
+             "isr_nodes": [1, 2, 3]} for p, lead in leaders.items()]}]}
+
+    cache = MetadataCache(rng=random.Random(0))
+    cache.update_from_metadata(layout({0: 1, 1: 1, 2: 1, 3: 1, 4: 1}), 0.0)
+    st = fetch_state()
+    st.assign(tps)
+    for tp in tps:
+        st.seek(tp, 0)
+    first = only_request(st, 0, cache)
+    st.on_fetch_response(first, response({tp: {"high_watermark": 0} for tp in tps}), 1, cache)
+    second = only_request(st, 1, cache)                  # unchanged: the same entries, through the reuse
+    assert [p is q for p, q in zip(second.partitions, first.partitions)] == [True] * 5
+    st.on_fetch_response(second, response({tps[0]: {"high_watermark": 0},
+                                           tps[1]: {"records": batch(0, [b"a", b"b"]), "high_watermark": 9},
+                                           tps[2]: {"preferred_read_replica": 2},
+                                           tps[3]: {"high_watermark": 0}, tps[4]: {"high_watermark": 0}}), 2, cache)
+    st.seek(tps[4], 0)                                   # the same offset: only the generation changes
+    plan = st.plan_fetches(2, cache.snapshot)
+    got = {r.node: [(p.tp.partition, p.fetch_offset, p.current_leader_epoch, p.generation) for p in r.partitions]
+           for r in plan.requests}
+    gen = first.partitions[0].generation
+    assert got == {1: [(0, 0, 5, gen), (1, 2, 5, gen), (3, 0, 5, gen), (4, 0, 5, gen + 1)], 2: [(2, 0, 5, gen)]}
+    for request in plan.requests:
+        st.begin_fetch(request)
+        st.on_fetch_response(request, response({}), 3, cache)
+    cache.update_from_metadata(layout({0: 1, 1: 1, 2: 1, 3: 1, 4: 3}), 3.0)   # partition 4 moves to node 3
+    plan = st.plan_fetches(3, cache.snapshot)
+    assert {r.node: [p.tp.partition for p in r.partitions] for r in plan.requests} == {1: [0, 1, 3], 2: [2], 3: [4]}
+
+
+def test_a_partition_back_from_its_read_replica_goes_to_its_leader_even_after_a_partition_of_the_replica() -> None:
+    """The entry planned for a read replica is not the leader's: once the replica is dropped, a plan on the same
+    snapshot reaching the partition right after one led by the replica's node still sends it to its leader."""
+    p0, p1, p2 = TP0, TP1, TP2
+    cache = metadata({0: (1, 0), 1: (2, 0), 2: (1, 0)})
+    st = fetch_state()
+    st.assign([p0, p1, p2])
+    for tp in (p0, p1, p2):
+        st.seek(tp, 0)
+    plan = st.plan_fetches(0, cache.snapshot)
+    reqs = {r.node: r for r in plan.requests}
+    for r in plan.requests:
+        st.begin_fetch(r)
+    st.on_fetch_response(reqs[2], response({p1: {}}), 1, cache)
+    st.on_fetch_response(reqs[1], response({p0: {}, p2: {"preferred_read_replica": 2}}), 1, cache)
+    plan = st.plan_fetches(1, cache.snapshot)
+    assert {r.node: [p.tp for p in r.partitions] for r in plan.requests} == {2: [p1, p2], 1: [p0]}
+    reqs = {r.node: r for r in plan.requests}
+    for r in plan.requests:
+        st.begin_fetch(r)
+    # the replica cannot serve it: back to the leader (node 1, busy with p0's Fetch: p2 waits for it)
+    st.on_fetch_response(reqs[2], response({p1: {}, p2: {"error_code": errors.OffsetOutOfRangeError.errno}}), 2,
+                         cache)
+    assert st.state(p2).read_replica is None
+    plan = st.plan_fetches(2, cache.snapshot)
+    assert {r.node: [p.tp for p in r.partitions] for r in plan.requests} == {2: [p1]}
+
+
 def test_seek_drops_buffered_data() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()
