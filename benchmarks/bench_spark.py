@@ -390,12 +390,14 @@ def _stream_rounds(args: argparse.Namespace, bs: str, topic: Any, sizes: list[in
     run_s: dict[str, list[float]] = {s: [] for s in sinks}
     batch_ms: dict[str, list[float]] = {s: [] for s in sinks}
     breakdown: dict[str, dict[str, float]] = {}
+    tasks: dict[str, float] = {}
     for r in range(args.rounds):
         for sink in (sinks if r % 2 == 0 else sinks[::-1]):
             run_s[sink].append(pipeline(sink, source, args.stream_records, args.stream_batch).seconds)
             latency = pipeline(sink, small, args.latency_batch * args.latency_batches, args.latency_batch)
             batch_ms[sink].extend(latency.batch_ms)
             breakdown[sink] = latency.phases_ms
+            tasks[sink] = latency.tasks
         print(f"# stream round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in run_s.items()),
               file=sys.stderr, flush=True)
     median = {k: round(args.stream_records / statistics.median(v)) for k, v in run_s.items()}
@@ -405,6 +407,7 @@ def _stream_rounds(args: argparse.Namespace, bs: str, topic: Any, sizes: list[in
         "seconds": {k: [round(x, 2) for x in v] for k, v in run_s.items()},
         "micro_batch_ms": {k: _stats(v, 0) for k, v in batch_ms.items()},
         "micro_batch_phases_ms_last_latency_run_medians": breakdown,
+        "micro_batch_tasks_last_latency_run_median": tasks,
         "akresil_vs_kafka_medians": {
             "records_per_s": round(median["akresil"] / median["kafka"], 2),
             "micro_batch_latency": round(statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil"]),
@@ -429,6 +432,22 @@ class PipelineRun(NamedTuple):
     seconds: float
     batch_ms: list[float]
     phases_ms: dict[str, float]
+    #: median Spark tasks per micro-batch (the layout the source planned: akresil packs, Spark's connector does not)
+    tasks: float = float("nan")
+
+
+def tasks_per_micro_batch(spark: Any, query: Any) -> float:
+    """Median number of tasks of the jobs ``query`` ran (one job per micro-batch of these pipelines), from Spark's
+    status tracker: a streaming query runs its jobs in a job group named after its run id."""
+    tracker = spark.sparkContext.statusTracker()
+    counts = []
+    for job in tracker.getJobIdsForGroup(str(query.runId)):
+        info = tracker.getJobInfo(job)
+        stages = [tracker.getStageInfo(s) for s in info.stageIds] if info else []
+        n = sum(s.numTasks for s in stages if s is not None)
+        if n:
+            counts.append(n)
+    return statistics.median(counts) if counts else float("nan")
 
 
 def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in: int, per_batch: int, sink: str,
@@ -456,7 +475,7 @@ def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in
             phases.setdefault(phase, []).append(ms)
     shutil.rmtree(checkpoint, ignore_errors=True)
     return PipelineRun(elapsed, [float(p.durationMs["triggerExecution"]) for p in progress],
-                       {k: statistics.median(v) for k, v in phases.items()})
+                       {k: statistics.median(v) for k, v in phases.items()}, tasks_per_micro_batch(spark, query))
 
 
 def main() -> None:

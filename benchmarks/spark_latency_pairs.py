@@ -6,10 +6,13 @@ readStream(source) -> upper(value) -> writeStream(sink) with ``Trigger.Available
 ``--per-batch`` for each pairing (one warm-up, then ``--rounds`` rounds, the order alternating), and prints each
 run's median and worst ``triggerExecution`` and the medians of Spark's phases (``durationMs``). A pairing is
 ``source/sink[/deliveryGuarantee]``; formats: ``akresil``, ``kafka`` (spark-sql-kafka), and as a sink
-``akresil_bench_noop`` (bench_spark's no-op Python sink: Spark's floor for any Python sink).
+``akresil_bench_noop`` (bench_spark's no-op Python sink: Spark's floor for any Python sink). A source may carry
+read options after a colon, ``;``-separated (``akresil:minRecordsPerPartition=1/akresil``). Each run also prints the
+median number of Spark tasks per micro-batch (from Spark's status tracker, the query's job group).
 
     python benchmarks/spark_latency_pairs.py akresil/akresil,kafka/kafka,kafka/akresil,kafka/akresil_bench_noop
     python benchmarks/spark_latency_pairs.py akresil/akresil/exactly-once,akresil/akresil --rounds 2
+    python benchmarks/spark_latency_pairs.py akresil:minRecordsPerPartition=1/akresil,akresil/akresil
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ def main() -> None:
                 anyio.run(B.fill, bs, source, args.records, 100)
                 scratch = Path(tempfile.mkdtemp())
 
-                def run(pair: list[str]) -> tuple[list[float], dict[str, float]]:
-                    stream = (spark.readStream.format(pair[0]).option("kafka.bootstrap.servers", bs)
+                def run(pair: list[str]) -> tuple[list[float], dict[str, float], float]:
+                    fmt, _, extra = pair[0].partition(":")
+                    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bs)
                               .option("subscribe", source).option("startingOffsets", "earliest")
-                              .option("maxOffsetsPerTrigger", str(args.per_batch)).load()
-                              .selectExpr("key", "upper(cast(value as string)) as value"))
+                              .option("maxOffsetsPerTrigger", str(args.per_batch)))
+                    for item in filter(None, extra.split(";")):
+                        key, _, value = item.partition("=")
+                        reader = reader.option(key, value)
+                    stream = reader.load().selectExpr("key", "upper(cast(value as string)) as value")
                     writer: Any = (stream.writeStream.format(pair[1]).option("kafka.bootstrap.servers", bs)
                                    .option("topic", topic()).option("checkpointLocation", str(scratch / uuid.uuid4().hex)))
                     if len(pair) > 2:
@@ -69,16 +76,17 @@ def main() -> None:
                         raise RuntimeError(f"{'/'.join(pair)}: {query.exception()}")
                     progress = [p for p in query.recentProgress if p.numInputRows > 0]
                     phases = {k: statistics.median(p.durationMs.get(k, 0) for p in progress) for k in PHASES}
-                    return [float(p.durationMs["triggerExecution"]) for p in progress], phases
+                    tasks = B.tasks_per_micro_batch(spark, query)
+                    return [float(p.durationMs["triggerExecution"]) for p in progress], phases, tasks
 
                 for pair in pairs:
                     run(pair)
                 for r in range(args.rounds):
                     for pair in (pairs if r % 2 == 0 else pairs[::-1]):
-                        times, phases = run(pair)
+                        times, phases, tasks = run(pair)
                         print(f"{'/'.join(pair)}: triggerExecution median {statistics.median(times):.0f} ms, "
-                              f"worst {max(times):.0f} ms; phase medians {phases}; load {os.getloadavg()[0]:.1f}",
-                              flush=True)
+                              f"worst {max(times):.0f} ms; tasks per micro-batch {tasks:g}; phase medians {phases}; "
+                              f"load {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             spark.stop()
     finally:
