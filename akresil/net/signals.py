@@ -13,11 +13,13 @@ from typing import Callable
 
 import anyio
 
+from .backend import GENERIC, LoopPrimitives, loop_primitives
+
 
 class TurnLoop:
     """Run ``turn()`` until ``done()``, sleeping the ms each turn returns (None: until ``wake()``)."""
 
-    __slots__ = ("_wakeup", "_turn", "_done", "_until")
+    __slots__ = ("_wakeup", "_turn", "_done", "_until", "_rt")
 
     def __init__(self) -> None:
         self._wakeup = anyio.Event()
@@ -25,6 +27,9 @@ class TurnLoop:
         self._done: Callable[[], bool] | None = None
         #: when the loop's sleep ends on its own (anyio time); None: only a wake() ends it
         self._until: float | None = None
+        #: the running back-end's scope, event and clock, resolved when ``run`` starts (``net.backend``: a turn
+        #: made four back-end look-ups through anyio's generic functions)
+        self._rt = GENERIC
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -37,22 +42,24 @@ class TurnLoop:
             self.wake()
             return
         delay_ms = self._turn()
-        if delay_ms is not None and (self._until is None or anyio.current_time() + delay_ms / 1000.0 < self._until):
+        if delay_ms is not None and (self._until is None or self._rt.now() + delay_ms / 1000.0 < self._until):
             self.wake()
 
     async def run(self, turn: Callable[[], float | None], *, done: Callable[[], bool]) -> None:
         self._turn, self._done = turn, done
+        self._rt = rt = loop_primitives()
+        new_event, scope, now = rt.event, rt.scope, rt.now
         try:
             while not done():
                 # re-armed before the turn: a wake() during or after the turn is never lost
-                self._wakeup = anyio.Event()
+                self._wakeup = new_event()
                 delay_ms = turn()
                 if delay_ms is None:
                     self._until = None
                     await self._wakeup.wait()
                 elif delay_ms > 0:
-                    self._until = anyio.current_time() + delay_ms / 1000.0
-                    with anyio.move_on_after(delay_ms / 1000.0):
+                    self._until = until = now() + delay_ms / 1000.0
+                    with scope(deadline=until):
                         await self._wakeup.wait()
         finally:
             self._turn = self._done = None
@@ -61,15 +68,20 @@ class TurnLoop:
 class Broadcast:
     """An event that re-arms when fired: ``fire()`` wakes everyone waiting on the current generation."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_rt")
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        #: the back-end's Event class once known (``net.backend``): ``fire`` runs once per completion round
+        self._rt: LoopPrimitives = GENERIC
 
     def current(self) -> anyio.Event:
         """The event the next ``fire()`` sets."""
         return self._event
 
     def fire(self) -> None:
-        event, self._event = self._event, anyio.Event()
+        rt = self._rt
+        if rt is GENERIC:           # made outside the loop (or under trio, which keeps anyio's look-up)
+            rt = self._rt = loop_primitives()
+        event, self._event = self._event, rt.event()
         event.set()

@@ -21,6 +21,8 @@ from akresil.net.connection import Connection, _on_asyncio
 from akresil.net.framing import FrameDecoder
 from akresil.net.loop_stream import LoopStream
 
+from .conftest import BackendLookups
+
 BACKENDS = ["asyncio", "trio"]
 API = 1000  # any api key: the core does not interpret it
 NO_RESPONSE_API = 18  # send_no_response encodes through the codec: an empty ApiVersions v0 body is 0 bytes
@@ -470,32 +472,17 @@ def test_a_close_on_the_first_request_after_the_handshake_names_that_request_too
     run(backend, lambda: with_peer(hang_up, body))
 
 
-def test_requests_resolve_the_back_end_once_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requests_resolve_the_back_end_once_not_per_request(backend_lookups: BackendLookups) -> None:
     """anyio finds the running back-end (through sniffio) on every CancelScope(), Event() and current_time();
     a connection resolves them when it is made, not four times per request."""
-    import sys
-    from anyio._core import _eventloop
-    real = _eventloop.get_async_backend
-    # every anyio module that looks the back-end up (each imported the function by name)
-    users = [m for name, m in list(sys.modules.items())
-             if name.startswith("anyio.") and getattr(m, "get_async_backend", None) is real]
-    assert len(users) >= 3
-    calls: list[int] = []
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
     async def body(conn: Connection) -> None:
         await conn.request_raw(API, 0, encode(b"warm"))
-        for m in users:
-            monkeypatch.setattr(m, "get_async_backend", counted)
+        backend_lookups.start()
         try:
             for i in range(20):
                 assert (await conn.request_raw(API, 0, encode(b"r%d" % i)))[4:] == b"r%d" % i
         finally:
-            for m in users:
-                monkeypatch.setattr(m, "get_async_backend", real)
+            backend_lookups.stop()
 
     run("asyncio", lambda: with_peer(echo, body))
-    assert calls == []
+    assert backend_lookups.calls == 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from akresil.net.signals import TurnLoop
+from akresil.net.signals import Broadcast, TurnLoop
+
+from .conftest import BackendLookups
 
 
 async def _settle() -> None:
@@ -78,3 +80,30 @@ async def test_turn_now_on_a_done_loop_only_wakes_it_so_it_ends() -> None:
     loop.turn_now()                                 # done: no turn is taken, the loop is woken and ends
     await asyncio.wait_for(task, 5)
     assert turns == [1]
+
+
+async def test_turns_and_broadcasts_resolve_the_back_end_once(backend_lookups: BackendLookups) -> None:
+    """A sleeping turn made four look-ups of the running back-end through anyio's generic Event(),
+    current_time() and move_on_after(); the loop resolves them when it starts."""
+    loop = TurnLoop()
+    fired = Broadcast()
+    turns: list[int] = []
+    stop = False
+
+    def turn() -> float | None:
+        turns.append(1)
+        return 0.01 if len(turns) < 40 else None
+
+    task = asyncio.create_task(loop.run(turn, done=lambda: stop))
+    fired.fire()
+    while len(turns) < 3:
+        await asyncio.sleep(0)
+    backend_lookups.start()
+    while len(turns) < 40:
+        await asyncio.sleep(0.001)
+        fired.fire()
+    backend_lookups.stop()
+    stop = True
+    loop.wake()
+    await task
+    assert backend_lookups.calls == 0
