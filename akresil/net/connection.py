@@ -280,7 +280,7 @@ class Connection:
         entry.abandoned = True
         self._inflight.add(entry)
         self._out.append(frame)
-        if not self._writing:
+        if not self._writing and not self._write_now():
             await self._flush()
         self._check_open()
 
@@ -324,7 +324,7 @@ class Connection:
             self._reader_deadline = pending.deadline
             scope.deadline = self._rt.now() + (pending.deadline - now) / 1000.0
         self._out.append(frame)
-        if not self._writing:
+        if not self._writing and not self._write_now():
             await self._flush()
         try:
             while pending.frame is None and pending.error is None:
@@ -375,6 +375,22 @@ class Connection:
             self._slot_waiters.popleft().set()
 
     # ------------------------------------------------------------------ I/O
+    def _write_now(self) -> bool:
+        """Hand what is queued to a ``LoopStream``'s transport when its buffer has room: no await and no cancel
+        scope (anyio's asyncio CancelScope costs ~4 % of a small request entering and leaving); False leaves it
+        to ``_flush`` (another stream, or a full, closed or broken one: the awaited path waits or reports)."""
+        stream = self._stream
+        if stream.__class__ is not LoopStream:
+            return False
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if not stream.write_now(data):
+            return False
+        out.clear()
+        if self.hooks is not None:
+            self.hooks.emit(BYTES_SENT, node_id=self.node_id, nbytes=len(data))
+        return True
+
     async def _flush(self) -> None:
         """Send everything queued, coalesced; shielded (a torn frame breaks the stream) but time-bounded."""
         self._writing = True

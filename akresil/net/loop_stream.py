@@ -159,6 +159,15 @@ class LoopStream(anyio.abc.ByteStream):
         if p.lost and p.error is not None:
             raise anyio.BrokenResourceError from p.error
 
+    def write_now(self, data: bytes) -> bool:
+        """Write without waiting if the transport's buffer has room (the common case: the kernel takes it at
+        once); False, writing nothing, when ``send`` would have to wait or raise."""
+        p = self._protocol
+        if self._closed or p.lost or p.write_paused or self._transport.is_closing():
+            return False
+        self._transport.write(data)
+        return True
+
     async def send_eof(self) -> None:
         if not self._transport.is_closing():
             self._transport.write_eof()

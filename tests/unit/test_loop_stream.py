@@ -157,3 +157,23 @@ def test_a_reset_connection_is_a_broken_resource() -> None:
                 await stream.receive()
 
     asyncio.run(with_server(reset, body))
+
+
+def test_write_now_writes_only_when_send_would_not_wait() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(100):
+            writer.write(data)
+            await writer.drain()
+
+    async def body(stream: LoopStream) -> None:
+        assert stream.write_now(b"now")
+        assert await stream.receive() == b"now"
+        stream._protocol.write_paused = True        # the transport's buffer above its high-water mark
+        assert not stream.write_now(b"later")
+        stream._protocol.resume_writing()
+        assert stream.write_now(b"again")
+        assert await stream.receive() == b"again"
+        await stream.aclose()
+        assert not stream.write_now(b"closed")
+
+    asyncio.run(with_server(answer, body))

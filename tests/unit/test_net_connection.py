@@ -486,3 +486,19 @@ def test_requests_resolve_the_back_end_once_not_per_request(backend_lookups: Bac
 
     run("asyncio", lambda: with_peer(echo, body))
     assert backend_lookups.calls == 0
+
+
+def test_a_request_on_a_loop_stream_is_written_without_the_awaited_flush() -> None:
+    """Under asyncio the frame goes to the transport at once when its buffer has room: no await, no cancel
+    scope; the awaited ``_flush`` is left for a full buffer."""
+    async def body(conn: Connection) -> None:
+        assert isinstance(conn._stream, LoopStream)
+
+        async def no_flush() -> None:
+            raise AssertionError("awaited flush used for a transport with room")
+
+        conn._flush = no_flush  # type: ignore[method-assign]
+        for i in range(5):
+            assert (await conn.request_raw(API, 0, encode(b"w%d" % i)))[4:] == b"w%d" % i
+
+    run("asyncio", lambda: with_peer(echo, body))
