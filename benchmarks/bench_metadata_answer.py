@@ -5,12 +5,13 @@ NOT_LEADER_OR_FOLLOWER); at 10,000 partitions or 10,000 topics that is one large
 with ``time.thread_time``, the start (a fresh cache) and a run of refreshes into one cache (the same answer each
 time: the common case), for 10,000 partitions of one topic and 10,000 topics of one partition, 3 brokers.
 
-    PYTHONPATH=. python benchmarks/bench_metadata_answer.py [--rounds 15] [--version 12] [--json out.json]
+    PYTHONPATH=. python benchmarks/bench_metadata_answer.py [--rounds 15] [--version 12] [--collector off] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -75,7 +76,11 @@ def main() -> None:
     parser.add_argument("--version", type=int, default=12, help="Metadata response version")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--collector", choices=("on", "off"), default="on",
+                        help="off: Python's cyclic collector disabled while timing (the code's own cost alone)")
     args = parser.parse_args()
+    if args.collector == "off":
+        gc.disable()
     results = [run(case, args.version, args.rounds) for case in args.cases.split(",")]
     for r in results:
         print(f"{r['case']:17s} {r['frame_bytes']:>8d} B  start decode {r['start']['decode_ms']:6.1f} ms "

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from akresil.errors import ProtocolError, UnsupportedVersionError
 from akresil.protocol import ApiKey, api, decode_request, decode_response, decode_versioned, specs
+from akresil.protocol import primitives as P
 from akresil.protocol.compiler import decoder
+from akresil.protocol.schema import F, M
 from tests.unit.test_protocol_golden import (
     fetch_v16_response,
     i16,
@@ -176,3 +178,48 @@ def test_short_frames() -> None:
         decode_request(b"\x00")
     with pytest.raises(ProtocolError):
         decode_response(ApiKey.FETCH, 16, b"")
+
+
+# The generated decoders read compact strings and uuids inline (no call to the primitives): they must give the
+# primitives' values, end offsets and errors for every length, including multi-byte lengths and truncations.
+_INLINE = M("InlineReads", None, "data", "0", "0+", (
+    F("s", "string", "0+"), F("ns", "string", "0+", nullable="0+"), F("id", "uuid", "0+")))
+
+
+@pytest.mark.parametrize("text", ["", "a", "é" * 40, "x" * 126, "x" * 127, "x" * 128, "ü" * 200, "y" * 20_000])
+def test_inline_compact_string_and_uuid_reads_match_the_primitives(text: str) -> None:
+    ident = bytes(range(16))
+    first = b"".join(_parts(P.write_compact_string, text))
+    for value in (text, None):
+        body = first + b"".join(_parts(P.write_compact_nullable_string, value)) + ident + b"\x00"
+        for buf in (body, memoryview(body)):
+            assert decoder(_INLINE, 0)(buf, 0) == ({"s": text, "ns": value, "id": ident}, len(body))
+    # every truncation fails as the primitives do, with their message
+    for cut in range(len(first)):
+        with pytest.raises(ProtocolError) as caught:
+            decoder(_INLINE, 0)(first[:cut], 0)
+        with pytest.raises(ProtocolError) as expected:
+            P.read_compact_string(first[:cut], 0)
+        assert str(caught.value) == f"InlineReads v0: {expected.value}"
+    with pytest.raises(ProtocolError, match=r"^InlineReads v0: uuid needs 16 bytes at offset 2 but only 15 remain$"):
+        decoder(_INLINE, 0)(b"\x01\x00" + ident[:15], 0)
+
+
+def test_inline_compact_string_null_where_not_nullable_names_the_problem() -> None:
+    with pytest.raises(ProtocolError, match=r"^InlineReads v0: non-nullable compact string before offset 1 is null$"):
+        decoder(_INLINE, 0)(b"\x00\x00" + bytes(17), 0)
+
+
+def _parts(write: Callable[..., None], value: Any) -> list[Any]:
+    parts: list[Any] = []
+    write(parts, value)
+    return parts
+
+
+def test_empty_int_arrays_decode_to_fresh_lists() -> None:
+    # the decoders build empty fixed-width arrays without a struct call; each must still be its own list
+    message = M("EmptyArrays", None, "data", "0", "0+", (F("a", "[]int32", "0+"), F("b", "[]int32", "0+")))
+    got, end = decoder(message, 0)(b"\x01\x01\x00", 0)
+    assert got == {"a": [], "b": []} and end == 3 and type(got["a"]) is list and got["a"] is not got["b"]
+    got["a"].append(1)
+    assert decoder(message, 0)(b"\x01\x01\x00", 0)[0] == {"a": [], "b": []}
