@@ -723,8 +723,10 @@ class FetchState:
         open_node: int | None = None
         parts: list[FetchPartition] = []
         for tp, st in fetchable.items():
+            # (every state here is assigned: ``assign`` drops an unassigned partition from each set that feeds this
+            # one, so there is no look-up in ``partitions`` per partition)
             if (st.in_flight or st.paused or st.error is not None or st.fetch_offset is None
-                    or st.reset is not None or st.awaiting_committed or partitions.get(tp) is not st):
+                    or st.reset is not None or st.awaiting_committed):
                 continue   # the answer, resume() or seek() puts it back
             if st.chunks:
                 # a partition with nothing buffered may always fetch; one with records buffered prefetches only
@@ -891,20 +893,25 @@ class FetchState:
                 st.in_flight = True
                 fetchable.pop(tp, None)
 
-    def _end_fetch(self, request: FetchRequest) -> None:
-        """The node is free again: its request's partitions and those that waited for it rejoin the ready set."""
+    def _end_fetch(self, request: FetchRequest) -> list[PartitionFetchState | None]:
+        """The node is free again: its request's partitions and those that waited for it rejoin the ready set.
+        Returns the request's partitions' states, in its order (None: unassigned since), for the answer to use."""
         self.busy_nodes.discard(request.node)
         fetchable = self._fetchable
         partitions = self.partitions
+        states: list[PartitionFetchState | None] = []
+        append = states.append
         for p in request.partitions:
             tp = p[0]
             st = partitions.get(tp)
+            append(st)
             if st is not None:
                 st.in_flight = False
                 fetchable[tp] = st
         waiting = self._node_waiting.pop(request.node, None)
         if waiting:
             fetchable.update(waiting)
+        return states
 
     def build_request_body(self, request: FetchRequest, version: int, *, max_wait_ms: int, min_bytes: int
                            ) -> PackedFetchBody:
@@ -984,7 +991,9 @@ class FetchState:
                           metadata: MetadataCache) -> ResponseOutcome:
         """Buffer the data and act on the errors of one Fetch response (any version 4-17), as
         ``fetch_codec.decode_fetch_body`` reads it (partition entries are ``FetchedPartition`` tuples)."""
-        self._end_fetch(request)
+        #: the states of ``asked``, in its order: an entry matched with ``asked[at]`` takes ``states[at]`` (nothing
+        #: assigns or unassigns while the answer is applied)
+        states = self._end_fetch(request)
         asked = request.partitions
         n_asked = len(asked)
         #: the answer's entries usually come in the order they were asked for (a full Fetch of one topic: the
@@ -1028,14 +1037,14 @@ class FetchState:
                     for index, code, hwm, lso, log_start, n_aborted, replica, _, _ in nothing_new(piece):
                         plan = asked[at] if at < n_asked else None
                         if plan is not None and planned is None and plan[0][1] == index and plan[0][0] == name:
+                            st = states[at]
                             at += 1
-                            key = plan[0]
                         else:
                             if planned is None:
                                 planned = {p.tp: p for p in asked}
                             key = new_tp(TopicPartition, (name, index))
                             plan = planned.get(key)
-                        st = partitions.get(key)
+                            st = partitions.get(key)
                         if plan is None or st is None or st.generation != plan.generation:
                             continue  # not asked for, unassigned meanwhile, or seeked meanwhile
                         if code or replica >= 0:
@@ -1060,15 +1069,15 @@ class FetchState:
                 index = part.partition_index
                 plan = asked[at] if at < n_asked else None
                 if plan is not None and planned is None and plan[0][1] == index and plan[0][0] == name:
+                    st = states[at]
                     at += 1
-                    key = plan[0]
                 else:
                     if planned is None:
                         planned = {p.tp: p for p in asked}
                     # ``tuple.__new__`` skips the NamedTuple's Python-level ``__new__``
                     key = new_tp(TopicPartition, (name, index))
                     plan = planned.get(key)
-                st = partitions.get(key)
+                    st = partitions.get(key)
                 if plan is None or st is None or st.generation != plan.generation:
                     continue  # not asked for, unassigned meanwhile, or seeked meanwhile
                 refresh, got, again = self._apply_entry(st, plan, part, request, response, now, metadata, refresh,

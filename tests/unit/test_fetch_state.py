@@ -697,6 +697,28 @@ def test_a_partition_back_from_its_read_replica_goes_to_its_leader_even_after_a_
     assert {r.node: [p.tp for p in r.partitions] for r in plan.requests} == {2: [p1]}
 
 
+def test_a_partition_unassigned_while_it_waits_for_its_node_is_not_planned_from_its_old_state() -> None:
+    """Unassigning drops a partition from every set the plan draws on (here: waiting for its busy node); re-assigned
+    without a position, it is not fetched when the node frees up, from the old state's offset or otherwise."""
+    cache = metadata({0: (1, 0), 1: (2, 0), 2: (2, 0)})
+    st = fetch_state()
+    st.assign([TP0, TP1])
+    st.seek(TP0, 0)
+    st.seek(TP1, 0)
+    plan = st.plan_fetches(0, cache.snapshot)
+    reqs = {r.node: r for r in plan.requests}
+    for r in plan.requests:
+        st.begin_fetch(r)
+    st.assign([TP0, TP1, TP2])
+    st.seek(TP2, 7)
+    assert st.plan_fetches(1, cache.snapshot).requests == []     # TP2 waits for node 2
+    st.assign([TP0, TP1])
+    st.assign([TP0, TP1, TP2])                                   # back, with no position yet
+    st.on_fetch_response(reqs[2], response({TP1: {}}), 2, cache)
+    plan = st.plan_fetches(2, cache.snapshot)
+    assert {r.node: [p.tp for p in r.partitions] for r in plan.requests} == {2: [TP1]}
+
+
 def test_seek_drops_buffered_data() -> None:
     cache = metadata({0: (1, 0)})
     st = fetch_state()
