@@ -350,6 +350,7 @@ def test_topics_not_wanted_do_not_make_an_answer_not_ready() -> None:
     c.begin_refresh(now=0)
     answer = topic_answer("mine")
     answer["topics"] += topic_answer("other", error=5)["topics"]   # e.g. an all-topics answer
+    answer["topics"] += topic_answer("leaderless", leaders=(1, -1))["topics"]
     c.update_from_metadata(answer, now=5)
     c.request_refresh("x", now=5)
     assert c.next_refresh_at(5) == 105
