@@ -20,6 +20,7 @@ of the application continuations the completions schedule.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Any, Awaitable
 
 import anyio
@@ -34,6 +35,7 @@ from ..core.metadata import BrokerInfo, LeaderHint
 from ..core.transaction import FENCED_CODES
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
+from .backend import loop_primitives
 from .cluster import Cluster
 from .signals import Broadcast, TurnLoop
 from .transaction import V2_PRODUCE, TransactionIO
@@ -141,6 +143,12 @@ class Sender:
         self._stopping = False
         #: topics whose batches were split already (the first split of a topic is logged as a warning)
         self._split_topics: set[str] = set()
+        #: Produce requests waiting for a worker (``_work``), in the order they were formed: one long-lived task
+        #: per request in flight instead of a task spawned per request (anyio's ``start_soon`` was ~12 % of the CPU
+        #: of a record sent alone); the pool grows to the most requests ever in flight at once
+        self._jobs: deque[tuple[int, Any, int, dict[str, Any], list[ProducerBatch]]] = deque()
+        #: the wake-up events of idle workers, oldest first
+        self._idle: deque[anyio.Event] = deque()
         cluster.on_metadata_change(self.wake)
 
     # ------------------------------------------------------------------ signals
@@ -368,8 +376,33 @@ class Sender:
                 "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
         state = self.cluster.node(node_id)
         state.on_request_sent(now)
-        assert self._tg is not None
-        self._tg.start_soon(self._produce, node_id, conn, version, body, batches)
+        self._jobs.append((node_id, conn, version, body, batches))
+        if self._idle:
+            self._idle.popleft().set()
+        else:
+            assert self._tg is not None
+            self._tg.start_soon(self._work)
+
+    async def _work(self) -> None:
+        """A worker of the request pool: sends the oldest Produce request waiting, awaits its answer, and so on;
+        idle, it waits to be handed the next one. Requests start in the order they were formed (the woken or
+        spawned worker, or any worker that frees up first, takes the oldest), so a partition's batches are
+        written in sequence order as with a task per request."""
+        jobs, idle = self._jobs, self._idle
+        new_event = loop_primitives().event
+        wakeup: anyio.Event | None = None
+        try:
+            while True:
+                if jobs:
+                    await self._produce(*jobs.popleft())
+                    continue
+                wakeup = new_event()
+                idle.append(wakeup)
+                await wakeup.wait()
+                wakeup = None
+        finally:
+            if wakeup is not None and wakeup in idle:
+                idle.remove(wakeup)      # cancelled while idle: never handed a request
 
     async def _produce(self, node_id: int, conn: Any, version: int, body: dict[str, Any],
                        batches: list[ProducerBatch]) -> None:
