@@ -33,6 +33,7 @@ from .core.partitioner import DefaultPartitioner, check_partition
 from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture
+from .net.backend import running_asyncio_loop
 from .net.scheduler import Sender
 from .net.transaction import TransactionIO
 from .send_call import SendCall
@@ -63,14 +64,6 @@ class _Blocked(NamedTuple):
     fut: DeliveryFuture
     needed: int
     sticky: bool
-
-
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The asyncio loop this task runs on; None under trio (no asyncio loop runs in this thread)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 _MAX_TIMESTAMP = 2**63 - 1
@@ -175,7 +168,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
 
     async def _start_sender(self, task_group: anyio.abc.TaskGroup) -> None:
         await task_group.start(self._sender.run)
-        self._loop = _running_asyncio_loop()
+        self._loop = running_asyncio_loop()
         # a transactional producer accepts records only inside a transaction (begin_transaction sets it)
         self._accepting = self._txn is None
 

@@ -28,10 +28,17 @@ class LoopPrimitives(NamedTuple):
 GENERIC = LoopPrimitives(anyio.CancelScope, anyio.Event, anyio.current_time)
 
 
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop this task runs on; None under trio (no asyncio loop runs in this thread)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def loop_primitives() -> LoopPrimitives:
     """The running asyncio loop's primitives; ``GENERIC`` when no asyncio loop runs in this thread."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+    loop = running_asyncio_loop()
+    if loop is None:
         return GENERIC
     return LoopPrimitives(type(anyio.CancelScope()), type(anyio.Event()), loop.time)

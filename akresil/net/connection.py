@@ -18,7 +18,6 @@ wrong request); the timed-out caller gets ``RequestTimeoutError``, the others ``
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 import math
@@ -35,7 +34,7 @@ from ..protocol.api import (CLIENT_VERSIONS, ApiKey, broker_versions, decode_ans
                             negotiate)
 from .clock import Clock, monotonic_ms
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, InFlight
-from .backend import loop_primitives
+from .backend import loop_primitives, running_asyncio_loop
 from .loop_stream import LoopStream
 from .sasl import SaslConfig
 
@@ -176,7 +175,7 @@ class Connection:
         try:
             with anyio.fail_after(connect_timeout_ms / 1000.0):
                 tcp: anyio.abc.ByteStream
-                if ssl_context is None and _on_asyncio():
+                if ssl_context is None and running_asyncio_loop() is not None:
                     tcp = await LoopStream.connect(host, port)     # no selector change per wait (loop_stream)
                 else:
                     tcp = await anyio.connect_tcp(host, port)
@@ -662,15 +661,6 @@ class Connection:
         with anyio.CancelScope(shield=True):
             await self.close(error)
         return error
-
-
-def _on_asyncio() -> bool:
-    """Running under asyncio (not trio, anyio's other back-end)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _set_nodelay(stream: anyio.abc.ByteStream) -> None:

@@ -24,6 +24,7 @@ import anyio
 import anyio.abc
 
 from .. import errors
+from .backend import running_asyncio_loop
 
 
 class TaskOwner:
@@ -50,9 +51,8 @@ class TaskOwner:
         if self._opened:
             raise errors.IllegalStateError(f"{self._name}: background tasks already started")
         self._opened = True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:   # not asyncio: trio, anyio's other back-end
+        loop = running_asyncio_loop()
+        if loop is None:       # not asyncio: trio, anyio's other back-end
             import trio
             trio.lowlevel.spawn_system_task(self._run, name=self._name, context=contextvars.copy_context())
         else:

@@ -17,7 +17,8 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from akresil import errors
-from akresil.net.connection import Connection, _on_asyncio
+from akresil.net.backend import running_asyncio_loop
+from akresil.net.connection import Connection
 from akresil.net.framing import FrameDecoder
 from akresil.net.loop_stream import LoopStream
 
@@ -79,7 +80,7 @@ async def with_peer(handler: Callable[[Peer], Awaitable[None]],
 
         tg.start_soon(listener.serve, serve)
         # the stream Connection.connect opens: LoopStream under asyncio, anyio's elsewhere
-        stream: anyio.abc.ByteStream = (await LoopStream.connect("127.0.0.1", port) if _on_asyncio()
+        stream: anyio.abc.ByteStream = (await LoopStream.connect("127.0.0.1", port) if running_asyncio_loop() is not None
                                         else await anyio.connect_tcp("127.0.0.1", port))
         kwargs.setdefault("request_timeout_ms", 5_000)
         conn = Connection(stream, address=f"127.0.0.1:{port}", node_id=7, **kwargs)
