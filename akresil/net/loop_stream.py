@@ -77,14 +77,16 @@ class _Reader(asyncio.Protocol):
         self._wake_writer()
 
     def _wake_reader(self) -> None:
-        fut = self.reader
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        _wake(self.reader)
 
     def _wake_writer(self) -> None:
-        fut = self.writer
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        _wake(self.writer)
+
+
+def _wake(fut: asyncio.Future[None] | None) -> None:
+    """Wake whoever waits on ``fut`` (a reader or a writer), if anyone still does."""
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 class LoopStream(anyio.abc.ByteStream):
