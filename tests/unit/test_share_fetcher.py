@@ -90,6 +90,18 @@ def member_fetcher(cluster: ScriptedCluster, *, joined: bool = True) -> tuple[Sh
     return state, ShareFetcher(cluster, state, request_timeout_ms=1000)  # type: ignore[arg-type]
 
 
+async def both_leaders_answered(cluster: ScriptedCluster, state: ShareFetchState) -> dict[Any, list[Any]]:
+    """Leaders 1 and 2 each answer the running fetcher's fetch with two records; the application then polls
+    leader 1's two, and leader 2's stay buffered."""
+    await cluster.answer("fetch", 1, fetch_answer(0, batch(0, 2), [(0, 1, 1)]))
+    await cluster.answer("fetch", 2, fetch_answer(1, batch(0, 2), [(0, 1, 1)]))
+    for _ in range(10):     # both answers applied by the fetcher's tasks
+        await anyio.sleep(0)
+    records = state.poll_by_partition(2, 0.0)
+    assert list(records) == [TP0], records
+    return records
+
+
 async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_application_resumes() -> None:
     """With another leader's records still buffered, ``commit()`` sends a ShareAcknowledge; when it is answered,
     the fetch to that leader (held while its records were unsettled) must reach the broker before the
@@ -101,12 +113,7 @@ async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_applicat
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(fetcher.run)
-            await cluster.answer("fetch", 1, fetch_answer(0, batch(0, 2), [(0, 1, 1)]))
-            await cluster.answer("fetch", 2, fetch_answer(1, batch(0, 2), [(0, 1, 1)]))
-            for _ in range(10):     # both answers applied by the fetcher's tasks
-                await anyio.sleep(0)
-            records = state.poll_by_partition(2, 0.0)     # leader 1's two records; leader 2's stay buffered
-            assert list(records) == [TP0], records
+            records = await both_leaders_answered(cluster, state)
             for rec in records[TP0]:
                 state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
             nodes = state.request_commit()
@@ -211,11 +218,7 @@ async def test_a_poke_that_changes_nothing_takes_no_turn_and_a_commit_is_planned
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(fetcher.run)
-            await cluster.answer("fetch", 1, fetch_answer(0, batch(0, 2), [(0, 1, 1)]))
-            await cluster.answer("fetch", 2, fetch_answer(1, batch(0, 2), [(0, 1, 1)]))
-            for _ in range(10):     # both answers applied by the fetcher's tasks
-                await anyio.sleep(0)
-            records = state.poll_by_partition(2, 0.0)     # leader 1's two records; leader 2's stay buffered
+            records = await both_leaders_answered(cluster, state)
             turns = len(plans)
             fetcher.poke()                                # handing records out plans nothing: no turn
             for _ in range(10):
