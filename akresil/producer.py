@@ -584,7 +584,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         completed; those are delivered, the rest fail with it, and ``error.results`` holds every record's
         outcome. Cancelling the call does not recall records already buffered.
         """
-        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, None, raise_on_error)
+        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, False, raise_on_error)
         return sink.results  # type: ignore[return-value]
 
     async def send_many_counted(self, topic: str,
@@ -598,13 +598,13 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         An error that stops buffering part-way is raised as in ``send_many``, with ``error.counts`` holding the
         outcome of every record of the call.
         """
-        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, BulkCounts, False)
+        sink = await self._traced_send_many(topic, records, partition, headers, timestamp_ms, True, False)
         assert isinstance(sink, BulkCounts)
         return sink
 
     async def _traced_send_many(self, topic: str, records: Iterable[Any], partition: int | None,
                                 headers: Sequence[Header] | None, timestamp_ms: int | None,
-                                counted: type[BulkCounts] | None, raise_on_error: bool) -> BulkCompletion:
+                                counted: bool, raise_on_error: bool) -> BulkCompletion:
         items = records if isinstance(records, list) else list(records)
         tracer = self.hooks.tracer
         if tracer is None:
@@ -622,14 +622,14 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
 
     async def _send_many(self, topic: str, items: list[Any], partition: int | None,
                          headers: Sequence[Header] | None, timestamp_ms: int | None,
-                         counted: type[BulkCounts] | None, raise_on_error: bool) -> BulkCompletion:
-        """The bulk send behind ``send_many`` (``counted`` None: a ``BulkCompletion`` with a metadata per record)
-        and ``send_many_counted`` (a ``BulkCounts``); returns the completed sink, or raises its first error with
-        ``raise_on_error``."""
+                         counted: bool, raise_on_error: bool) -> BulkCompletion:
+        """The bulk send behind ``send_many`` (a ``BulkCompletion`` with a metadata per record) and
+        ``send_many_counted`` (``counted``: a ``BulkCounts``); returns the completed sink, or raises its first
+        error with ``raise_on_error``."""
         self._check_send()
         _check_record_args(partition, timestamp_ms)
         if not items:
-            return BulkCompletion(items) if counted is None else counted(items)
+            return BulkCounts(items) if counted else BulkCompletion(items)
         self._check_topic(topic)
         hdrs = self._check_headers(headers)
         items, max_kv, total_kv, null_keys, null_values = self._check_pairs(items)
@@ -645,8 +645,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         per_visit = max(1, -(-self._partitioner.sticky.unit * n // (per_record * n + total_kv)),
                         -(-n // max(1, len(self._available_partitions(topic)) or num)))
         done = anyio.Event()
-        sink = (BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values) if counted is None
-                else counted(items, done.set))
+        sink = (BulkCounts(items, done.set) if counted
+                else BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values))
         ts = timestamp_ms if timestamp_ms is not None else int(_wall_time() * 1000)
         partitioner = self._partitioner
         runs: list[tuple[int | None, range | list[int]]]
