@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -190,3 +191,42 @@ async def test_bootstrap_servers_do_not_combine_with_the_mock(tmp_path: Path) ->
         await run(_args("leader-move", "--harness", "mock", "--bootstrap-servers", "127.0.0.1:9",
                         "--no-plots", "--out", str(tmp_path)))
     assert _args("leader-move").harness == "proxy"
+
+
+def test_round_plan_puts_uncounted_warm_up_rounds_first_and_rotates_only_the_counted_ones() -> None:
+    from akresil.bench.command import round_plan
+
+    clients = ("akresil", "aiokafka", "java")
+    assert round_plan("steady", 2, None, clients, 1) == [
+        (False, 0, ["akresil", "aiokafka", "java"]),     # steady warms the brokers once by default
+        (True, 1, ["akresil", "aiokafka", "java"]),
+        (True, 2, ["aiokafka", "java", "akresil"])]
+    assert [counted for counted, _, _ in round_plan("leader-move", 2, None, clients, 1)] == [True, True]
+    assert round_plan("leader-move", 1, 2, clients, 5)[:2] == [(False, 3, list(clients)), (False, 4, list(clients))]
+    assert round_plan("steady", 1, 0, clients, 1) == [(True, 1, list(clients))]
+
+
+async def test_warm_up_rounds_run_every_client_and_are_left_out_of_the_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from akresil.bench import command
+
+    ran: list[tuple[str, int]] = []
+
+    async def fake_phase(_args: object, _broker: object, sc: object, client: str, seed: int,
+                         _progress: object) -> tuple[dict[str, Any], dict[str, Any]]:
+        ran.append((client, seed))
+        return {"records_acked": seed}, {}
+
+    monkeypatch.setattr(command, "_run_failure", fake_phase)
+    doc = await run(_args("leader-move", "--harness", "mock", "--clients", "akresil,confluent", "--rounds", "2",
+                          "--warmup-rounds", "1", "--no-plots", "--out", str(tmp_path)),
+                    Progress(TextSink()))  # type: ignore[arg-type]
+    assert ran == [("akresil", 0), ("confluent", 0), ("akresil", 1), ("confluent", 1), ("confluent", 2),
+                   ("akresil", 2)]
+    result = doc["scenarios"]["leader-move"]
+    assert result["warmup_rounds"] == 1
+    for client in ("akresil", "confluent"):
+        assert [r["records_acked"] for r in result["clients"][client]["rounds"]] == [1, 2]
+    with pytest.raises(BenchArgumentError, match="--warmup-rounds: needs 0 or more, got -1"):
+        await run(_args("leader-move", "--harness", "mock", "--warmup-rounds", "-1", "--no-plots",
+                        "--out", str(tmp_path)))
