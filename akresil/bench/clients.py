@@ -192,9 +192,13 @@ class AkresilProducer(ProducerAdapter):
         return _akresil_kind(exc)
 
     async def produce_bulk(self, topic: str, value: bytes, count: int) -> None:
+        # send_many_counted, not send_many: confluent-kafka's path builds no per-record report either, and a
+        # RecordMetadata per record costs ~0.6 us of a 1 KiB record's ~1.7 (mock, CPU per record)
         chunk = 10_000
         for start in range(0, count, chunk):
-            await self._producer.send_many(topic, [(None, value)] * min(chunk, count - start))
+            counts = await self._producer.send_many_counted(topic, [(None, value)] * min(chunk, count - start))
+            if counts.first_error is not None:
+                raise counts.first_error
 
     async def close(self) -> None:
         await self._producer.close(timeout=1.0)
