@@ -275,7 +275,8 @@ class ShareConsumer(ClientLifecycle):
             left = deadline - self._cluster.clock()
             if left <= 0:
                 return {}
-            with anyio.move_on_after(left / 1000.0):
+            rt = self._fetcher.rt
+            with rt.scope(deadline=rt.now() + left / 1000.0):
                 await changed.wait()
 
     def __aiter__(self) -> AsyncIterator[ShareRecord]:
@@ -342,7 +343,8 @@ class ShareConsumer(ClientLifecycle):
         nodes = self._state.request_commit()
         self._fetcher.poke()
         wait_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
-        with anyio.move_on_after(wait_ms / 1000.0):
+        rt = self._fetcher.rt
+        with rt.scope(deadline=rt.now() + wait_ms / 1000.0):
             while True:
                 changed = self._fetcher.changed()
                 if self._state.settled(nodes):

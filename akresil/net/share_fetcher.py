@@ -22,6 +22,7 @@ from .. import errors
 from ..core.share_state import FetchOutcome, PlanKind, ShareFetchState, SharePlan
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
+from .backend import GENERIC, LoopPrimitives, loop_primitives
 from .cluster import Cluster, unchecked
 from .signals import Broadcast, TurnLoop
 
@@ -45,12 +46,23 @@ class ShareFetcher:
         #: per node, the plans its sender task has yet to send, and the event that wakes that task when idle
         self._queues: dict[int, deque[SharePlan]] = {}
         self._ready: dict[int, anyio.Event] = {}
+        self._rt: LoopPrimitives = GENERIC
         self.fatal_error: BaseException | None = None
         self._timeout_ms = request_timeout_ms + state.max_wait_ms
         cluster.on_metadata_change(self.wake)
 
     def wake(self) -> None:
         self._loop.wake()
+
+    @property
+    def rt(self) -> LoopPrimitives:
+        """The running back-end's event, scope and clock, resolved on first use on the loop (``net.backend``): each
+        sender makes an event per idle wait, the consumer a cancel scope per waiting poll and per commit, and
+        anyio's generic ``Event()`` / ``move_on_after`` looked the back-end up every time."""
+        rt = self._rt
+        if rt is GENERIC:       # not resolved yet (or trio, which keeps anyio's look-ups)
+            rt = self._rt = loop_primitives()
+        return rt
 
     def poke(self) -> None:
         """``wake`` for the application's side (a poll, a commit): a turn only when the state could plan a
@@ -142,13 +154,13 @@ class ShareFetcher:
         """Node ``node``'s sender: sends its queued plans in order, handling each answer before the next; ends
         once the fetcher stops and nothing is queued (in-flight requests finish: a cancelled one would leave
         its answer unread)."""
-        ready = self._ready
+        ready, new_event = self._ready, self.rt.event
         while True:
             while queue:
                 await self._send(queue.popleft())
             if self._stopping:
                 return
-            event = ready[node] = anyio.Event()
+            event = ready[node] = new_event()
             await event.wait()
 
     async def _send(self, plan: SharePlan) -> None:

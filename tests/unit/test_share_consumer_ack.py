@@ -13,6 +13,7 @@ from akresil.core.share_state import AckType
 from akresil.net.clock import clock_source, monotonic_ms
 from akresil.types import ShareRecord
 
+from .conftest import BackendLookups
 from .test_share_state import TID, TP0, batch, fetch_answer
 
 
@@ -86,3 +87,19 @@ def test_acknowledge_raises_the_membership_fatal_error() -> None:
     c._group.member.core.fail(errors.GroupAuthorizationFailedError("no"))
     with pytest.raises(errors.GroupAuthorizationFailedError):
         c.acknowledge(recs[0])
+
+
+async def test_a_waiting_poll_and_a_commit_resolve_the_back_end_once(backend_lookups: BackendLookups) -> None:
+    """Issue 35 item 5: each ``getmany`` that waited and each ``commit()`` entered ``anyio.move_on_after``, which
+    looks the running back-end up (sniffio, then asyncio's current task: pure Python on 3.11) for its scope and
+    for the clock. They use the back-end's scope and clock resolved once (``net.backend``) instead."""
+    c, recs = _holding(2, lock_ms=60_000)
+    assert await c.getmany(timeout_ms=0.5) == {}           # warm: the first wait resolves the back-end
+    backend_lookups.start()
+    for rec in recs:
+        c.acknowledge(rec)
+    for _ in range(3):
+        assert await c.getmany(timeout_ms=0.5) == {}       # nothing buffered: each poll waits out its timeout
+        await c.commit(timeout_ms=0.5)                     # no broker: the ShareAcknowledge cannot be answered
+    backend_lookups.stop()
+    assert backend_lookups.calls == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -15,6 +15,7 @@ from akresil.net.share_fetcher import ShareFetcher
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition
 
+from .conftest import BackendLookups
 from .test_share_state import TID, TP0, TP1, ack_answer, batch, fetch_answer
 
 
@@ -42,7 +43,8 @@ class ScriptedCluster:
         self.metadata = _Metadata()
         self.fatal_error: BaseException | None = None
         self.log = log
-        self.waiting: dict[tuple[str, int], tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        #: asyncio's own primitives, not anyio's: a test may count anyio's back-end look-ups (``backend_lookups``)
+        self.waiting: dict[tuple[str, int], tuple[asyncio.Event, list[dict[str, Any]]]] = {}
 
     def clock(self) -> float:
         return 0.0
@@ -67,14 +69,14 @@ class ScriptedCluster:
     async def request(self, node: int, api: ApiKey, body: dict[str, Any], *, timeout_ms: float) -> tuple[int, Any]:
         kind = "fetch" if api is ApiKey.SHARE_FETCH else "ack"
         self.log.append(f"sent {kind} {node}")
-        event, answer = anyio.Event(), []
+        event, answer = asyncio.Event(), cast("list[dict[str, Any]]", [])
         self.waiting[(kind, node)] = (event, answer)
         await event.wait()
         return 1, answer[0]
 
     async def answer(self, kind: str, node: int, body: dict[str, Any]) -> None:
         while (kind, node) not in self.waiting:
-            await anyio.sleep(0)
+            await asyncio.sleep(0)
         event, slot = self.waiting.pop((kind, node))
         slot.append(body)
         event.set()
@@ -229,5 +231,36 @@ async def test_a_poke_that_changes_nothing_takes_no_turn_and_a_commit_is_planned
             state.request_commit()
             fetcher.poke()
             assert plans[turns:] == [1] and [p.kind.value for p in fetcher._queues[1]] == ["acknowledge"], plans
+            fetcher._stopping = True
+            tg.cancel_scope.cancel()
+
+
+async def test_a_senders_idle_waits_resolve_the_back_end_once(backend_lookups: BackendLookups) -> None:
+    """Issue 35 item 5: each leader's sender made an ``anyio.Event()`` for every idle wait (after each answer),
+    a look-up of the running back-end each (sniffio, then asyncio's current task). It makes the back-end's own
+    event, resolved once (``net.backend``)."""
+    log: list[str] = []
+    cluster = ScriptedCluster(log)
+    state, fetcher = member_fetcher(cluster)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            for offset in range(0, 8, 2):      # fetch, poll, acknowledge, commit (on the next fetch): four rounds
+                if offset == 2:
+                    backend_lookups.start()    # the senders started in the first round
+                await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
+                await cluster.answer("fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
+                while state.buffered < 4:
+                    await asyncio.sleep(0)
+                for records in state.poll_by_partition(4, 0.0, whole=False).values():
+                    for rec in records:
+                        state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
+                state.request_commit()
+                fetcher.poke()
+            while log.count("sent fetch 2") < 5:
+                await asyncio.sleep(0)
+            backend_lookups.stop()
+            assert log.count("sent fetch 1") == 5, log
+            assert backend_lookups.calls == 0
             fetcher._stopping = True
             tg.cancel_scope.cancel()
