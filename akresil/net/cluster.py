@@ -329,16 +329,24 @@ class Cluster:
         request = _request
 
     def least_loaded_node(self) -> int:
-        """A node to send cluster-wide requests to: connected and idle first, muted or backing-off last."""
+        """A node to send cluster-wide requests to: connected and idle first, muted or backing-off last. A bootstrap
+        server whose connection is still open (the first Metadata's; telemetry keeps using it) is a candidate
+        too, after an equally loaded broker: at start-up the brokers' own connections are still being opened,
+        and a group's FindCoordinator waited for one of them instead of going out on the open one."""
         now = self.clock()
-        candidates = list(self.metadata.snapshot.brokers) or [-(i + 1) for i in range(len(self._bootstrap))]
+        bootstrap = [-(i + 1) for i in range(len(self._bootstrap))]
+        candidates = list(self.metadata.snapshot.brokers)
+        if candidates:
+            candidates += [node_id for node_id in bootstrap if self.connected(node_id) is not None]
+        else:
+            candidates = bootstrap
         self.rng.shuffle(candidates)
 
-        def rank(node_id: int) -> tuple[int, int]:
+        def rank(node_id: int) -> tuple[int, int, bool]:
             state = self.node(node_id)
             blocked = 1 if (state.next_send_at(now) or 0) > now else 0
             connected = 0 if self.connected(node_id) is not None else 1
-            return blocked, connected * 1000 + state.in_flight
+            return blocked, connected * 1000 + state.in_flight, node_id < 0
 
         return min(candidates, key=rank)
 

@@ -140,3 +140,22 @@ def test_no_connection_opens_after_a_refused_login_ends_its_backoff(connections:
 
     anyio.run(main)
     assert connections == [] and len(raised) == 1
+
+
+async def test_cluster_wide_requests_use_an_open_bootstrap_connection_while_no_broker_is_connected(
+        connections: list[FakeConnection]) -> None:
+    """Issue 35 item 5: after the first Metadata (on a bootstrap server's connection, which stays open) the share
+    consumer's FindCoordinator went to a broker from the metadata and waited for its connection to open. The open
+    bootstrap connection is a candidate as well; a broker equally loaded still comes first, and a bootstrap server
+    without a connection is not tried while brokers are known."""
+    cluster = a_cluster(Hooks())
+    cluster.metadata.update_from_metadata({"brokers": [{"node_id": n, "host": f"h{n}", "port": n} for n in (1, 2, 3)],
+                                           "topics": [], "controller_id": 1}, 0.0)
+    picks = {cluster.least_loaded_node() for _ in range(50)}
+    assert picks == {1, 2, 3}                        # nothing connected: any broker, never the bootstrap address
+    await cluster.connection(-1)
+    assert {cluster.least_loaded_node() for _ in range(50)} == {-1}
+    await cluster.request_any(ApiKey.FIND_COORDINATOR, {})
+    assert [c.node_id for c in connections] == [-1] and connections[0].carried == [ApiKey.FIND_COORDINATOR]
+    await cluster.connection(2)
+    assert {cluster.least_loaded_node() for _ in range(50)} == {2}
