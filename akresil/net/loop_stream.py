@@ -44,6 +44,8 @@ class _Reader(asyncio.Protocol):
         self.reader: asyncio.Future[None] | None = None
         self.write_paused = False
         self.writer: asyncio.Future[None] | None = None
+        #: raised by the next ``receive`` that has nothing to return (``LoopStream.interrupt``)
+        self.interrupt: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -123,7 +125,7 @@ class LoopStream(anyio.abc.ByteStream):
                 self._receiving = False
             if not p.chunks:
                 self._check_readable()
-                raise anyio.EndOfStream     # (woken without data only by the end of the stream)
+                raise anyio.EndOfStream     # (woken without data only by the end of the stream or an interrupt)
         chunk = p.chunks.popleft()
         if len(chunk) > max_bytes:
             chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
@@ -134,10 +136,21 @@ class LoopStream(anyio.abc.ByteStream):
             self._transport.resume_reading()
         return chunk
 
+    def interrupt(self, error: BaseException) -> None:
+        """Make the waiting ``receive`` (or the next one that would wait) raise ``error`` instead: how the
+        owner's timer ends a wait without a cancel scope around every wait (``Connection``'s deadlines)."""
+        p = self._protocol
+        p.interrupt = error
+        p._wake_reader()
+
     def _check_readable(self) -> None:
+        p = self._protocol
+        error = p.interrupt
+        if error is not None:
+            p.interrupt = None
+            raise error
         if self._closed:
             raise anyio.ClosedResourceError
-        p = self._protocol
         if p.error is not None:
             raise anyio.BrokenResourceError from p.error
         if p.eof:

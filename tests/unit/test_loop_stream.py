@@ -177,3 +177,32 @@ def test_write_now_writes_only_when_send_would_not_wait() -> None:
         assert not stream.write_now(b"closed")
 
     asyncio.run(with_server(answer, body))
+
+
+def test_interrupt_ends_a_waiting_receive_and_queued_data_comes_first() -> None:
+    class Due(Exception):
+        pass
+
+    async def later(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.write(b"data")
+        await writer.drain()
+        await reader.read(1)
+
+    async def body(stream: LoopStream) -> None:
+        waiting = asyncio.ensure_future(stream.receive())
+        await asyncio.sleep(0.01)
+        stream.interrupt(Due("waiting"))
+        with pytest.raises(Due, match="waiting"):
+            await waiting
+        await stream.send(b"go")
+        while not stream._protocol.chunks:      # the answer is queued before the next interrupt
+            await asyncio.sleep(0.001)
+        stream.interrupt(Due("not waiting"))
+        assert await stream.receive() == b"data"
+        with pytest.raises(Due, match="not waiting"):   # raised by the next receive that would wait
+            await stream.receive()
+        with pytest.raises(asyncio.TimeoutError):       # and only once
+            await asyncio.wait_for(stream.receive(), 0.02)
+
+    asyncio.run(with_server(later, body))

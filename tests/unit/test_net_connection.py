@@ -503,3 +503,41 @@ def test_a_request_on_a_loop_stream_is_written_without_the_awaited_flush() -> No
             assert (await conn.request_raw(API, 0, encode(b"w%d" % i)))[4:] == b"w%d" % i
 
     run("asyncio", lambda: with_peer(echo, body))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_deadline_that_passed_with_no_reader_is_enforced_by_the_next_one(backend: str) -> None:
+    """A caller that gave up left its request in flight, unanswered, past its deadline, while nobody read: the
+    next request's reader closes the connection for it (Java closes a connection on a request timeout)."""
+    async def silent(peer: Peer) -> None:
+        while True:
+            await peer.read_request()
+
+    async def body(conn: Connection) -> None:
+        with anyio.move_on_after(0.02):
+            await conn.request_raw(API, 0, encode(b"given up"), timeout_ms=50)
+        await anyio.sleep(0.15)               # its deadline passes with no reader
+        with pytest.raises(errors.KafkaConnectionError, match=r"api 1000 request \(correlation id 0\) timed out"):
+            await conn.request_raw(API, 0, encode(b"next"), timeout_ms=5_000)
+        assert conn.closed
+
+    run(backend, lambda: with_peer(silent, body))
+
+
+def test_a_request_on_a_loop_stream_waits_for_its_answer_under_no_cancel_scope() -> None:
+    """Under asyncio the connection's one timer watches the deadlines: the reader's waits enter no cancel scope
+    (~4 us each); request timeouts still fire (``test_request_timeout_fails_that_request_and_closes_...``)."""
+    from akresil.net.backend import LoopPrimitives
+
+    async def body(conn: Connection) -> None:
+        assert isinstance(conn._stream, LoopStream)
+
+        class NoScope:
+            def __init__(self, **_kw: object) -> None:
+                raise AssertionError("a cancel scope entered for a request on a LoopStream")
+
+        conn._rt = LoopPrimitives(NoScope, conn._rt.event, conn._rt.now)  # type: ignore[arg-type]
+        for i in range(5):
+            assert (await conn.request_raw(API, 0, encode(b"s%d" % i), timeout_ms=1_000 - i))[4:] == b"s%d" % i
+
+    run("asyncio", lambda: with_peer(echo, body))
