@@ -247,17 +247,22 @@ class DeliveryFuture:
             yield from event.wait().__await__()
         return self.result()
 
-    def send(self, value: None) -> DeliveryFuture:
-        """Await-iterator step (asyncio): the future to park on, or StopIteration carrying the result."""
+    def send(self, value: None = None) -> DeliveryFuture:
+        """Await-iterator step (asyncio): the future to park on, or StopIteration carrying the result. Also
+        ``__next__``: an ``await`` steps a non-generator with ``__next__``, which would otherwise be one more Python
+        call per step."""
         if self._src is not None:
             self._settle(True)
-        if self._state == _PENDING:
+        state = self._state
+        if state == _PENDING:
             self._asyncio_future_blocking = True
             return self
-        raise StopIteration(self.result())
+        outcome = self._value
+        if state == _DONE and not isinstance(outcome, BaseException):
+            raise StopIteration(outcome)
+        raise StopIteration(self.result())        # (result() raises: the error, or CancelledError)
 
-    def __next__(self) -> DeliveryFuture:
-        return self.send(None)
+    __next__ = send
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> DeliveryFuture:
         """A cancellation (or any exception) thrown into the awaiting coroutine surfaces at its ``await``.

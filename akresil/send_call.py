@@ -18,7 +18,7 @@ import asyncio
 import warnings
 from typing import TYPE_CHECKING, Any, Coroutine, Generator
 
-from .delivery import DeliveryFuture
+from .delivery import _DONE, _PENDING, DeliveryFuture
 from .types import RecordMetadata
 
 if TYPE_CHECKING:
@@ -31,25 +31,34 @@ class SendCall(DeliveryFuture):
     __slots__ = ("_args", "_slow")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, args: tuple[Any, ...]) -> None:
-        super().__init__(loop)
-        #: (producer, topic, value, key, partition, timestamp_ms, headers) until the first step, then None
-        self._args: tuple[Any, ...] | None = args
-        #: the producer's coroutine driven instead when the record could not be buffered at once
-        self._slow: Coroutine[Any, Any, RecordMetadata] | None = None
+        # DeliveryFuture's slots set here, not through its __init__: one call per record less (a test pins that
+        # every slot is set)
+        self._value: RecordMetadata | BaseException | None = None
+        self._state = _PENDING
+        self._loop = loop
+        self._cb = self._cb_ctx = self._more = self._on_delivery = self._src = None
+        self._pos = 0
         # None, not False, until started: asyncio's ``isfuture`` must not take an unstarted call for a future
         # (``gather``/``ensure_future`` would wait on it instead of running it as a task)
         self._asyncio_future_blocking = None  # type: ignore[assignment]
+        #: (producer, topic, value, key, partition, timestamp_ms, headers) until the first step, then None (a tuple,
+        #: not seven slots: it lives only until the first step, and slots would be walked by every collection for
+        #: as long as the record is pending)
+        self._args: tuple[Any, ...] | None = args
+        #: the producer's coroutine driven instead when the record could not be buffered at once
+        self._slow: Coroutine[Any, Any, RecordMetadata] | None = None
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         return self
 
-    def send(self, value: None) -> Any:
+    def send(self, value: None = None) -> Any:
         """One step: the first buffers the record; later ones are the future's (or the slow coroutine's, which
-        yields whatever it awaits: hence ``Any``)."""
+        yields whatever it awaits: hence ``Any``). Also ``__next__``: a task or an ``await`` steps a non-generator
+        with ``__next__``, which would otherwise be one more Python call per step."""
         args = self._args
         if args is not None:
             self._args = None
-            producer: Producer
+            producer: Producer[Any, Any]
             producer, topic, value_, key, partition, timestamp_ms, headers = args
             result = producer._enqueue_nowait(topic, value_, key, partition, timestamp_ms, headers, None, self)
             if result is not self:
@@ -58,7 +67,16 @@ class SendCall(DeliveryFuture):
         slow = self._slow
         if slow is not None:
             return slow.send(value)
-        return DeliveryFuture.send(self, value)
+        # the future's own step (``DeliveryFuture.send``) inline; a SendCall is never detached
+        if self._state == _PENDING:
+            self._asyncio_future_blocking = True
+            return self
+        outcome = self._value
+        if self._state == _DONE and not isinstance(outcome, BaseException):
+            raise StopIteration(outcome)
+        raise StopIteration(self.result())        # (result() raises: the error, or CancelledError)
+
+    __next__ = send
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._slow is not None:

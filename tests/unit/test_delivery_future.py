@@ -290,3 +290,24 @@ async def test_callbacks_due_add_no_object_per_record_for_the_collector() -> Non
     while len(ran) < len(futs):
         await asyncio.sleep(0)
     assert ran == futs                    # in completion order, each once
+
+
+async def test_stepping_with_next_or_send_is_the_same_step() -> None:
+    """An ``await`` steps the future with ``__next__`` (no generator): the very step ``send`` is."""
+    assert DeliveryFuture.__next__ is DeliveryFuture.send
+    ok, bad, gone = fresh(3)
+    assert ok.__next__() is ok and ok._asyncio_future_blocking is True
+    ok(md(3), None)
+    with pytest.raises(StopIteration) as stop:
+        ok.__next__()
+    assert stop.value.value == md(3)
+    bad(None, errors.DeliveryTimeoutError("expired"))
+    with pytest.raises(errors.DeliveryTimeoutError):
+        bad.__next__()
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        gone.__next__()
+    gone(md(4), None)                    # the outcome after a cancel is kept, the step still says cancelled
+    with pytest.raises(asyncio.CancelledError):
+        gone.send(None)
+    assert gone.delivery_outcome() == (md(4), None)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from akresil import errors
+from akresil.delivery import DeliveryFuture
 from akresil.send_call import SendCall
 
 from .test_producer_bulk import Offline
@@ -123,3 +124,49 @@ async def test_a_started_or_closed_call_does_not_warn() -> None:
         del closed
         gc.collect()
     assert md.offset == 0
+
+
+async def test_a_call_sets_every_slot_of_the_future_it_is() -> None:
+    """``SendCall.__init__`` sets ``DeliveryFuture``'s slots itself (no ``super().__init__`` per record): none may be
+    left unset, or reading it raises ``AttributeError`` far from the cause."""
+    o = offline()
+    call = o.producer.send("t", b"v", partition=0)
+    assert isinstance(call, SendCall)
+    names = [n for cls in type(call).__mro__ for n in getattr(cls, "__slots__", ()) if n != "__weakref__"]
+    assert len(names) > 10
+    for name in names:
+        getattr(call, name)           # raises AttributeError for a slot never set
+    fresh = DeliveryFuture(asyncio.get_running_loop())
+    assert {n: getattr(call, n) for n in names if n in DeliveryFuture.__slots__} == \
+        {n: getattr(fresh, n) for n in names if n in DeliveryFuture.__slots__ and n != "_asyncio_future_blocking"} | \
+        {"_asyncio_future_blocking": None}
+    call.close()
+
+
+async def test_stepping_with_next_or_send_is_the_same_step() -> None:
+    """A task and an ``await`` step a non-generator with ``__next__``: it must be the very step ``send`` is (first
+    step buffers the record and parks; then the metadata, the error or CancelledError)."""
+    o = offline()
+    ok = o.producer.send("t", b"v", partition=0)
+    assert type(ok).__next__ is type(ok).send
+    assert ok.__next__() is ok and ok._asyncio_future_blocking is True        # buffered, pending: park on it
+    assert o.acc.incomplete_batches
+    o.ack_all()
+    with pytest.raises(StopIteration) as stop:
+        ok.__next__()
+    assert stop.value.value.offset == 0
+
+    bad = o.producer.send("t", b"v", partition=1)
+    assert bad.send(None) is bad
+    error = errors.DeliveryTimeoutError("expired")
+    bad(None, error)
+    with pytest.raises(errors.DeliveryTimeoutError):
+        bad.__next__()
+
+    gone = o.producer.send("t", b"v", partition=2)
+    assert gone.__next__() is gone
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        gone.__next__()
+    o.ack_all()                          # the record itself still goes
+    assert gone.delivery_outcome() is not None and sum(b.record_count for b in o.sent) == 3
