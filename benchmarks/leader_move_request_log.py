@@ -79,12 +79,30 @@ def produce_answers(cluster: KafkaCluster, client_id: str) -> tuple[int, dict[in
     return requests, codes
 
 
-async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool) -> None:
+class Recorder:
+    """akresil's event hook: (time, event, a few fields) of what the sender did, for the client-side timeline."""
+
+    _KEPT = {"batch_sent": ("node_id", "partition", "records", "queue_ms", "attempt"),
+             "response_received": ("node_id", "api_key", "latency_ms"),
+             "metadata_request": ("node_id",), "metadata_refresh_requested": ("cause",),
+             "batch_retry": ("partition", "reason")}
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+
+    def on_event(self, name: str, fields: dict[str, Any]) -> None:
+        kept = self._KEPT.get(name)
+        if kept is not None:
+            self.events.append((time.time(), name, {k: fields.get(k) for k in kept}))
+
+
+async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool, idempotent: bool = True) -> None:
     """The load in this process: prints the load's start, then the latencies (s from start, ms) as JSON."""
-    latencies: list[tuple[float, float]] = []
+    latencies: list[tuple[float, float, float]] = []      # (scheduled s, ms from schedule, ms to the task's start)
+    recorder = Recorder()
     if use_aiokafka:
         from aiokafka import AIOKafkaProducer
-        ap = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=True,
+        ap = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=idempotent,
                               client_id=topic)
         await ap.start()
 
@@ -94,7 +112,8 @@ async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool)
         close: Any = ap.stop
     else:
         from akresil import Producer
-        p = Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, client_id=topic)
+        p = Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, client_id=topic,
+                     enable_idempotence=idempotent, hooks=[recorder])
         await p.start()
 
         def send_akresil(part: int) -> Any:
@@ -104,11 +123,15 @@ async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool)
     try:
         await asyncio.gather(*(send(i % PARTITIONS) for i in range(2 * PARTITIONS)))
         start = time.time()
+        recorder.events.clear()
+        cpu0 = time.process_time()
         print(json.dumps({"start": start}), flush=True)
 
         async def one(i: int, due: float) -> None:
+            began = time.time()
             await send(i % PARTITIONS)
-            latencies.append((round(due - start, 4), round((time.time() - due) * 1000, 2)))
+            done = time.time()
+            latencies.append((round(due - start, 4), round((done - due) * 1000, 2), round((began - due) * 1000, 2)))
 
         total, i, tasks = int(RATE * seconds), 0, []
         while i < total:
@@ -118,9 +141,11 @@ async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool)
                 i += 1
             await asyncio.sleep(0.005)
         await asyncio.gather(*tasks)
+        cpu_s = time.process_time() - cpu0
     finally:
         await close()
-    print(json.dumps({"latencies": latencies}), flush=True)
+    print(json.dumps({"latencies": latencies, "cpu_s": round(cpu_s, 3),
+                      "events": [(round(t - start, 4), n, f) for t, n, f in recorder.events]}), flush=True)
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -133,7 +158,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: float) -> dict[str, Any]:
-    topic = f"lmrl-{name}-{r}"
+    topic = f"lmrl-{name}-{r}-{int(time.time()) % 100000}"
     assignment = {p: [p % 3 + 1] + [(p % 3 + i) % 3 + 1 for i in range(1, 3)] for p in range(PARTITIONS)}
     async with cluster.admin() as admin:
         await admin.create_topics([NewTopic(topic, replica_assignment=assignment)])
@@ -157,13 +182,26 @@ async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: fl
         await cluster.move_leaders(topic, targets)
         leaders.update(targets)
         moves.append([round(began, 3), round(time.time() - start, 3)])
-    latencies = json.loads(await proc.stdout.readline())["latencies"]
+    result = json.loads(await proc.stdout.readline())
+    latencies = result["latencies"]
+    first_at = MOVES_AT_S[0] if MOVES_AT_S[0] < seconds else seconds
+    events = [e for e in result["events"] if 0 <= e[0] < first_at]
+    queue = [f["queue_ms"] for _, n, f in events if n == "batch_sent"]
+    rtt = [f["latency_ms"] for _, n, f in events if n == "response_received" and f["api_key"] == 0]
+    per_batch = [f["records"] for _, n, f in events if n == "batch_sent"]
+    sender = {"batches": len(queue), "records_per_batch_p50": _summary(per_batch).get("p50_ms"),
+              "batch_queue_ms": _summary(queue), "produce_rtt_ms": _summary(rtt),
+              "metadata_requests": sum(1 for _, n, _ in events if n == "metadata_request"),
+              "refresh_causes": sorted({f["cause"] for _, n, f in events if n == "metadata_refresh_requested"})}
     await proc.wait()
     first = moves[0][0] if moves else seconds
     return {"phase": name, "round": r, "client_id": topic, "load_avg_1m": round(load, 2), "moves_s": moves,
-            "all": _summary([lat for _, lat in latencies]),
-            "before_first_move": _summary([lat for at, lat in latencies if at < first]),
-            "second_after_each_move": _summary([lat for at, lat in latencies
+            "client_cpu_s": result["cpu_s"], "akresil_before_first_move": sender if result["events"] else None,
+            "all": _summary([lat for _, lat, _ in latencies]),
+            "task_start_lag": _summary([lag for _, _, lag in latencies]),
+            "from_task_start": _summary([lat - lag for _, lat, lag in latencies]),
+            "before_first_move": _summary([lat for at, lat, _ in latencies if at < first]),
+            "second_after_each_move": _summary([lat for at, lat, _ in latencies
                                                 if any(b <= at < b + 1.0 for b, _ in moves)])}
 
 
@@ -195,11 +233,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         bootstrap, topic, seconds, name = sys.argv[2:6]
-        asyncio.run(client(bootstrap, topic, float(seconds), name == "aiokafka"))
+        asyncio.run(client(bootstrap, topic, float(seconds), name.split("-")[0] == "aiokafka",
+                           not name.endswith("-noidem")))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trees", required=True,
-                   help="name=path,... akresil source trees (PYTHONPATH); the name aiokafka runs aiokafka")
+                   help="name=path,... akresil source trees (PYTHONPATH); a name starting aiokafka runs aiokafka; a name "
+                        "ending -noidem turns idempotence off")
     p.add_argument("--rounds", type=int, default=2, help="rounds (default 2), the order reversed every round")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of load per phase (default 8)")
     p.add_argument("--out", required=True, help="where the JSON document goes")

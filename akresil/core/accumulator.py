@@ -209,6 +209,8 @@ class RecordAccumulator:
         self.appended_to: ProducerBatch | None = None
         self.producer_id = -1
         self.producer_epoch = -1
+        #: whether the timer ``next_wakeup`` last named is a batch's linger end (see there)
+        self.wakeup_is_linger_end = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -862,18 +864,20 @@ class RecordAccumulator:
     # ------------------------------------------------------------------ timers
     def next_wakeup(self, now: float) -> float | None:
         """Earliest future linger end or backoff end, or the earliest delivery deadline; None when idle.
+        ``wakeup_is_linger_end`` says afterwards whether that earliest timer is a linger end.
 
         Partitions that are ready but wait for a node (mute, connection, in-flight slot) or for an older
         batch are not timers: node state and completions wake the shell for those.
         """
         best: float | None = None
+        linger_end = False
         hurry = self._flushing or self._closing or bool(self._waiters)
         window = self.append_window_ms
         for pq in self._partitions.values():
             if pq.in_flight:
                 d = pq.in_flight[0].deadline
                 if best is None or d < best:
-                    best = d
+                    best, linger_end = d, False
             if not pq.queue:
                 continue
             head = pq.queue[0]
@@ -882,19 +886,18 @@ class RecordAccumulator:
             if last.open and last.created_at + window < d:
                 d = last.created_at + window            # when it stops taking records (see ``expire``)
             if best is None or d < best:
-                best = d
+                best, linger_end = d, False
             if self._blocked(pq):
                 continue
             if backing_off(head, now):
                 t = head.retry_at
+                if t < best:
+                    best, linger_end = t, False
             elif head.attempts == 0 and head.open and len(pq.queue) == 1 and not hurry and not head.expedite:
                 t = head.created_at + self.linger_ms
-                if t <= now:
-                    continue
-            else:
-                continue
-            if t < best:
-                best = t
+                if now < t < best:
+                    best, linger_end = t, True
+        self.wakeup_is_linger_end = linger_end
         return best
 
     def ready_nodes(self, now: float, leader_of: LeaderOf) -> set[int]:

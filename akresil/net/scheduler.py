@@ -9,6 +9,10 @@ Each turn it asks the core what to do and then sleeps until the earliest timer t
    the in-flight limit), each node's batches become one Produce request, sent in its own task;
 5. it sleeps until the earliest of: linger end, retry backoff end (KIP-580), delivery deadline, mute end,
    reconnect backoff end, or a wake-up (new batch, response, connection, metadata change).  No polling.
+   A turn a linger end wakes waits for the rest of that event-loop pass first (``TurnLoop.settle_after_timer``):
+   application tasks made runnable in the same pass (records due at that instant) append before the drain, so
+   they ride in that batch instead of waiting a whole linger for the next one. Other timers (delivery deadline,
+   backoff end) take their turn at once.
 
 Responses are handled by ``_handle_response``: successes complete batches, KIP-951 leader hints update the
 metadata cache before the retry decision (so an advanced epoch sends the retry at once), and every
@@ -251,6 +255,8 @@ class Sender:
         timer = acc.next_wakeup(now)
         if timer is not None and (wake_at is None or timer < wake_at):
             wake_at = timer
+        # a linger end: the records of tasks the same event-loop pass makes runnable join the batch (``TurnLoop``)
+        self._loop.settle_after_timer = wake_at is not None and wake_at == timer and acc.wakeup_is_linger_end
         if wake_at is None:
             return None
         return max(0.0, wake_at - now)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 import anyio
+import anyio.lowlevel
 
 from .backend import GENERIC, LoopPrimitives, loop_primitives
 
@@ -19,9 +20,13 @@ from .backend import GENERIC, LoopPrimitives, loop_primitives
 class TurnLoop:
     """Run ``turn()`` until ``done()``, sleeping the ms each turn returns (None: until ``wake()``)."""
 
-    __slots__ = ("_wakeup", "_turn", "_done", "_until", "_rt")
+    __slots__ = ("_wakeup", "_turn", "_done", "_until", "_rt", "settle_after_timer")
 
     def __init__(self) -> None:
+        #: set by a turn whose timer, when it runs out, should let the event loop's pass finish first: the next
+        #: turn then runs after the callbacks that same pass made runnable (the producer's linger end: tasks
+        #: whose records are due at that instant append before the drain, instead of waiting a whole linger)
+        self.settle_after_timer = False
         self._wakeup = anyio.Event()
         self._turn: Callable[[], float | None] | None = None
         self._done: Callable[[], bool] | None = None
@@ -61,6 +66,10 @@ class TurnLoop:
                     self._until = until = now() + delay_ms / 1000.0
                     with scope(deadline=until):
                         await self._wakeup.wait()
+                    if self.settle_after_timer and not self._wakeup.is_set():
+                        # the timer ran out: whatever the same loop pass made runnable (an application task
+                        # woken by its own timer, about to append) runs first, then the turn
+                        await anyio.lowlevel.checkpoint()
         finally:
             self._turn = self._done = None
 

@@ -21,6 +21,8 @@ from akresil.net.scheduler import Sender
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition
 
+from .test_turn_loop import what_a_timer_ended_turn_sees
+
 pytestmark = pytest.mark.anyio
 
 TP = TopicPartition("t", 0)
@@ -782,6 +784,22 @@ async def test_an_answer_sends_the_next_request_before_the_records_complete() ->
     assert order == ["started _work", "first acked"]     # a worker for the next request, then the records
     [(_, second)] = tasks.produces()
     assert [b.record_count for b in second] == [1]
+
+
+async def test_a_linger_end_lets_records_due_at_the_same_instant_join_the_batch() -> None:
+    """A task per record offered in bursts: when a linger ends in the same event-loop pass as the application's
+    timer that makes the next records' tasks runnable, the sender's turn runs after them, so those records join the
+    batch instead of waiting a whole linger for the next one (the bench's p50 paid that on every other burst). Only
+    a linger end settles: a delivery deadline is taken at once (a record due to expire is not held a pass)."""
+    sender, clock, tasks, results = await make()
+    append(sender, clock, results)
+    assert sender._turn() == 5.0                                    # noqa: SLF001 - sleeps until the linger end
+    assert sender._loop.settle_after_timer                          # noqa: SLF001
+    clock.now += 5
+    assert sender._turn() == 2_995.0                                # noqa: SLF001 - sent; next: its deadline
+    assert [len(b) for _, b in tasks.produces()] == [1]
+    assert not sender._loop.settle_after_timer                      # noqa: SLF001
+    assert await what_a_timer_ended_turn_sees(settle=True) == "the record"
 
 
 async def test_requests_are_sent_by_long_lived_workers_not_a_task_each() -> None:

@@ -1,8 +1,10 @@
-"""TurnLoop.turn_now: a turn taken from an answer's handler wakes the loop only for a sooner timer."""
+"""TurnLoop.turn_now: a turn taken from an answer's handler wakes the loop only for a sooner timer; a turn that asks
+for it (``settle_after_timer``) runs, when its timer ends, after what the same event-loop pass made runnable."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from akresil.net.signals import Broadcast, TurnLoop
 
@@ -107,3 +109,40 @@ async def test_turns_and_broadcasts_resolve_the_back_end_once(backend_lookups: B
     loop.wake()
     await task
     assert backend_lookups.calls == 0
+
+
+
+async def what_a_timer_ended_turn_sees(settle: bool) -> str:
+    """A turn sleeps 5 ms; an application timer due 1 ms earlier makes a task runnable that appends a record
+    one callback later (a task woken by its ``sleep`` creating the task that sends). The loop is held past both
+    timers, so they run out in the same pass, the application's first: what does the next turn see?"""
+    loop = asyncio.get_running_loop()
+    tl = TurnLoop()
+    appended: list[str] = []
+    seen: list[str] = []
+
+    def turn() -> float | None:
+        if not seen:
+            seen.append("slept")
+            due = loop.time() + 0.004
+            loop.call_at(due, lambda: loop.call_soon(lambda: loop.call_soon(appended.append, "record")))
+            loop.call_soon(time.sleep, 0.02)           # a busy loop: both timers are due when it looks again
+            tl.settle_after_timer = settle
+            return 5.0
+        seen.append("the record" if appended else "nothing")
+        loop.call_soon(tl.wake)                        # so the loop looks at done() again and ends
+        return None
+
+    await asyncio.wait_for(tl.run(turn, done=lambda: len(seen) >= 2), 5)
+    return seen[1]
+
+
+async def test_a_timer_ending_turn_lets_what_the_same_pass_made_runnable_run_first() -> None:
+    """The producer's linger end and an application's send due at the same instant: without settling the turn
+    drains the batch before the task appends, and that record waits a whole linger more."""
+    assert await what_a_timer_ended_turn_sees(settle=True) == "the record"
+
+
+async def test_without_settling_a_timer_ending_turn_runs_before_them() -> None:
+    """Any other timer (a delivery deadline, the fetchers') takes its turn at once."""
+    assert await what_a_timer_ended_turn_sees(settle=False) == "nothing"
