@@ -458,3 +458,36 @@ async def test_send_many_counted_stopped_by_buffer_full_raises_with_the_counts()
     counts = info.value.counts
     assert counts.landed == {0: 4} and [(list(pos), type(e)) for pos, e in counts.failed] == [
         ([4, 5, 6, 7, 8, 9], errors.BufferFullError)]
+
+
+def test_a_large_batch_calls_its_records_back_with_the_cyclic_gc_paused_and_restored() -> None:
+    """Each single record's completion makes a ``RecordMetadata`` and queues its future's wake-up: thousands at once
+    ran a young collection every ~700 and pushed full ones over every pending record (issue 35 item 2). The
+    callbacks of a batch of ``PAUSE_MIN`` records or more run with the collector paused; a small batch's do not,
+    a raising callback does not stop the others, and the caller's setting is left as it was."""
+    import gc
+
+    from akresil.core.collector import PAUSE_MIN
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            for n in (PAUSE_MIN, 10):
+                (gc.enable if enabled else gc.disable)()
+                a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
+                seen: list[tuple[bool, int]] = []
+
+                def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
+                    assert md is not None and err is None
+                    seen.append((gc.isenabled(), md.offset))
+                    if md.offset == 100:
+                        raise RuntimeError("a bad callback")
+
+                for _ in range(n):
+                    assert a.append(T0, 1, None, b"v", (), callback, now=0).appended
+                (batch,) = drain_all(a)
+                assert batch.complete(100)
+                assert [o for _, o in seen] == list(range(100, 100 + n))
+                assert {e for e, _ in seen} == {enabled and n < PAUSE_MIN}
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
