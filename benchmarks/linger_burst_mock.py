@@ -10,7 +10,8 @@ creation to its send) from its event hooks. Clients: ``akresil`` (the tree on ``
 ``akresil-noidem`` (idempotence off), ``aiokafka`` (its defaults: not idempotent). The order reverses every
 round. Prints a JSON line per phase and one document at the end. Not in CI.
 
-    python benchmarks/linger_burst_mock.py [--clients akresil,aiokafka] [--rounds 3] [--seconds 2] [--tick-ms 5]
+    python benchmarks/linger_burst_mock.py [--clients akresil,aiokafka] [--rounds 3] [--seconds 2] [--tick-ms 5] \\
+        [--rtt-ms 0]
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for client in clients if r % 2 == 0 else clients[::-1]:
                 topic = f"linger-burst-{client}-{r}"
                 mock.create_topic(topic, PARTITIONS, 3)
+                for broker in (1, 2, 3):
+                    mock.broker_set_rtt(broker, args.rtt_ms)
                 row = await phase(mock.bootstrap_servers, topic, client, args)
                 row.update(round=r, load_avg_1m=round(os.getloadavg()[0], 2))
                 print(json.dumps(row), file=sys.stderr, flush=True)
@@ -112,7 +115,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                                   if x["client"] == c)}
                for c in clients}
     return {"benchmark": "benchmarks/linger_burst_mock.py", "command": " ".join(sys.argv), "rate": args.rate,
-            "seconds": args.seconds, "tick_ms": args.tick_ms, "medians": medians, "phases": rows}
+            "seconds": args.seconds, "tick_ms": args.tick_ms, "rtt_ms": args.rtt_ms, "medians": medians, "phases": rows}
 
 
 def main() -> None:
@@ -124,6 +127,8 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=2000, help="records per second (default 2000)")
     p.add_argument("--tick-ms", type=float, default=5.0, help="the generator's hand-over period (default 5, the "
                    "bench's)")
+    p.add_argument("--rtt-ms", type=int, default=0, help="each mock broker's added round trip (default 0); a few ms "
+                   "stands in for acks=all replication, so records wait behind a request in flight")
     args = p.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=1))
 
