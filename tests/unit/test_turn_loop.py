@@ -18,13 +18,13 @@ async def _settle() -> None:
 
 async def test_turn_now_wakes_the_loop_only_for_a_sooner_timer() -> None:
     loop = TurnLoop()
-    delays: list[float | None] = [60_000.0]        # what the next turn returns
+    delays: list[float | None] = [60_000.0]        # what the next turns return (the last one for good)
     turns: list[str] = []
     stop = False
 
     def turn() -> float | None:
         turns.append("turn")
-        return delays[0]
+        return delays.pop(0) if len(delays) > 1 else delays[0]
 
     task = asyncio.create_task(loop.run(turn, done=lambda: stop))
     await _settle()
@@ -40,7 +40,9 @@ async def test_turn_now_wakes_the_loop_only_for_a_sooner_timer() -> None:
     await _settle()
     assert len(turns) == 3
 
-    delays[0] = 1.0                                 # a sooner timer: the loop wakes and re-arms for it
+    # a sooner timer: turn_now's turn asks for 1 ms, so the loop wakes and takes its own turn, which asks for no
+    # timer (a 1 ms one asked again would add a turn per elapsed millisecond: as many as the machine's load)
+    delays[:] = [1.0, None]
     loop.turn_now()
     await _settle()
     assert len(turns) == 5
