@@ -27,7 +27,8 @@ Worker started from the installed pyspark; ``--master local[2]`` for local mode)
 cluster (``KafkaCluster``; topics of ``--partitions`` partitions and ``--replication-factor`` replicas): batch
 write and read per format and value size, the streaming pipeline readStream -> upper(value) -> writeStream
 (records/s over ``--stream-records`` in micro-batches of ``--stream-batch``, and the per-micro-batch time of
-micro-batches of ``--latency-batch``), akresil's exactly-once sink as a third streaming column, and each path's
+micro-batches of ``--latency-batch``), akresil's exactly-once sink as a third streaming column and its source with
+``microBatchRead=driver`` as a fourth (``akresil_driver_read``, at-least-once sink), and each path's
 fixed cost from 100-row queries; medians and the worst round, ratios akresil / ``format("kafka")`` (> 1: akresil
 faster). The fixed cost also runs a no-op Python data source (``noop``: writes and streams 100 rows, talks to no
 broker), Spark's floor for any Python data source's write and streaming query (``--only fixed``: these alone).
@@ -66,6 +67,8 @@ from akresil.testing import EmbeddedBroker
 CHUNK = 10_000
 #: the no-op Python data source of the fixed-cost rows: Spark's own floor for any Python data source
 NOOP = "noop"
+#: the streaming column of akresil's pipeline with its source's microBatchRead=driver (docs/spark.md)
+DRIVER_READ = "akresil_driver_read"
 
 
 def _noop_source() -> Any:
@@ -307,7 +310,7 @@ def _stats(values: list[float], digits: int = 3) -> dict[str, float]:
 def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n: int, sizes: list[int],
                    fmts: tuple[str, ...], scratch: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    sinks = (*fmts, "akresil_exactly_once")
+    sinks = (*fmts, "akresil_exactly_once", DRIVER_READ)
     batch, streaming = args.only in ("all", "batch", "fixed"), args.only in ("all", "streaming", "fixed")
 
     def pipeline(sink: str, source: str, records: int, per_batch: int) -> PipelineRun:
@@ -414,7 +417,10 @@ def _stream_rounds(args: argparse.Namespace, bs: str, topic: Any, sizes: list[in
                                          2),
             "exactly_once_records_per_s": round(median["akresil_exactly_once"] / median["kafka"], 2),
             "exactly_once_micro_batch_latency": round(
-                statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil_exactly_once"]), 2)},
+                statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms["akresil_exactly_once"]), 2),
+            "driver_read_records_per_s": round(median[DRIVER_READ] / median["kafka"], 2),
+            "driver_read_micro_batch_latency": round(
+                statistics.median(batch_ms["kafka"]) / statistics.median(batch_ms[DRIVER_READ]), 2)},
     }
 
 
@@ -455,9 +461,11 @@ def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in
     """readStream -> upper(value) -> writeStream with Trigger.AvailableNow, ``per_batch`` offsets per
     micro-batch."""
     fmt = "kafka" if sink == "kafka" else "akresil"
-    stream = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bs).option("subscribe", source)
-              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)).load()
-              .selectExpr("key", "upper(cast(value as string)) as value"))
+    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bs).option("subscribe", source)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)))
+    if sink == DRIVER_READ:
+        reader = reader.option("microBatchRead", "driver")
+    stream = reader.load().selectExpr("key", "upper(cast(value as string)) as value")
     writer = (stream.writeStream.format(fmt).option("kafka.bootstrap.servers", bs).option("topic", sink_topic)
               .option("checkpointLocation", str(checkpoint)))
     if sink == "akresil_exactly_once":

@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -35,6 +35,8 @@ from .offsets import DataLossError, OffsetRange
 from .options import Subscription
 from .schema import records_to_batch
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PartitionSnapshot", "snapshot", "offsets_for_times", "read_range", "read_ranges", "admin_config",
            "ClientStats",
-           "WorkerClients", "worker_clients", "close_worker_clients", "RangeReader"]
+           "WorkerClients", "worker_clients", "close_worker_clients", "RangeReader", "HeldConsumerReader"]
 
 #: rows per Arrow batch handed to Spark (Spark's own default for Arrow batches is 10 000)
 BATCH_ROWS = 10_000
@@ -367,8 +369,10 @@ class RangeReader:
         got: list[Any] = []
         while self.position < rng.end and len(got) < limit:
             try:
+                # never more than the range can hold: records past its end stay in the consumer's buffer, where
+                # the next micro-batch of a held consumer (``HeldConsumerReader``) finds them
                 polled = await consumer.getmany(tp, timeout_ms=min(1000, self.poll_timeout_ms),
-                                                max_records=limit - len(got))
+                                                max_records=min(limit - len(got), rng.end - self.position))
             except errors.OffsetOutOfRangeError as exc:
                 raise DataLossError(
                     f"offsets [{self.position}, {rng.end}) of {rng.topic}-{rng.partition} are no longer in the "
@@ -456,9 +460,10 @@ class _RangesReader:
     finished range's partition is paused so the consumer stops fetching past its end."""
 
     def __init__(self, consumer: Consumer, readers: list[RangeReader], *, include_headers: bool,
-                 batch_rows: int) -> None:
+                 batch_rows: int, pause_done: bool = True) -> None:
         self.consumer, self.readers = consumer, readers
         self.include_headers, self.batch_rows = include_headers, batch_rows
+        self.pause_done = pause_done
 
     async def next_batch(self) -> pa.RecordBatch | None:
         got: list[Any] = []
@@ -471,9 +476,84 @@ class _RangesReader:
                 got = records
             if reader.done:
                 self.readers.pop(0)
-                if self.readers:
+                if self.readers and self.pause_done:
                     self.consumer.pause(reader.rng.tp)
         return records_to_batch(got, self.include_headers) if got else None
+
+
+class HeldConsumerReader:
+    """``microBatchRead=driver``: the micro-batches of one streaming query, read in the source's runner process
+    with one consumer that stays assigned between them. A micro-batch starts where the previous one ended, so
+    its records are usually fetched already when Spark asks for it (the consumer keeps fetching ahead, as a task's
+    short-lived assignment cannot); a start elsewhere (a replay, a new partition) is a seek. Blocking, for the
+    caller's thread; an error closes the consumer and the next read builds a new one."""
+
+    def __init__(self, config: Mapping[str, Any], *, include_headers: bool, fail_on_data_loss: bool,
+                 poll_timeout_ms: int, batch_rows: int = BATCH_ROWS) -> None:
+        self.config = dict(config)
+        self.config["auto_offset_reset"] = "none" if fail_on_data_loss else "earliest"
+        self.include_headers, self.poll_timeout_ms, self.batch_rows = include_headers, poll_timeout_ms, batch_rows
+        self._entry: _Cached | None = None
+
+    def hold(self, starts: Mapping[TopicPartition, int]) -> None:
+        """Assign these partitions at these offsets now (the consumer fetches from them until the next read)."""
+        ranges = [OffsetRange(tp.topic, tp.partition, off, off) for tp, off in sorted(starts.items())]
+        self._call(_hold_at, ranges)
+
+    def read(self, ranges: Sequence[OffsetRange]) -> list[pa.RecordBatch]:
+        """The records of ``ranges`` (one per partition) as Arrow batches of up to ``batch_rows`` rows."""
+        if len({rng.tp for rng in ranges}) != len(ranges):
+            raise ValueError(f"HeldConsumerReader.read: one range per partition, got {list(ranges)}")
+        return self._call(self._read, ranges)
+
+    async def _read(self, consumer: Consumer, ranges: Sequence[OffsetRange]) -> list[pa.RecordBatch]:
+        await _hold_at(consumer, ranges)
+        reader = _RangesReader(consumer, [RangeReader(consumer, rng, poll_timeout_ms=self.poll_timeout_ms)
+                                          for rng in ranges], include_headers=self.include_headers,
+                               batch_rows=self.batch_rows, pause_done=False)
+        batches = []
+        while (batch := await reader.next_batch()) is not None:
+            batches.append(batch)
+        return batches
+
+    def _call(self, func: Callable[[Consumer, Sequence[OffsetRange]], Awaitable[T]],
+              ranges: Sequence[OffsetRange]) -> T:
+        """``func(consumer, ranges)`` on the loop thread; an error drops the consumer (the next call builds one)."""
+        worker = worker_clients()
+        if self._entry is None:
+            self._entry = worker.lease("consumer", self.config)
+        try:
+            return worker.portal.call(func, self._entry.client, ranges)
+        except BaseException:
+            entry, self._entry = self._entry, None
+            if entry is not None:
+                worker.release(entry, healthy=False)
+            raise
+
+    def close(self) -> None:
+        """Give the consumer back to the worker's cache (its partitions unassigned)."""
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return
+        worker = worker_clients()
+        healthy = True
+        try:
+            worker.portal.call(_unassign, entry.client)
+        except BaseException:  # noqa: BLE001 - unassigning a broken consumer: drop it instead
+            healthy = False
+        worker.release(entry, healthy=healthy)
+
+
+async def _hold_at(consumer: Consumer, ranges: Sequence[OffsetRange]) -> None:
+    """Add the ranges' partitions to the held assignment (kept ones keep their position and fetched records) and
+    seek those whose position is not the range's start."""
+    held = consumer.assignment()
+    wanted = {rng.tp for rng in ranges}
+    if not wanted <= held:
+        consumer.assign(held | wanted)
+    for rng in ranges:
+        if rng.tp not in held or await consumer.position(rng.tp) != rng.start:
+            consumer.seek(rng.tp, rng.start)
 
 
 def _assign(consumer: Consumer, ranges: Sequence[OffsetRange]) -> None:

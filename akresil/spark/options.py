@@ -64,7 +64,7 @@ _CANONICAL = {name.lower(): name for name in (
     "startingTimestamp",
     "endingTimestamp", "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay",
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.cacheCapacity",
-    "deliveryGuarantee", "transactionalIdPrefix")}
+    "deliveryGuarantee", "transactionalIdPrefix", "microBatchRead")}
 
 _COMMON = {"kafka.bootstrap.servers"}
 _READ_KEYS = {
@@ -73,7 +73,7 @@ _READ_KEYS = {
     "minrecordsperpartition", "includeheaders", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "startingtimestamp",
     "endingtimestamp", "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay",
-    "groupidprefix",
+    "groupidprefix", "microbatchread",
 }
 #: Spark's default maxTriggerDelay (15 minutes)
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -152,6 +152,9 @@ class ReadOptions:
     #: streaming: a micro-batch's ranges are packed into tasks of at least this many offsets (``pack_ranges``);
     #: not with minPartitions / maxRecordsPerPartition, which ask for a layout of their own
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
+    #: streaming: microBatchRead=driver, the source's runner process on the driver reads each micro-batch
+    #: (Spark's simple stream reader) instead of a task's Python worker
+    read_on_driver: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         raise ConfigError("maxOffsetsPerTrigger: only for streaming reads (spark.readStream)")
     if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
         raise ConfigError(f"minOffsetsPerTrigger: {min_offsets} is more than maxOffsetsPerTrigger {max_offsets}")
+    read_on_driver = _micro_batch_read(opts, streaming)
     return ReadOptions(
         subscription=subscription, starting=starting, ending=ending,
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
@@ -224,7 +228,28 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_trigger_delay_ms=delay if delay is not None else DEFAULT_MAX_TRIGGER_DELAY_MS,
         group_id_prefix=prefix.strip() if prefix is not None else None,
         min_records_per_partition=min_records if min_records is not None else DEFAULT_MIN_RECORDS_PER_PARTITION,
+        read_on_driver=read_on_driver,
     )
+
+
+def _micro_batch_read(opts: Mapping[str, str], streaming: bool) -> bool:
+    """``microBatchRead``: ``tasks`` (the default: executor tasks read the planned ranges) or ``driver`` (the
+    source's runner process reads the micro-batch and Spark hands it to one task). The task layout options ask
+    for tasks, which the driver read has not."""
+    mode = opts.get("microbatchread")
+    if mode is None:
+        return False
+    if not streaming:
+        raise ConfigError("microBatchRead: only for streaming reads (spark.readStream)")
+    mode = mode.strip().lower()
+    if mode not in ("tasks", "driver"):
+        raise ConfigError(f"microBatchRead: expected 'tasks' or 'driver', got {opts['microbatchread']!r}")
+    if mode == "driver":
+        for key in ("minpartitions", "maxrecordsperpartition", "minrecordsperpartition"):
+            if key in opts:
+                raise ConfigError(f"{_CANONICAL[key]}: sets the read tasks of a micro-batch; microBatchRead=driver "
+                                  "reads it on the driver and hands it to one task")
+    return mode == "driver"
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:

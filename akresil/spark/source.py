@@ -10,9 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter,
+    SimpleDataSourceStreamReader,
 )
 from pyspark.sql.types import StructType
 
@@ -48,9 +50,24 @@ class AkresilDataSource(DataSource):
         return AkresilBatchReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Tasks read each micro-batch; with ``microBatchRead=driver`` this declines (Spark's signal to ask
+        ``simpleStreamReader`` instead)."""
         from .stream import AkresilStreamReader
         self._check_schema(schema)
-        return AkresilStreamReader(parse_read_options(self.options, streaming=True))
+        options = parse_read_options(self.options, streaming=True)
+        if options.read_on_driver:
+            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED",
+                                             messageParameters={"feature": "streamReader"})
+        return AkresilStreamReader(options)
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        """``microBatchRead=driver``: the source's runner process reads each micro-batch (``stream``)."""
+        from .stream import AkresilDriverStreamReader
+        self._check_schema(schema)
+        options = parse_read_options(self.options, streaming=True)
+        if not options.read_on_driver:
+            raise errors.ConfigError("simpleStreamReader: only with microBatchRead=driver")
+        return AkresilDriverStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import AkresilWriter, check_input_schema

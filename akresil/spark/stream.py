@@ -24,13 +24,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition, SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ..types import TopicPartition
 from . import kafka_io
 from .offsets import (
-    DataLossError, check_starts, delay_trigger, from_json, pack_ranges, plan_ranges, rate_limit, to_json,
+    DataLossError, OffsetRange, check_starts, delay_trigger, from_json, pack_ranges, plan_ranges, rate_limit, to_json,
 )
 from .options import ReadOptions
 from .reader import RangePartition, driver_config, read_partition, resolve_offsets, with_group_id
@@ -38,7 +38,7 @@ from .reader import RangePartition, driver_config, read_partition, resolve_offse
 if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
     import pyarrow as pa
 
-__all__ = ["AkresilStreamReader"]
+__all__ = ["AkresilStreamReader", "AkresilDriverStreamReader"]
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +146,76 @@ def _lost(fail: bool, message: str) -> None:
     if fail:
         raise DataLossError(message + ". Set failOnDataLoss=false to continue past lost data.")
     log.warning("%s; continuing because failOnDataLoss=false", message)
+
+
+class AkresilDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``microBatchRead=driver``: Spark's simple stream reader. The source's runner process on the driver reads a
+    micro-batch while it plans it (``read``), and Spark hands the rows to the micro-batch's single task through
+    its block manager, so the task runs no Python reader worker of its own: one Python worker per task (the
+    sink's) instead of two. Offsets, limits and triggers are the task reader's (``AkresilStreamReader``);
+    ``readBetweenOffsets`` re-reads a micro-batch Spark replays after a restart (in an executor's Python worker)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._planner = AkresilStreamReader(options)
+        self._held: kafka_io.HeldConsumerReader | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_held": None}      # Spark pickles the reader for replays; the consumer stays
+
+    @property
+    def options(self) -> ReadOptions:
+        return self._planner.options
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The query's first offsets; the held consumer starts fetching from them now, so the first micro-batch's
+        records are on their way while Spark logs its offsets (a restarted query starts at its first read)."""
+        offsets = self._planner.initialOffset()
+        self._held_reader().hold(from_json(offsets))
+        return offsets
+
+    def _held_reader(self) -> kafka_io.HeldConsumerReader:
+        if self._held is None:
+            o = self.options
+            self._held = kafka_io.HeldConsumerReader(o.consumer, include_headers=o.include_headers,
+                                                     fail_on_data_loss=o.fail_on_data_loss,
+                                                     poll_timeout_ms=o.poll_timeout_ms)
+        return self._held
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._planner.prepareForTriggerAvailableNow()
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
+        """The next micro-batch's end (as ``latestOffset`` plans it) and its rows, read through the query's held
+        consumer; Spark caches them until the micro-batch runs."""
+        end = self._planner.latestOffset(start, self._planner.getDefaultReadLimit())
+        if from_json(end) == from_json(start):
+            return iter(()), start        # nothing new (or held back by minOffsetsPerTrigger): no micro-batch
+        ranges = self._ranges(start, end)
+        if not ranges:
+            return iter(()), end
+        # a list's iterator: Spark copies the cached iterator when it sends the rows, so it must be copyable
+        return iter(self._held_reader().read(ranges)), end
+
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """A micro-batch whose rows the driver no longer holds (Spark replays it after a restart): read in an
+        executor's task, as the task reader reads."""
+        o = self.options
+        ranges = self._ranges(start, end)
+        if not ranges:
+            return iter(())
+        return kafka_io.read_ranges(o.consumer, ranges, include_headers=o.include_headers,
+                                    fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms)
+
+    def _ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
+        """The micro-batch's offset ranges, one per Kafka partition (the task layout options are refused with
+        microBatchRead=driver, so the planner packs whole ranges)."""
+        return [r for part in self._planner.partitions(start, end) if isinstance(part, RangePartition)
+                for r in part.ranges]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        if self._held is not None:
+            self._held.close()
+        self._planner.stop()

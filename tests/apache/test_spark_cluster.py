@@ -73,10 +73,11 @@ def _inputs(prefix: str, start: int, n: int) -> list[tuple[bytes | None, bytes]]
 
 
 def _pipeline(spark: Any, bs: str, source: str, sink: str, checkpoint: Path, guarantee: str, *,
-              per_trigger: int) -> Any:
-    """readStream -> upper(value) -> writeStream, not started."""
+              per_trigger: int, read: str = "tasks") -> Any:
+    """readStream -> upper(value) -> writeStream, not started; ``read`` is the source's microBatchRead."""
     stream = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", bs).option("subscribe", source)
-              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_trigger)).load()
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_trigger))
+              .option("microBatchRead", read).load()
               .selectExpr("key", "upper(cast(value as string)) as value"))
     return (stream.writeStream.format("akresil").option("kafka.bootstrap.servers", bs).option("topic", sink)
             .option("deliveryGuarantee", guarantee).option("checkpointLocation", str(checkpoint)))
@@ -134,25 +135,30 @@ def test_cluster_batch_write_then_read_every_row_once(spark: Any, kafka_cluster:
     assert spark.sql("select count(distinct key) from apache_written").first()[0] == ROWS
 
 
+@pytest.mark.parametrize("read", ["tasks", "driver"])
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 def test_cluster_pipeline_restarts_from_its_checkpoint_and_a_replayed_micro_batch(
-        spark: Any, kafka_cluster: KafkaCluster, tmp_path: Path, guarantee: str) -> None:
+        spark: Any, kafka_cluster: KafkaCluster, tmp_path: Path, guarantee: str, read: str) -> None:
     """Run to the end of the input, then lose the last micro-batch's commit-log entry and restart with more input:
     Spark replays that micro-batch with the same offsets and the same rows in the same write partitions. At least
-    once, its rows land twice (and nothing else does); exactly once, every task finds its marker and sends nothing."""
+    once, its rows land twice (and nothing else does); exactly once, every task finds its marker and sends nothing.
+    With microBatchRead=driver the replayed micro-batch is no longer held by the new driver-side reader: a task
+    reads it (``readBetweenOffsets``)."""
     import akresil.spark
     bs = kafka_cluster.bootstrap_servers
     source, sink = _topic(kafka_cluster, 3), _topic(kafka_cluster, 2)
     checkpoint = tmp_path / "checkpoint"
     produce(bs, source, _inputs("a", 0, 1000))
-    first = _run_available_now(_pipeline(spark, bs, source, sink, checkpoint, guarantee, per_trigger=600))
+    first = _run_available_now(_pipeline(spark, bs, source, sink, checkpoint, guarantee, per_trigger=600,
+                                         read=read))
     runs = akresil.spark.stream_write_summaries(first.id)
     assert [(s.batch_id, s.status, s.records, s.guarantee) for s in runs] == [
         (0, "committed", 600, guarantee), (1, "committed", 400, guarantee)]
 
     replayed = _drop_last_commit(checkpoint)
     produce(bs, source, _inputs("b", 1000, 500))
-    second = _run_available_now(_pipeline(spark, bs, source, sink, checkpoint, guarantee, per_trigger=600))
+    second = _run_available_now(_pipeline(spark, bs, source, sink, checkpoint, guarantee, per_trigger=600,
+                                          read=read))
     assert second.id == first.id                     # the query id lives in the checkpoint
     again = akresil.spark.stream_write_summaries(second.id)[len(runs):]
     assert [s.batch_id for s in again] == [replayed, replayed + 1]
@@ -196,8 +202,10 @@ class _FirstRows:
         self.spark.streams.removeListener(self.listener)
 
 
+@pytest.mark.parametrize("read", ["tasks", "driver"])
 def test_cluster_exactly_once_pipeline_survives_a_worker_killed_mid_stream(
-        spark: Any, spark_cluster: SparkStandaloneCluster, kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+        spark: Any, spark_cluster: SparkStandaloneCluster, kafka_cluster: KafkaCluster, tmp_path: Path,
+        read: str) -> None:
     """The Worker and its executor are SIGKILLed while the query runs micro-batch after micro-batch; a new Worker
     joins, Spark reruns the lost tasks there (their open transactions are fenced and aborted by the reruns'
     InitProducerId) and the query goes on: every input lands once for read_committed readers."""
@@ -207,7 +215,7 @@ def test_cluster_exactly_once_pipeline_survives_a_worker_killed_mid_stream(
     checkpoint = tmp_path / "checkpoint"
     produce(bs, source, _inputs("a", 0, 6000))
     progress = _FirstRows(spark)
-    query = (_pipeline(spark, bs, source, sink, checkpoint, "exactly-once", per_trigger=2000)
+    query = (_pipeline(spark, bs, source, sink, checkpoint, "exactly-once", per_trigger=2000, read=read)
              .trigger(processingTime="0 seconds").start())
     try:
         assert progress.event.wait(180), "no micro-batch with rows"

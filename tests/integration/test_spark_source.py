@@ -225,8 +225,9 @@ def test_bad_write_input_fails_with_the_problem_named(spark: Any, spark_broker: 
         w().option("topic", "t").option("startingOffsets", "earliest").mode("append").save()
 
 
+@pytest.mark.parametrize("read", ["tasks", "driver"])
 def test_stream_three_micro_batches_then_resume_from_checkpoint(spark: Any, spark_broker: Any,
-                                                                tmp_path: Any) -> None:
+                                                                tmp_path: Any, read: str) -> None:
     bs = spark_broker.bootstrap_servers
     topic = unique_topic("spark-stream")
     create_topic(bs, topic, 2)
@@ -241,7 +242,7 @@ def test_stream_three_micro_batches_then_resume_from_checkpoint(spark: Any, spar
     def start(**trigger: Any) -> Any:
         stream = (spark.readStream.format("akresil").option("kafka.bootstrap.servers", bs)
                   .option("subscribe", topic).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", "15").load())
+                  .option("maxOffsetsPerTrigger", "15").option("microBatchRead", read).load())
         return (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
                 .trigger(**trigger).start())
 

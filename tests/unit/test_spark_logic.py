@@ -678,3 +678,150 @@ def test_records_to_batch_binary_columns_equal_pa_array(values: list[bytes | Non
     assert batch.schema == arrow_schema(False)
     assert batch.column(0).to_pylist() == values and batch.column(1).to_pylist() == values
     assert batch.column(4).to_pylist() == list(range(len(values)))
+
+
+# ---------------------------------------------------------------------- microBatchRead=driver
+def test_micro_batch_read_option_selects_the_driver_read_and_refuses_a_task_layout() -> None:
+    stream = {**BS, "subscribe": "t"}
+    assert not parse_read_options(stream, streaming=True).read_on_driver
+    assert not parse_read_options({**stream, "microBatchRead": "tasks"}, streaming=True).read_on_driver
+    assert parse_read_options({**stream, "MICROBATCHREAD": " Driver "}, streaming=True).read_on_driver
+    with pytest.raises(ConfigError, match="microBatchRead: expected 'tasks' or 'driver', got 'executor'"):
+        parse_read_options({**stream, "microBatchRead": "executor"}, streaming=True)
+    with pytest.raises(ConfigError, match="microBatchRead: only for streaming reads"):
+        parse_read_options({**stream, "microBatchRead": "driver"}, streaming=False)
+    for layout in ("minPartitions", "maxRecordsPerPartition", "minRecordsPerPartition"):
+        with pytest.raises(ConfigError, match=f"{layout}: sets the read tasks of a micro-batch; microBatchRead"):
+            parse_read_options({**stream, "microBatchRead": "driver", layout: "2"}, streaming=True)
+
+
+def test_micro_batch_read_driver_makes_spark_take_the_simple_stream_reader() -> None:
+    """Spark asks ``streamReader`` first and falls back to ``simpleStreamReader`` when it declines (the runner's
+    ``_streamReader``): the default keeps the task reader, ``driver`` gets the simple reader behind Spark's
+    wrapper, whose micro-batch is one partition read in the runner."""
+    from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper, _streamReader
+
+    from akresil.spark.schema import kafka_schema
+    from akresil.spark.source import AkresilDataSource
+    from akresil.spark.stream import AkresilDriverStreamReader, AkresilStreamReader
+
+    options = {**BS, "subscribe": "t"}
+    assert isinstance(_streamReader(AkresilDataSource(options), kafka_schema(False)), AkresilStreamReader)
+    wrapped = _streamReader(AkresilDataSource({**options, "microBatchRead": "driver"}), kafka_schema(False))
+    assert isinstance(wrapped, _SimpleStreamReaderWrapper)
+    assert isinstance(wrapped.simple_reader, AkresilDriverStreamReader)
+    with pytest.raises(ConfigError, match="simpleStreamReader: only with microBatchRead=driver"):
+        AkresilDataSource(options).simpleStreamReader(kafka_schema(False))
+
+
+def test_driver_reader_plans_and_reads_a_micro_batch_in_one_call_and_replays_it_in_a_task(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``initialOffset`` starts the held consumer at the first offsets; ``read(start)`` plans the end as
+    ``latestOffset`` does (maxOffsetsPerTrigger, the pinned AvailableNow end) and reads it through that consumer;
+    nothing new is no micro-batch; a replay (``readBetweenOffsets``, in a task) reads the same ranges with a task's
+    short-lived consumer; the pickled reader leaves the consumer out."""
+    import pickle
+
+    from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
+
+    from akresil.spark import kafka_io
+    from akresil.spark.stream import AkresilDriverStreamReader
+
+    tps = [TP("t", 0), TP("t", 1)]
+    monkeypatch.setattr(kafka_io, "snapshot", lambda *_, **__: kafka_io.PartitionSnapshot(
+        tps, {tp: 0 for tp in tps}, {TP("t", 0): 30, TP("t", 1): 10}))
+    held_reads: list[list[OffsetRange]] = []
+    task_reads: list[list[OffsetRange]] = []
+
+    class Held:
+        def __init__(self, config: object, **_: object) -> None:
+            self.closed, self.held = False, {}
+
+        def hold(self, starts: dict[TP, int]) -> None:
+            self.held = dict(starts)
+
+        def read(self, ranges: list[OffsetRange]) -> list[str]:
+            held_reads.append(list(ranges))
+            return [f"batch of {sum(r.size for r in ranges)}"]
+
+        def close(self) -> None:
+            self.closed = True
+
+    def read_ranges(config: object, ranges: list[OffsetRange], **_: object) -> object:
+        task_reads.append(list(ranges))
+        return iter(["replayed"])
+
+    monkeypatch.setattr(kafka_io, "HeldConsumerReader", Held)
+    monkeypatch.setattr(kafka_io, "read_ranges", read_ranges)
+    options = parse_read_options({**BS, "subscribe": "t", "startingOffsets": "earliest",
+                                  "maxOffsetsPerTrigger": "20", "microBatchRead": "driver"}, streaming=True)
+    reader = AkresilDriverStreamReader(options)
+    reader.prepareForTriggerAvailableNow()
+    wrapper = _SimpleStreamReaderWrapper(reader)
+    start = reader.initialOffset()
+    assert reader._held is not None and reader._held.held == {TP("t", 0): 0, TP("t", 1): 0}     # fetching already
+    first = wrapper.latestOffset(start, wrapper.getDefaultReadLimit())
+    assert sum(from_json(first).values()) == 20 and len(held_reads) == 1
+    assert {(r.partition, r.start) for r in held_reads[0]} == {(0, 0), (1, 0)}
+    cached = wrapper.getCache(start, first)
+    assert cached is not None and list(cached) == ["batch of 20"]
+    assert list(wrapper.getCache(start, first) or []) == ["batch of 20"]     # Spark copies the cached iterator
+    second = wrapper.latestOffset(first, wrapper.getDefaultReadLimit())
+    assert from_json(second) == {TP("t", 0): 30, TP("t", 1): 10}
+    assert wrapper.latestOffset(second, wrapper.getDefaultReadLimit()) == second     # the pinned end: no batch
+    assert len(held_reads) == 2 and len(wrapper.cache) == 2
+
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert shipped._held is None and reader._held is not None
+    assert list(shipped.readBetweenOffsets(start, first)) == ["replayed"]
+    assert task_reads == [held_reads[0]] and len(held_reads) == 2
+    held = reader._held
+    reader.stop()
+    assert held.closed
+
+
+def test_a_range_never_takes_records_past_its_end_from_the_consumer() -> None:
+    """A held consumer's buffer keeps the records past a micro-batch's end for the next micro-batch, so a range
+    asks the consumer for at most what is left of it (and a consumer that stayed at the range's start is not
+    sought, which would drop what it fetched ahead)."""
+    import anyio
+
+    from akresil.spark.kafka_io import RangeReader, _hold_at
+
+    tp = TP("t", 0)
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.pos, self.asked, self.sought, self.assigned = 5, [], [], frozenset([tp])
+
+        async def getmany(self, *tps: TP, timeout_ms: float, max_records: int) -> dict[TP, list[tuple]]:
+            self.asked.append(max_records)
+            got = [(tp.topic, tp.partition, off) for off in range(self.pos, self.pos + min(max_records, 100))]
+            self.pos += len(got)
+            return {tp: got}
+
+        async def position(self, _: TP) -> int:
+            return self.pos
+
+        def assignment(self) -> frozenset[TP]:
+            return self.assigned
+
+        def assign(self, tps: frozenset[TP]) -> None:
+            self.assigned = frozenset(tps)
+
+        def seek(self, tp: TP, offset: int) -> None:
+            self.sought.append(offset)
+            self.pos = offset
+
+    consumer = Consumer()
+    rng = OffsetRange("t", 0, 5, 35)
+
+    async def main() -> list[tuple]:
+        await _hold_at(consumer, [rng])
+        return await RangeReader(consumer, rng, poll_timeout_ms=1000).next_records(10_000)  # type: ignore[arg-type]
+
+    records = anyio.run(main)
+    assert [r[2] for r in records] == list(range(5, 35)) and consumer.asked == [30] and consumer.pos == 35
+    assert consumer.sought == []
+    anyio.run(_hold_at, consumer, [OffsetRange("t", 0, 7, 9), OffsetRange("t", 1, 0, 3)])
+    assert consumer.sought == [7, 0] and consumer.assigned == {tp, TP("t", 1)}
