@@ -702,6 +702,10 @@ class RecordAccumulator:
                              attempt=batch.attempts, reason=decision.reason, skip_backoff=decision.skip_backoff,
                              records=batch.record_count,
                              backoff_ms=decision.retry_at - now)
+        elif decision.expired:
+            # its deadline came before this outcome was handled (the two timers fall due in one event-loop pass
+            # when request_timeout_ms == delivery_timeout_ms): the same DeliveryTimeoutError ``expire`` gives
+            self._expire(batch, "in-flight", now, cause=error)
         else:
             batch.fail(error)
             self._finish(batch, error)
@@ -813,12 +817,15 @@ class RecordAccumulator:
                 queue[-1].open = False
         return expired
 
-    def _expire(self, batch: ProducerBatch, stage: str, now: float) -> ExpiredBatch:
+    def _expire(self, batch: ProducerBatch, stage: str, now: float,
+                cause: BaseException | None = None) -> ExpiredBatch:
         age = now - batch.created_at
+        last = "" if cause is None else f"; the last attempt failed: {type(cause).__name__}: {cause}"
         error = DeliveryTimeoutError(
             f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} expired {stage}: "
             f"{age:.0f} ms since batch creation >= delivery_timeout_ms ({self.delivery_timeout_ms:.0f}) "
-            f"after {len(batch.attempt_epochs)} attempt(s)")
+            f"after {len(batch.attempt_epochs)} attempt(s){last}")
+        error.__cause__ = cause
         batch.fail(error)
         self._hooks.emit(events.BATCH_EXPIRED, topic=batch.tp.topic, partition=batch.tp.partition, stage=stage,
                          records=batch.record_count, age_ms=age)

@@ -34,6 +34,9 @@ class RetryDecision(NamedTuple):
     #: absolute time of the next attempt when retrying (== now when skipping backoff)
     retry_at: float
     reason: str
+    #: not retried only because the batch's delivery deadline passed first: the records expired (KIP-91), whether
+    #: the sender's deadline timer or this attempt's outcome was handled first
+    expired: bool = False
 
 
 def needs_metadata_refresh(error: BaseException) -> bool:
@@ -78,7 +81,7 @@ def plan_retry(batch: ProducerBatch, error: BaseException, now: float, *, retrie
     if batch.attempts + 1 > retries:
         return RetryDecision(False, refresh, False, now, f"retries ({retries}) exhausted: {name}")
     if now >= batch.deadline:
-        return RetryDecision(False, refresh, False, now, f"delivery timeout reached: {name}")
+        return RetryDecision(False, refresh, False, now, f"delivery timeout reached: {name}", expired=True)
     batch.attempts += 1
     observe_leader_epoch(batch, leader_epoch)
     skip = leader_changed_for_ongoing_retry(batch) or (batch.attempts == 1 and getattr(error, "identity_retry", False))

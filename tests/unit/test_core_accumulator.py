@@ -163,6 +163,29 @@ def test_expires_at_deadline_while_in_flight_and_ignores_late_response() -> None
     assert isinstance(r.done[0][1], DeliveryTimeoutError)
 
 
+def test_an_attempt_failing_after_its_deadline_passed_expires_the_batch_as_the_deadline_timer_would() -> None:
+    """request_timeout_ms == delivery_timeout_ms: the request's timeout and the batch's deadline fall due in one
+    event-loop pass, and either may be handled first. Handled first, the attempt's outcome must not decide the
+    error: the deadline came first, so the records expire in flight, as ``expire`` would have said."""
+    rec = RecordingHook()
+    a = acc(hooks=Hooks([rec]))
+    r = Results()
+    a.append(T0, 1, None, b"v", callback=r.cb(0), now=0)
+    batch = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    timeout = RequestTimedOutError("no answer within 1000 ms")
+    decision = a.on_batch_error(batch, timeout, now=1005, leader_epoch=0)
+    assert decision is not None and not decision.retry and decision.expired
+    error = r.done[0][1]
+    assert isinstance(error, DeliveryTimeoutError) and "expired in-flight" in str(error)
+    assert error.__cause__ is timeout and "the last attempt failed: RequestTimedOutError" in str(error)
+    assert [e["stage"] for e in rec.named(BATCH_EXPIRED)] == ["in-flight"]
+    assert a.expire(1005) == [] and a.incomplete_batches == 0
+    # before its deadline the same outcome is retried; a non-retriable one fails with its own error
+    a.append(T0, 1, None, b"w", callback=r.cb(1), now=2000)
+    batch = a.drain(2005, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
+    assert a.on_batch_error(batch, RequestTimedOutError(), now=2500, leader_epoch=0).retry
+
+
 def test_expires_at_deadline_while_backing_off() -> None:
     a = acc(retry_backoff_ms=5000, retry_backoff_max_ms=5000, delivery_timeout_ms=1000)
     r = Results()
