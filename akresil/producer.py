@@ -97,6 +97,11 @@ def _as_bytes(data: Any, what: str, index: int | None = None) -> bytes:
                     f"pass {what}_serializer= to convert it")
 
 
+def _missing(parts: Mapping[int, Any] | None, partition: Any) -> bool:
+    """Whether metadata lacks the topic, or the explicit int ``partition`` (other values are checked where used)."""
+    return not parts or (partition.__class__ is int and partition >= len(parts))
+
+
 class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
     """Async Kafka producer. Use as ``async with Producer(bootstrap_servers=...) as producer``.
 
@@ -486,6 +491,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if partition.__class__ is int and 0 <= partition < num:
             sticky = False      # an explicit partition wins over keys and a custom partitioner (as in Java)
             p = partition
+        elif partition.__class__ is int and partition >= num:
+            return None         # not in this metadata (yet: just added?): the caller waits for it, as Java does
         elif partition is None and partitioner.custom is None and (key is None or partitioner.ignore_keys):
             sticky = True
             p = partitioner.sticky.current(topic, num, self._available_partitions(topic))
@@ -540,10 +547,10 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
                 # here leaves no record behind that the caller holds no future for.
                 self._yield_due = False
                 await anyio.lowlevel.checkpoint()
-            elif not self._cluster.metadata.snapshot.topics.get(topic):
+            elif _missing(self._cluster.metadata.snapshot.topics.get(topic), partition):
                 self._check_send()
                 self._check_topic(topic)
-                await self._partitions(topic, deadline)
+                await self._partitions(topic, deadline, partition)
             result = self._enqueue_nowait(topic, value, key, partition, timestamp_ms, headers, on_delivery)
             if result.__class__ is DeliveryFuture:
                 return result
@@ -637,7 +644,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         per_record = RECORD_BASE_ESTIMATE + headers_size(hdrs)
         acc.check_record_size(per_record + max_kv, "send_many: the largest record")
         deadline = self._cluster.clock() + self.config.max_block_ms
-        num = await self._partitions(topic, deadline)
+        num = await self._partitions(topic, deadline, partition)
         # unkeyed runs visit a partition for one sticky unit at a time (by count, from the call's mean record
         # size), or for an even share of a large call: spread over partitions either way, and a large call
         # fills whole batches per visit instead of paying a switch every 16 KiB
@@ -843,24 +850,33 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             cached = self._available[topic] = (snapshot, snapshot.available_partitions(topic))
         return cached[1]
 
-    async def _partitions(self, topic: str, deadline: float) -> int:
-        """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use."""
+    async def _partitions(self, topic: str, deadline: float, partition: int | None = None) -> int:
+        """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use, or while an
+        explicit ``partition`` is beyond it: one just added (CreatePartitions) reaches the brokers' metadata a
+        moment later, so the record waits for it as in Java's producer, and fails only after ``max_block_ms``."""
         snapshot = self._cluster.metadata.snapshot
         parts = snapshot.topics.get(topic)
-        if parts:
-            return len(parts)
+        if not _missing(parts, partition):
+            return len(parts)  # type: ignore[arg-type]
         self._cluster.add_topics([topic])
+        if parts:
+            self._cluster.request_metadata_refresh("partition not in metadata", missing=True)
 
         def known() -> bool:
             snap = self._cluster.metadata.snapshot
             if snap.topic_errors.get(topic) in _UNKNOWN_TOPIC_ERRORS:
                 return True
-            return bool(snap.topics.get(topic))
+            return not _missing(snap.topics.get(topic), partition)
 
         try:
             await self._cluster.wait_for_metadata(timeout_ms=max(0.0, deadline - self._cluster.clock()),
                                                   until=known)
         except TimeoutError:
+            now_known = self._cluster.metadata.snapshot.topics.get(topic)
+            if now_known:
+                raise errors.KafkaTimeoutError(
+                    f"partition {partition} of topic {topic!r} not present in metadata after max_block_ms "
+                    f"({self.config.max_block_ms} ms): the topic has {len(now_known)} partition(s)") from None
             raise errors.KafkaTimeoutError(
                 f"topic {topic!r} not present in metadata after max_block_ms ({self.config.max_block_ms} ms)"
             ) from None

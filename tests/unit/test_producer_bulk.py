@@ -337,10 +337,11 @@ async def test_the_sticky_partitioner_reads_the_accumulators_queues() -> None:
 
 
 async def test_send_many_with_an_explicit_partition() -> None:
-    o = Offline(3)
+    o = Offline(3, max_block_ms=50)
     mds = await o.run(o.producer.send_many("t", [(b"k", b"v"), (None, b"w")], partition=2))
     assert [(md.partition, md.offset) for md in mds] == [(2, 0), (2, 1)]
-    with pytest.raises(ValueError, match="partition 3 given for topic 't'"):
+    # beyond the metadata: waited for (a partition just added), then refused naming it
+    with pytest.raises(errors.KafkaTimeoutError, match="partition 3 of topic 't' not present in metadata"):
         await o.producer.send_many("t", [(None, b"v")], partition=3)
 
 
@@ -491,3 +492,40 @@ def test_a_large_batch_calls_its_records_back_with_the_cyclic_gc_paused_and_rest
                 assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_would() -> None:
+    """CreatePartitions answered, but the broker that answered the producer's Metadata has not applied it yet:
+    a record for a new partition waits for the metadata that has it (Java's ``waitOnMetadata``), for ``send``,
+    ``enqueue`` and ``send_many`` alike, instead of failing at once as an out-of-range partition."""
+    o = Offline(3, max_block_ms=60_000)
+    p = o.producer
+    cluster = p._cluster                                                                         # noqa: SLF001
+    sent = asyncio.ensure_future(p.send("t", b"one", partition=4))
+    bulk = asyncio.ensure_future(p.send_many("t", [(None, b"two"), (None, b"three")], partition=5))
+    queued = asyncio.ensure_future(p.enqueue("t", b"four", partition=3))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not (sent.done() or bulk.done() or queued.done())       # waiting, not refused
+    cluster.metadata.update_from_metadata(metadata(6), cluster.clock())
+    cluster._announce_metadata()                                                                 # noqa: SLF001
+    fut = await asyncio.wait_for(queued, 5)
+    for _ in range(100):
+        await asyncio.sleep(0)
+        o.ack_all()
+        if sent.done() and bulk.done() and fut.done():
+            break
+    assert (await sent).partition == 4
+    assert [md.partition for md in await bulk] == [5, 5]
+    assert (await fut).partition == 3
+
+
+async def test_a_partition_never_in_the_metadata_fails_after_max_block_ms_naming_it() -> None:
+    o = Offline(3, max_block_ms=50)
+    with pytest.raises(errors.KafkaTimeoutError, match=r"partition 7 of topic 't' not present in metadata after "
+                                                       r"max_block_ms \(50 ms\): the topic has 3 partition"):
+        await asyncio.wait_for(o.producer.send("t", b"v", partition=7), 5)
+    with pytest.raises(errors.KafkaTimeoutError, match="partition 9 of topic 't'"):
+        await asyncio.wait_for(o.producer.send_many("t", [(None, b"v")], partition=9), 5)
+    with pytest.raises(ValueError, match="partition"):               # a negative one is bad input: at once
+        await o.producer.send("t", b"v", partition=-1)
