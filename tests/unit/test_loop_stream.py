@@ -24,6 +24,16 @@ async def with_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWri
         server.close()
 
 
+def answers_once(payload: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A server that writes ``payload`` once the client sent a byte, then waits for another."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.write(payload)
+        await writer.drain()
+        await reader.read(1)
+    return handler
+
+
 def transport_of(stream: LoopStream) -> Any:
     return stream._transport
 
@@ -100,19 +110,13 @@ def test_aclose_wakes_a_waiting_reader_and_later_calls_fail_closed() -> None:
 
 
 def test_a_cancelled_receive_leaves_the_stream_usable() -> None:
-    async def late(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)
-        writer.write(b"late")
-        await writer.drain()
-        await reader.read(1)
-
     async def body(stream: LoopStream) -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(stream.receive(), 0.05)
         await stream.send(b"go")
         assert await stream.receive() == b"late"
 
-    asyncio.run(with_server(late, body))
+    asyncio.run(with_server(answers_once(b"late"), body))
 
 
 def test_reading_pauses_above_the_high_water_mark_and_resumes_below_the_low(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,12 +187,6 @@ def test_interrupt_ends_a_waiting_receive_and_queued_data_comes_first() -> None:
     class Due(Exception):
         pass
 
-    async def later(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)
-        writer.write(b"data")
-        await writer.drain()
-        await reader.read(1)
-
     async def body(stream: LoopStream) -> None:
         waiting = asyncio.ensure_future(stream.receive())
         await asyncio.sleep(0.01)
@@ -205,4 +203,4 @@ def test_interrupt_ends_a_waiting_receive_and_queued_data_comes_first() -> None:
         with pytest.raises(asyncio.TimeoutError):       # and only once
             await asyncio.wait_for(stream.receive(), 0.02)
 
-    asyncio.run(with_server(later, body))
+    asyncio.run(with_server(answers_once(b"data"), body))

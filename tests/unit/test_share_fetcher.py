@@ -104,6 +104,19 @@ async def both_leaders_answered(cluster: ScriptedCluster, state: ShareFetchState
     return records
 
 
+async def accept_one_round(cluster: ScriptedCluster, state: ShareFetchState, offset: int) -> None:
+    """Leaders 1 and 2 each answer with two records from ``offset``; the application polls all four, accepts
+    them and asks for a commit (the fetcher still has to be woken for it)."""
+    await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
+    await cluster.answer("fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
+    while state.buffered < 4:
+        await asyncio.sleep(0)          # asyncio's own: the look-up tests count anyio's back-end look-ups
+    for records in state.poll_by_partition(4, 0.0, whole=False).values():
+        for rec in records:
+            state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
+    state.request_commit()
+
+
 async def test_the_fetch_an_acknowledgement_unblocks_is_sent_before_the_application_resumes() -> None:
     """With another leader's records still buffered, ``commit()`` sends a ShareAcknowledge; when it is answered,
     the fetch to that leader (held while its records were unsettled) must reach the broker before the
@@ -182,14 +195,7 @@ async def test_a_leaders_requests_are_sent_by_one_long_lived_task_not_a_task_eac
             await tg.start(fetcher.run)
             offset = 0
             for _ in range(3):      # fetch, poll, acknowledge, commit: three rounds per leader
-                await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
-                await cluster.answer("fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
-                while state.buffered < 4:
-                    await anyio.sleep(0)
-                for records in state.poll_by_partition(4, 0.0, whole=False).values():
-                    for rec in records:
-                        state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
-                state.request_commit()
+                await accept_one_round(cluster, state, offset)
                 fetcher.wake()
                 offset += 2
             await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
@@ -248,14 +254,7 @@ async def test_a_senders_idle_waits_resolve_the_back_end_once(backend_lookups: B
             for offset in range(0, 8, 2):      # fetch, poll, acknowledge, commit (on the next fetch): four rounds
                 if offset == 2:
                     backend_lookups.start()    # the senders started in the first round
-                await cluster.answer("fetch", 1, fetch_answer(0, batch(offset, 2), [(offset, offset + 1, 1)]))
-                await cluster.answer("fetch", 2, fetch_answer(1, batch(offset, 2), [(offset, offset + 1, 1)]))
-                while state.buffered < 4:
-                    await asyncio.sleep(0)
-                for records in state.poll_by_partition(4, 0.0, whole=False).values():
-                    for rec in records:
-                        state.acknowledge_record(rec, AckType.ACCEPT, 0.0)
-                state.request_commit()
+                await accept_one_round(cluster, state, offset)
                 fetcher.poke()
             while log.count("sent fetch 2") < 5:
                 await asyncio.sleep(0)
