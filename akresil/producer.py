@@ -492,7 +492,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             sticky = False      # an explicit partition wins over keys and a custom partitioner (as in Java)
             p = partition
         elif partition.__class__ is int and partition >= num:
-            return None         # not in this metadata (yet: just added?): the caller waits for it, as Java does
+            return None         # not in this metadata: the caller asks the cluster again (just added?)
         elif partition is None and partitioner.custom is None and (key is None or partitioner.ignore_keys):
             sticky = True
             p = partitioner.sticky.current(topic, num, self._available_partitions(topic))
@@ -851,40 +851,44 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         return cached[1]
 
     async def _partitions(self, topic: str, deadline: float, partition: int | None = None) -> int:
-        """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use, or while an
-        explicit ``partition`` is beyond it: one just added (CreatePartitions) reaches the brokers' metadata a
-        moment later, so the record waits for it as in Java's producer, and fails only after ``max_block_ms``."""
+        """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use. An explicit
+        ``partition`` beyond the cached count is checked against metadata asked for now: one just added
+        (CreatePartitions) is found there; one still missing is refused with ``ValueError`` at once, as bad input."""
         snapshot = self._cluster.metadata.snapshot
         parts = snapshot.topics.get(topic)
         if not _missing(parts, partition):
             return len(parts)  # type: ignore[arg-type]
         self._cluster.add_topics([topic])
+        asked: int | None = None
         if parts:
-            self._cluster.request_metadata_refresh("partition not in metadata", missing=True)
+            self._cluster.request_metadata_refresh("partition not in metadata")
+            asked = self._cluster.metadata.request_version
 
         def known() -> bool:
-            snap = self._cluster.metadata.snapshot
+            cache = self._cluster.metadata
+            snap = cache.snapshot
             if snap.topic_errors.get(topic) in _UNKNOWN_TOPIC_ERRORS:
                 return True
-            return not _missing(snap.topics.get(topic), partition)
+            return not _missing(snap.topics.get(topic), partition) or (asked is not None and cache.answered(asked))
 
         try:
             await self._cluster.wait_for_metadata(timeout_ms=max(0.0, deadline - self._cluster.clock()),
                                                   until=known)
         except TimeoutError:
-            now_known = self._cluster.metadata.snapshot.topics.get(topic)
-            if now_known:
-                raise errors.KafkaTimeoutError(
-                    f"partition {partition} of topic {topic!r} not present in metadata after max_block_ms "
-                    f"({self.config.max_block_ms} ms): the topic has {len(now_known)} partition(s)") from None
             raise errors.KafkaTimeoutError(
                 f"topic {topic!r} not present in metadata after max_block_ms ({self.config.max_block_ms} ms)"
+                if not parts else f"no Metadata answer within max_block_ms ({self.config.max_block_ms} ms) to "
+                f"check partition {partition} of topic {topic!r} (it has {len(parts)} in the cached metadata)"
             ) from None
         snap = self._cluster.metadata.snapshot
         code = snap.topic_errors.get(topic)
         if code in _UNKNOWN_TOPIC_ERRORS:
             raise errors.error_for_code(code)(f"topic {topic!r}")
-        return len(snap.topics[topic])
+        now_known = snap.topics[topic]
+        if _missing(now_known, partition):
+            raise ValueError(f"partition {partition} given for topic {topic!r} is not in [0, {len(now_known)}) "
+                             f"(metadata asked for just now)")
+        return len(now_known)
 
     async def _append_waiting(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
                               headers: list[Header], fut: DeliveryFuture, needed: int, deadline: float) -> AppendResult:

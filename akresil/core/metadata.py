@@ -189,6 +189,8 @@ class MetadataCache:
         self._last_success_at: float | None = None
         self._need_update = True          # nothing known yet
         self._request_version = 0
+        #: the request version the newest merged answer covers (``answered``)
+        self._answered_version = -1
         self._causes: list[str] = ["bootstrap"]
         self._wanted: set[str] = set()
         self._all_topics = False
@@ -251,6 +253,17 @@ class MetadataCache:
         due = self.next_refresh_at(now)
         self._hooks.emit(events.METADATA_REFRESH_REQUESTED, cause=reason, due_at=due)
         return due
+
+    @property
+    def request_version(self) -> int:
+        """Bumped by every refresh asked for because something may be stale (``request_refresh`` without
+        ``missing``); ``answered(v)`` tells when an answer to a request sent at or after version ``v`` merged."""
+        return self._request_version
+
+    def answered(self, version: int) -> bool:
+        """Whether an answer to a Metadata request that went out at or after ``request_version == version`` was
+        merged: what the cluster said after the caller asked, not before."""
+        return self._answered_version >= version
 
     def begin_refresh(self, now: float) -> int:
         """Note that a Metadata request is going out; pass the token to ``update_from_metadata``.
@@ -401,6 +414,9 @@ class MetadataCache:
         self._failures = 0
         self._failed_until = 0.0
         self._last_success_at = now
+        covered = self._request_version if token is None else token
+        if covered > self._answered_version:
+            self._answered_version = covered
         if token is None or token >= self._request_version:
             self._need_update = False
             self._causes = []

@@ -340,9 +340,16 @@ async def test_send_many_with_an_explicit_partition() -> None:
     o = Offline(3, max_block_ms=50)
     mds = await o.run(o.producer.send_many("t", [(b"k", b"v"), (None, b"w")], partition=2))
     assert [(md.partition, md.offset) for md in mds] == [(2, 0), (2, 1)]
-    # beyond the metadata: waited for (a partition just added), then refused naming it
-    with pytest.raises(errors.KafkaTimeoutError, match="partition 3 of topic 't' not present in metadata"):
-        await o.producer.send_many("t", [(None, b"v")], partition=3)
+    # beyond the metadata: checked against metadata asked for now, then refused naming it
+    refused = asyncio.ensure_future(o.producer.send_many("t", [(None, b"v")], partition=3))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not refused.done()                       # waiting for the fresh answer
+    cluster = o.producer._cluster                                                                # noqa: SLF001
+    cluster.metadata.update_from_metadata(metadata(3), cluster.clock())
+    cluster._announce_metadata()                                                                 # noqa: SLF001
+    with pytest.raises(ValueError, match=r"partition 3 given for topic 't' is not in \[0, 3\) \(metadata asked"):
+        await asyncio.wait_for(refused, 5)
 
 
 async def test_send_many_checks_every_record_before_buffering_any() -> None:
@@ -495,9 +502,9 @@ def test_a_large_batch_calls_its_records_back_with_the_cyclic_gc_paused_and_rest
 
 
 async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_would() -> None:
-    """CreatePartitions answered, but the broker that answered the producer's Metadata has not applied it yet:
-    a record for a new partition waits for the metadata that has it (Java's ``waitOnMetadata``), for ``send``,
-    ``enqueue`` and ``send_many`` alike, instead of failing at once as an out-of-range partition."""
+    """CreatePartitions answered after the producer's last Metadata: a record for a new partition waits for
+    metadata asked for now, which has it, for ``send``, ``enqueue`` and ``send_many`` alike, instead of failing
+    at once as an out-of-range partition."""
     o = Offline(3, max_block_ms=60_000)
     p = o.producer
     cluster = p._cluster                                                                         # noqa: SLF001
@@ -520,12 +527,26 @@ async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_wo
     assert (await fut).partition == 3
 
 
-async def test_a_partition_never_in_the_metadata_fails_after_max_block_ms_naming_it() -> None:
-    o = Offline(3, max_block_ms=50)
-    with pytest.raises(errors.KafkaTimeoutError, match=r"partition 7 of topic 't' not present in metadata after "
-                                                       r"max_block_ms \(50 ms\): the topic has 3 partition"):
-        await asyncio.wait_for(o.producer.send("t", b"v", partition=7), 5)
-    with pytest.raises(errors.KafkaTimeoutError, match="partition 9 of topic 't'"):
-        await asyncio.wait_for(o.producer.send_many("t", [(None, b"v")], partition=9), 5)
+async def test_a_partition_beyond_the_metadata_is_refused_once_fresh_metadata_lacks_it_too() -> None:
+    """A mistaken partition is bad input: refused as soon as metadata asked for after the call lacks it too (one
+    round trip, not ``max_block_ms``); with no answer at all, ``max_block_ms`` ends the wait."""
+    o = Offline(3, max_block_ms=60_000)
+    p = o.producer
+    cluster = p._cluster                                                                         # noqa: SLF001
+    sent = asyncio.ensure_future(p.send("t", b"v", partition=7))
+    queued = asyncio.ensure_future(p.enqueue("t", b"v", partition=8))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not (sent.done() or queued.done())
+    cluster.metadata.update_from_metadata(metadata(3), cluster.clock())     # fresh, and still 3 partitions
+    cluster._announce_metadata()                                                                 # noqa: SLF001
+    with pytest.raises(ValueError, match=r"partition 7 given for topic 't' is not in \[0, 3\)"):
+        await asyncio.wait_for(sent, 5)
+    with pytest.raises(ValueError, match=r"partition 8 given"):
+        await asyncio.wait_for(queued, 5)
+    silent = Offline(3, max_block_ms=50)
+    with pytest.raises(errors.KafkaTimeoutError, match=r"no Metadata answer within max_block_ms \(50 ms\) to "
+                                                       r"check partition 9 of topic 't'"):
+        await asyncio.wait_for(silent.producer.send_many("t", [(None, b"v")], partition=9), 5)
     with pytest.raises(ValueError, match="partition"):               # a negative one is bad input: at once
         await o.producer.send("t", b"v", partition=-1)
