@@ -479,33 +479,27 @@ class Connection:
         restarts the scope.
         """
         self._reader = pending
-        if self._loop is not None:
-            try:
-                while pending.frame is None and pending.error is None:
-                    if self._deadline_passed:
-                        self._deadline_passed = False
-                        await self._expire(self._clock())
-                        continue
-                    try:
-                        await self._read_frames(pending)
-                    except _DeadlinePassed:
-                        await self._expire(self._clock())
-            finally:
-                self._reader = None
-                self._wake_next_reader()
-            return
         try:
             while pending.frame is None and pending.error is None:
-                earliest = self._earliest_deadline()
-                self._reader_deadline = earliest
-                delay_s = (earliest - self._clock()) / 1000.0
-                with self._rt.scope(deadline=self._rt.now() + delay_s) as scope:
-                    self._reader_scope = scope
-                    try:
-                        await self._read_frames(pending)
-                    finally:
-                        self._reader_scope = None
-                if scope.cancelled_caught:
+                if self._loop is not None:      # the connection's timer interrupts the wait when one is due
+                    due, self._deadline_passed = self._deadline_passed, False
+                    if not due:
+                        try:
+                            await self._read_frames(pending)
+                        except _DeadlinePassed:
+                            due = True
+                else:                           # the wait under a scope at the earliest deadline
+                    earliest = self._earliest_deadline()
+                    self._reader_deadline = earliest
+                    delay_s = (earliest - self._clock()) / 1000.0
+                    with self._rt.scope(deadline=self._rt.now() + delay_s) as scope:
+                        self._reader_scope = scope
+                        try:
+                            await self._read_frames(pending)
+                        finally:
+                            self._reader_scope = None
+                    due = scope.cancelled_caught
+                if due:
                     await self._expire(self._clock())
         finally:
             self._reader = None
