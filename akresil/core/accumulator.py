@@ -49,7 +49,7 @@ from typing import Callable, Container, Iterable, Iterator, NamedTuple, Sequence
 
 from ..errors import ClientClosedError, ConfigError, DeliveryTimeoutError, IllegalStateError, RecordTooLargeError
 from ..types import TopicPartition
-from . import events
+from . import collector, events
 from .backoff import ExponentialBackoff, RandomSource
 from .batch import (BATCH_OVERHEAD, RECORD_BASE_ESTIMATE, BatchState, BulkCompletion, Header, PayloadBuilder,
                     ProducerBatch, RecordCallback, estimate_record_size, headers_size)
@@ -680,10 +680,14 @@ class RecordAccumulator:
         return True
 
     def complete_deferred(self, deferred: list[DeferredSuccess]) -> None:
-        """Complete the records of the successes ``on_batch_success(defer=...)`` held back, in order."""
-        for batch, base_offset, log_append_time_ms in deferred:
-            if batch.complete(base_offset, log_append_time_ms):
-                self._finish(batch, None)
+        """Complete the records of the successes ``on_batch_success(defer=...)`` held back, in order: one answer's,
+        with the collector paused when their records add up to ``collector.PAUSE_MIN`` (at 10,000 partitions an
+        answer completes thousands of batches of a record or two, each far below it: as many ``RecordMetadata``
+        and wake-ups as one large batch, and as many young collections between them without the pause)."""
+        with collector.paused_for(sum(d[0].record_count for d in deferred)):
+            for batch, base_offset, log_append_time_ms in deferred:
+                if batch.complete(base_offset, log_append_time_ms):
+                    self._finish(batch, None)
         deferred.clear()
 
     def on_batch_error(self, batch: ProducerBatch, error: BaseException, now: float, *,

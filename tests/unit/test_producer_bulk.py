@@ -501,6 +501,44 @@ def test_a_large_batch_calls_its_records_back_with_the_cyclic_gc_paused_and_rest
         (gc.enable if was else gc.disable)()
 
 
+def test_one_answers_small_batches_call_back_with_the_collector_paused_when_they_add_up() -> None:
+    """At 10,000 partitions a Produce answer completes thousands of batches of a record or two: each is far
+    below ``PAUSE_MIN``, but together they make as many ``RecordMetadata`` and wake-ups as one large batch, and ran
+    young collections (and, every tenth, one towards a full collection) between them. The successes one answer
+    completes (``complete_deferred``) call back with the collector paused when their records add up to
+    ``PAUSE_MIN``; fewer do not pause it, and the caller's setting is left as it was."""
+    import gc
+
+    from akresil.core.collector import PAUSE_MIN
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            for per_batch in (PAUSE_MIN // 4, 2):
+                (gc.enable if enabled else gc.disable)()
+                a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
+                seen: list[bool] = []
+
+                def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
+                    assert md is not None and err is None
+                    seen.append(gc.isenabled())
+
+                for p in range(4):
+                    for _ in range(per_batch):
+                        assert a.append(TopicPartition("t", p), 1, None, b"v", (), callback, now=0).appended
+                batches = drain_all(a)
+                assert len(batches) == 4
+                deferred: list[Any] = []
+                for batch in batches:
+                    assert a.on_batch_success(batch, 0, 0, defer=deferred)
+                assert seen == []                           # held back until the answer's successes complete
+                a.complete_deferred(deferred)
+                assert len(seen) == 4 * per_batch and deferred == []
+                assert set(seen) == {enabled and per_batch * 4 < PAUSE_MIN}
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_would() -> None:
     """CreatePartitions answered after the producer's last Metadata: a record for a new partition waits for
     metadata asked for now, which has it, for ``send``, ``enqueue`` and ``send_many`` alike, instead of failing
