@@ -232,6 +232,12 @@ class Offline:
         self.offsets: dict[TopicPartition, int] = {}
         self.sent: list[Any] = []
 
+    def answer_metadata(self, partitions: int) -> None:
+        """Play the broker's Metadata answer: merged into the cache and announced to waiters, as the sender does."""
+        cluster = self.producer._cluster                                                      # noqa: SLF001
+        cluster.metadata.update_from_metadata(metadata(partitions), cluster.clock())
+        cluster._announce_metadata()                                                          # noqa: SLF001
+
     def ack_all(self) -> None:
         for batch in drain_all(self.acc, self.producer._cluster.clock()):                    # noqa: SLF001
             self.sent.append(batch)
@@ -345,9 +351,7 @@ async def test_send_many_with_an_explicit_partition() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
     assert not refused.done()                       # waiting for the fresh answer
-    cluster = o.producer._cluster                                                                # noqa: SLF001
-    cluster.metadata.update_from_metadata(metadata(3), cluster.clock())
-    cluster._announce_metadata()                                                                 # noqa: SLF001
+    o.answer_metadata(3)
     with pytest.raises(ValueError, match=r"partition 3 given for topic 't' is not in \[0, 3\) \(metadata asked"):
         await asyncio.wait_for(refused, 5)
 
@@ -545,15 +549,13 @@ async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_wo
     at once as an out-of-range partition."""
     o = Offline(3, max_block_ms=60_000)
     p = o.producer
-    cluster = p._cluster                                                                         # noqa: SLF001
     sent = asyncio.ensure_future(p.send("t", b"one", partition=4))
     bulk = asyncio.ensure_future(p.send_many("t", [(None, b"two"), (None, b"three")], partition=5))
     queued = asyncio.ensure_future(p.enqueue("t", b"four", partition=3))
     for _ in range(20):
         await asyncio.sleep(0)
     assert not (sent.done() or bulk.done() or queued.done())       # waiting, not refused
-    cluster.metadata.update_from_metadata(metadata(6), cluster.clock())
-    cluster._announce_metadata()                                                                 # noqa: SLF001
+    o.answer_metadata(6)
     fut = await asyncio.wait_for(queued, 5)
     for _ in range(100):
         await asyncio.sleep(0)
@@ -570,14 +572,12 @@ async def test_a_partition_beyond_the_metadata_is_refused_once_fresh_metadata_la
     round trip, not ``max_block_ms``); with no answer at all, ``max_block_ms`` ends the wait."""
     o = Offline(3, max_block_ms=60_000)
     p = o.producer
-    cluster = p._cluster                                                                         # noqa: SLF001
     sent = asyncio.ensure_future(p.send("t", b"v", partition=7))
     queued = asyncio.ensure_future(p.enqueue("t", b"v", partition=8))
     for _ in range(20):
         await asyncio.sleep(0)
     assert not (sent.done() or queued.done())
-    cluster.metadata.update_from_metadata(metadata(3), cluster.clock())     # fresh, and still 3 partitions
-    cluster._announce_metadata()                                                                 # noqa: SLF001
+    o.answer_metadata(3)                            # fresh, and still 3 partitions
     with pytest.raises(ValueError, match=r"partition 7 given for topic 't' is not in \[0, 3\)"):
         await asyncio.wait_for(sent, 5)
     with pytest.raises(ValueError, match=r"partition 8 given"):

@@ -16,7 +16,7 @@ from akresil import errors
 from akresil.delivery import DeliveryFuture
 from akresil.send_call import SendCall
 
-from .test_producer_bulk import Offline, metadata
+from .test_producer_bulk import Offline
 
 
 def offline(**config: Any) -> Offline:
@@ -83,9 +83,7 @@ async def test_bad_input_raises_at_the_await() -> None:
     task = asyncio.ensure_future(o.producer.send("t", b"v", partition=7))
     await asyncio.sleep(0)
     assert not task.done()
-    cluster = o.producer._cluster                                       # noqa: SLF001
-    cluster.metadata.update_from_metadata(metadata(3), cluster.clock())
-    cluster._announce_metadata()                                       # noqa: SLF001 - as a merged answer does
+    o.answer_metadata(3)
     with pytest.raises(ValueError, match="partition 7"):
         await asyncio.wait_for(task, 5)
 
