@@ -8,8 +8,9 @@ batches the test acknowledges itself, as a broker would.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -164,19 +165,24 @@ def test_expedite_makes_a_tail_batch_ready_before_linger() -> None:
     assert a.next_wakeup(1000) == 5000                     # closed to records: only the deadline is left
 
 
-def test_large_ranges_complete_with_the_cyclic_gc_paused_and_restored() -> None:
-    import gc
-    records = [(None, b"v")] * 5000
+def collector_states() -> Iterator[bool]:
+    """The cyclic collector enabled, then disabled, for the body of each turn; the caller's setting restored after."""
     was = gc.isenabled()
     try:
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
-            sink = BulkCompletion(records, null_keys=5000, null_values=0)
-            sink.complete_range("t", 0, range(5000), 10, 1)
-            assert gc.isenabled() is enabled                  # the caller's setting is left as it was
-            assert sink.results[4999] == RecordMetadata("t", 0, 5009, 1, -1, 1)
+            yield enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_large_ranges_complete_with_the_cyclic_gc_paused_and_restored() -> None:
+    records = [(None, b"v")] * 5000
+    for enabled in collector_states():
+        sink = BulkCompletion(records, null_keys=5000, null_values=0)
+        sink.complete_range("t", 0, range(5000), 10, 1)
+        assert gc.isenabled() is enabled                      # the caller's setting is left as it was
+        assert sink.results[4999] == RecordMetadata("t", 0, 5009, 1, -1, 1)
 
 
 def test_bulk_completion_sizes_for_mixed_null_keys_and_values() -> None:
@@ -477,32 +483,25 @@ def test_a_large_batch_calls_its_records_back_with_the_cyclic_gc_paused_and_rest
     ran a young collection every ~700 and pushed full ones over every pending record (issue 35 item 2). The
     callbacks of a batch of ``PAUSE_MIN`` records or more run with the collector paused; a small batch's do not,
     a raising callback does not stop the others, and the caller's setting is left as it was."""
-    import gc
-
     from akresil.core.collector import PAUSE_MIN
-    was = gc.isenabled()
-    try:
-        for enabled in (True, False):
-            for n in (PAUSE_MIN, 10):
-                (gc.enable if enabled else gc.disable)()
-                a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
-                seen: list[tuple[bool, int]] = []
+    for enabled in collector_states():
+        for n in (PAUSE_MIN, 10):
+            a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
+            seen: list[tuple[bool, int]] = []
 
-                def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
-                    assert md is not None and err is None
-                    seen.append((gc.isenabled(), md.offset))
-                    if md.offset == 100:
-                        raise RuntimeError("a bad callback")
+            def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
+                assert md is not None and err is None
+                seen.append((gc.isenabled(), md.offset))
+                if md.offset == 100:
+                    raise RuntimeError("a bad callback")
 
-                for _ in range(n):
-                    assert a.append(T0, 1, None, b"v", (), callback, now=0).appended
-                (batch,) = drain_all(a)
-                assert batch.complete(100)
-                assert [o for _, o in seen] == list(range(100, 100 + n))
-                assert {e for e, _ in seen} == {enabled and n < PAUSE_MIN}
-                assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
+            for _ in range(n):
+                assert a.append(T0, 1, None, b"v", (), callback, now=0).appended
+            (batch,) = drain_all(a)
+            assert batch.complete(100)
+            assert [o for _, o in seen] == list(range(100, 100 + n))
+            assert {e for e, _ in seen} == {enabled and n < PAUSE_MIN}
+            assert gc.isenabled() is enabled
 
 
 def test_one_answers_small_batches_call_back_with_the_collector_paused_when_they_add_up() -> None:
@@ -511,36 +510,29 @@ def test_one_answers_small_batches_call_back_with_the_collector_paused_when_they
     young collections (and, every tenth, one towards a full collection) between them. The successes one answer
     completes (``complete_deferred``) call back with the collector paused when their records add up to
     ``PAUSE_MIN``; fewer do not pause it, and the caller's setting is left as it was."""
-    import gc
-
     from akresil.core.collector import PAUSE_MIN
-    was = gc.isenabled()
-    try:
-        for enabled in (True, False):
-            for per_batch in (PAUSE_MIN // 4, 2):
-                (gc.enable if enabled else gc.disable)()
-                a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
-                seen: list[bool] = []
+    for enabled in collector_states():
+        for per_batch in (PAUSE_MIN // 4, 2):
+            a = acc(batch_size=10_000_000, buffer_memory=64_000_000)
+            seen: list[bool] = []
 
-                def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
-                    assert md is not None and err is None
-                    seen.append(gc.isenabled())
+            def callback(md: RecordMetadata | None, err: BaseException | None) -> None:
+                assert md is not None and err is None
+                seen.append(gc.isenabled())
 
-                for p in range(4):
-                    for _ in range(per_batch):
-                        assert a.append(TopicPartition("t", p), 1, None, b"v", (), callback, now=0).appended
-                batches = drain_all(a)
-                assert len(batches) == 4
-                deferred: list[Any] = []
-                for batch in batches:
-                    assert a.on_batch_success(batch, 0, 0, defer=deferred)
-                assert seen == []                           # held back until the answer's successes complete
-                a.complete_deferred(deferred)
-                assert len(seen) == 4 * per_batch and deferred == []
-                assert set(seen) == {enabled and per_batch * 4 < PAUSE_MIN}
-                assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
+            for p in range(4):
+                for _ in range(per_batch):
+                    assert a.append(TopicPartition("t", p), 1, None, b"v", (), callback, now=0).appended
+            batches = drain_all(a)
+            assert len(batches) == 4
+            deferred: list[Any] = []
+            for batch in batches:
+                assert a.on_batch_success(batch, 0, 0, defer=deferred)
+            assert seen == []                           # held back until the answer's successes complete
+            a.complete_deferred(deferred)
+            assert len(seen) == 4 * per_batch and deferred == []
+            assert set(seen) == {enabled and per_batch * 4 < PAUSE_MIN}
+            assert gc.isenabled() is enabled
 
 
 async def test_a_partition_beyond_the_metadata_waits_for_it_as_one_just_added_would() -> None:
