@@ -137,7 +137,8 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         self._pending_index = 0
         self._last_committed: dict[TopicPartition, int] = {}
         self._max_poll_records = cfg.max_poll_records
-        self._missing_topics = MissingTopicWarnings()
+        self._missing_topics: MissingTopicWarnings[str] = MissingTopicWarnings()
+        self._missing_partitions: MissingTopicWarnings[TopicPartition] = MissingTopicWarnings()
         self._missing_topics_seen = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -236,19 +237,29 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
 
     def _warn_missing_topics(self) -> None:
         """One WARNING per topic this consumer names (subscribed by name or assigned) that the cluster says
-        does not exist, then one a minute while it still does not: it gets no records from it, no error."""
+        does not exist, then one a minute while it still does not: it gets no records from it, no error. The
+        same for an assigned partition beyond its topic's partitions (``assign`` of a partition not created)."""
         if self._runtime.closed:
             return
-        errors_by_topic = self._cluster.metadata.snapshot.topic_errors
+        snapshot = self._cluster.metadata.snapshot
+        errors_by_topic = snapshot.topic_errors
         named = self._topics if self._subscribed else {tp.topic for tp in self._state.partitions}
         missing = [t for t in named if errors_by_topic.get(t) == errors.UnknownTopicOrPartitionError.errno]
-        if not missing and not self._missing_topics_seen:
+        topics = snapshot.topics
+        beyond = [] if self._subscribed else [
+            tp for tp in self._state.partitions if topics.get(tp.topic) and tp.partition not in topics[tp.topic]]
+        if not missing and not beyond and not self._missing_topics_seen:
             return
-        self._missing_topics_seen = bool(missing)
-        for topic, first in self._missing_topics.due(missing, self._cluster.clock()):
+        self._missing_topics_seen = bool(missing or beyond)
+        now = self._cluster.clock()
+        for topic, first in self._missing_topics.due(missing, now):
             log.warning("topic %r does not exist%s: this consumer gets no records from it until it is created "
                         "(%s)", topic, "" if first else " (still)",
                         "subscribed" if self._subscribed else "assigned")
+        for tp, first in self._missing_partitions.due(beyond, now):
+            log.warning("partition %d of topic %r does not exist%s (the topic has %d): this consumer gets no "
+                        "records from it until it is created (assigned)", tp.partition, tp.topic,
+                        "" if first else " (still)", len(topics.get(tp.topic) or ()))
 
     def _matched_topics(self) -> frozenset[str]:
         match = self._pattern.search if self._pattern is not None else None
@@ -304,6 +315,7 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         if self._runtime.started:
             self._cluster.set_topics({tp.topic for tp in self._state.partitions})
             self._fetcher.wake()
+            self._warn_missing_topics()     # the cached metadata may already say (no refresh would announce it)
 
     def assignment(self) -> frozenset[TopicPartition]:
         self._check_closed()

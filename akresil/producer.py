@@ -853,7 +853,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
     async def _partitions(self, topic: str, deadline: float, partition: int | None = None) -> int:
         """Partition count of ``topic``, fetching metadata (within ``max_block_ms``) on first use. An explicit
         ``partition`` beyond the cached count is checked against metadata asked for now: one just added
-        (CreatePartitions) is found there; one still missing is refused with ``ValueError`` at once, as bad input."""
+        (CreatePartitions) is found there; one still missing is refused with ``ValueError`` at once, as bad input.
+        A topic not cached yet is asked for now too, so its first answer settles the partition the same way."""
         snapshot = self._cluster.metadata.snapshot
         parts = snapshot.topics.get(topic)
         if not _missing(parts, partition):
@@ -869,7 +870,10 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             snap = cache.snapshot
             if snap.topic_errors.get(topic) in _UNKNOWN_TOPIC_ERRORS:
                 return True
-            return not _missing(snap.topics.get(topic), partition) or (asked is not None and cache.answered(asked))
+            now_known = snap.topics.get(topic)
+            if not _missing(now_known, partition):
+                return True
+            return cache.answered(asked) if asked is not None else bool(now_known)
 
         try:
             await self._cluster.wait_for_metadata(timeout_ms=max(0.0, deadline - self._cluster.clock()),

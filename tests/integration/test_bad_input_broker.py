@@ -69,12 +69,22 @@ BAD_CALLS: list[tuple[str, BadCall, type[Exception], str]] = [
      "partition must be an int"),
     ("unknown-topic-timestamp-negative", lambda p, t: p.enqueue(t + "-unknown", b"v", timestamp_ms=-1), ValueError,
      "timestamp_ms must be >= 0"),
+    # a topic created after the producer's last Metadata: the answer this call asks for settles it (the call
+    # waited max_block_ms, then blamed the topic)
+    ("uncached-topic-partition-out-of-range", lambda p, t: _send_to_a_topic_created_now(p, t, partition=5),
+     ValueError, "partition 5 given for topic"),
 ]
 
 
 async def _create(bootstrap: str, topic: str) -> None:
     async with Admin(bootstrap_servers=bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+
+
+async def _send_to_a_topic_created_now(producer: Producer, topic: str, **kwargs: Any) -> Any:
+    name = f"{topic}-new-{uuid.uuid4().hex[:6]}"
+    await _create(",".join(producer.config.bootstrap_servers), name)
+    return await producer.send(name, b"v", **kwargs)
 
 
 async def test_bad_calls_raise_at_the_call_site_and_buffered_records_survive(broker: EmbeddedBroker) -> None:

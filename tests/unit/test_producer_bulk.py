@@ -217,10 +217,10 @@ def test_group_with_a_custom_partitioner_or_ignored_keys() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- send_many
-def metadata(partitions: int) -> dict[str, Any]:
+def metadata(partitions: int, topic: str = "t") -> dict[str, Any]:
     return {"brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9001, "rack": None}],
             "controller_id": 1, "cluster_id": "c",
-            "topics": [{"name": "t", "error_code": 0, "topic_id": bytes(16), "is_internal": False,
+            "topics": [{"name": topic, "error_code": 0, "topic_id": bytes(16), "is_internal": False,
                         "partitions": [{"partition_index": i, "leader_id": 1, "leader_epoch": 0,
                                         "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": [],
                                         "error_code": 0} for i in range(partitions)]}]}
@@ -238,10 +238,10 @@ class Offline:
         self.offsets: dict[TopicPartition, int] = {}
         self.sent: list[Any] = []
 
-    def answer_metadata(self, partitions: int) -> None:
+    def answer_metadata(self, partitions: int, topic: str = "t") -> None:
         """Play the broker's Metadata answer: merged into the cache and announced to waiters, as the sender does."""
         cluster = self.producer._cluster                                                      # noqa: SLF001
-        cluster.metadata.update_from_metadata(metadata(partitions), cluster.clock())
+        cluster.metadata.update_from_metadata(metadata(partitions, topic), cluster.clock())
         cluster._announce_metadata()                                                          # noqa: SLF001
 
     def ack_all(self) -> None:

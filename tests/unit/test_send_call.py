@@ -88,6 +88,18 @@ async def test_bad_input_raises_at_the_await() -> None:
         await asyncio.wait_for(task, 5)
 
 
+async def test_a_partition_missing_from_its_topics_first_metadata_raises_at_once() -> None:
+    # the producer knew nothing of the topic, so the Metadata this send asks for is the fresh answer: a
+    # partition beyond it is bad input at once (it waited max_block_ms, 60 s, and then blamed the topic)
+    o = offline()
+    task = asyncio.ensure_future(o.producer.send("u", b"v", partition=7))
+    await asyncio.sleep(0)
+    assert not task.done()
+    o.answer_metadata(3, topic="u")
+    with pytest.raises(ValueError, match="partition 7 given for topic 'u' is not in \\[0, 3\\)"):
+        await asyncio.wait_for(task, 5)
+
+
 async def test_cancelling_the_waiter_does_not_recall_the_record() -> None:
     o = offline()
     task = asyncio.create_task(o.producer.send("t", b"v", partition=2))
