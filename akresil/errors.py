@@ -9,7 +9,7 @@ retriable flags follow Kafka's protocol error table (the Java client's
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class KafkaError(Exception):
@@ -84,6 +84,26 @@ class UnsupportedVersionError(KafkaError):
 
 class IllegalStateError(KafkaError):
     """An operation was called in a state where it is not allowed."""
+
+
+class RecordDeserializationError(KafkaError):
+    """A fetched record whose key or value the consumer's deserializer refused (the deserializer's exception is
+    ``__cause__``). Raised from the poll that reaches it, after the records before it, and again on every poll
+    until the application seeks: ``seek(topic_partition, next_offset)`` skips that one record (the Java
+    consumer's ``RecordDeserializationException``)."""
+
+    def __init__(self, message: str, *, topic_partition: Any = None, offset: int = -1, origin: str = "value",
+                 records: list[Any] | None = None) -> None:
+        super().__init__(message)
+        #: the record's ``TopicPartition`` and offset
+        self.topic_partition = topic_partition
+        self.offset = offset
+        #: where to seek to skip the record
+        self.next_offset = offset + 1
+        #: ``"key"`` or ``"value"``: which of the two its deserializer refused
+        self.origin = origin
+        #: the records of its batch before it (handed out first; emptied once taken)
+        self.records: list[Any] = records or []
 
 
 class TransactionAbortedError(KafkaError):

@@ -263,6 +263,9 @@ class ShareConsumer(ClientLifecycle):
         deadline = None if timeout_ms is None else self._cluster.clock() + timeout_ms
         while True:
             changed = self._fetcher.changed()
+            unreadable = self._state.take_unreadable()
+            if unreadable is not None:
+                raise unreadable      # already settled (released or rejected): the next poll goes on
             records = self._state.poll_by_partition(limit, self._cluster.clock(), whole=whole)
             if records:
                 self._fetcher.poke()     # a leader whose records were all handed out may be fetched again

@@ -195,8 +195,9 @@ def decode_batch(batch: RecordBatchView, topic: str, partition: int, min_offset:
 
     This is the consumer's hot loop: ``tuple.__new__`` with the fields in place skips the NamedTuple's
     Python-level ``__new__`` (measured ~35% faster per record), and the per-batch constants are locals.
-    Records that do not decode raise ``CorruptBatchError``; the loop is only wrapped in ``try`` (free until
-    something raises), the slow diagnosis runs after a failure. A deserializer's own exception propagates.
+    Records that do not decode raise ``CorruptBatchError``, a record a deserializer refuses
+    ``RecordDeserializationError`` (each carrying the records before it); the loop is only wrapped in ``try``
+    (free until something raises), the slow diagnosis runs after a failure.
     """
     new = tuple.__new__
     cls = ConsumerRecord
@@ -212,16 +213,18 @@ def decode_batch(batch: RecordBatchView, topic: str, partition: int, min_offset:
             out = []
             append = out.append
             for r in recs:
+                if r.offset < min_offset:
+                    continue       # never deserialized: a record before the position may be one refused before
                 k, v = r.key, r.value
                 append(new(cls, (topic, partition, r.offset, None if k is None else kd(k),
                                  None if v is None else vd(v), r.headers or _NO_HEADERS, r.timestamp,
                                  r.timestamp_type, epoch)))
     except Exception as exc:   # the C reader and the codecs raise assorted types (CorruptRecordException,
         # UnicodeDecodeError, zlib.error, EOFError, cramjam.DecompressionError, ...)
-        corrupt = _diagnose(batch, topic, partition, min_offset, key_deserializer, value_deserializer, exc)
-        if corrupt is None:
-            raise                  # the records decode: a deserializer failed, the application's error
-        raise corrupt from exc
+        unreadable = _diagnose(batch, topic, partition, min_offset, key_deserializer, value_deserializer, exc)
+        if unreadable is None:
+            raise                  # everything decodes on a second look: nothing better to say than the error
+        raise unreadable from unreadable.__cause__ or exc
     if min_offset > batch.base_offset:
         out = [r for r in out if r[2] >= min_offset]
     return out
@@ -232,9 +235,11 @@ def _identity(value: bytes) -> Any:
 
 
 def _diagnose(batch: RecordBatchView, topic: str, partition: int, min_offset: int, kd: Deserializer | None,
-              vd: Deserializer | None, exc: BaseException) -> CorruptBatchError | None:
-    """After ``decode_batch`` failed: a ``CorruptBatchError`` carrying the records before the first one that
-    does not decode, or None when every record decodes (so the failure was a deserializer's)."""
+              vd: Deserializer | None, exc: BaseException
+              ) -> CorruptBatchError | errors.RecordDeserializationError | None:
+    """After ``decode_batch`` failed, the first record that cannot be handed out, carrying the records before it:
+    ``RecordDeserializationError`` for one a deserializer refuses (its exception as ``__cause__``),
+    ``CorruptBatchError`` for the first one that does not decode; None when everything goes through this time."""
     raw: list[Any] = []
     broken: BaseException | None = None
     try:
@@ -242,21 +247,28 @@ def _diagnose(batch: RecordBatchView, topic: str, partition: int, min_offset: in
             raw.append((r.offset, r.key, r.value, r.headers or _NO_HEADERS, r.timestamp, r.timestamp_type))
     except Exception as err:
         broken = err
-    if broken is None:
-        return None
     epoch = batch.partition_leader_epoch
     good: list[ConsumerRecord] = []
-    try:
-        for offset, k, v, headers, ts, ts_type in raw:
-            if offset < min_offset:
-                continue
+    for offset, k, v, headers, ts, ts_type in raw:
+        if offset < min_offset:
+            continue
+        origin = "key"
+        try:
             if kd is not None and k is not None:
                 k = kd(k)
+            origin = "value"
             if vd is not None and v is not None:
                 v = vd(v)
-            good.append(ConsumerRecord(topic, partition, offset, k, v, headers, ts, ts_type, epoch))
-    except Exception:
-        return None                # a deserializer fails before the corruption: report that first
+        except Exception as err:   # reported before a corruption further on: it comes first
+            error = errors.RecordDeserializationError(
+                f"{topic}-{partition}: the {origin} of the record at offset {offset} could not be deserialized "
+                f"({type(err).__name__}: {err}); seek to {offset + 1} to skip it",
+                topic_partition=TopicPartition(topic, partition), offset=offset, origin=origin, records=good)
+            error.__cause__ = err
+            return error
+        good.append(ConsumerRecord(topic, partition, offset, k, v, headers, ts, ts_type, epoch))
+    if broken is None:
+        return None
     first_bad = max(raw[-1][0] + 1 if raw else batch.base_offset, min_offset)
     return CorruptBatchError(
         f"{topic}-{partition}: the record batch at offsets {batch.base_offset}..{batch.last_offset} cannot be "
@@ -1329,9 +1341,8 @@ class FetchState:
                     if st.position is not None and st.position > floor:
                         floor = st.position
                     try:
-                        # a deserializer's exception leaves the batch in place: the next poll meets it again
                         records = decode_batch(batch, topic, partition, floor, kd, vd)
-                    except CorruptBatchError as exc:
+                    except (CorruptBatchError, errors.RecordDeserializationError) as exc:
                         records, exc.records = exc.records, []
                         chunk.batches = chunk.batches[:chunk.index + 1]    # nothing after it is handed out
                         chunk.error = exc

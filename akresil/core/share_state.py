@@ -37,9 +37,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from .. import errors
 from ..errors import KafkaError
 from ..protocol.records import RecordBatchView, read_batches
-from ..types import ShareRecord, TopicPartition
+from ..types import ConsumerRecord, ShareRecord, TopicPartition
 from .backoff import ExponentialBackoff, RetryState
-from .fetch_state import decode_batch
+from .fetch_state import CorruptBatchError, decode_batch
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -202,6 +202,9 @@ class ShareFetchState:
         self._commit_nodes: set[int] = set()
         #: outcome of acknowledgements since the last ``take_results``: None = all fine, else the first error
         self._results: dict[TopicPartition, KafkaError | None] = {}
+        #: acquired records the consumer could not hand out (``take_unreadable``), already settled: refused by a
+        #: deserializer (released) or in a batch that does not decode (rejected)
+        self._unreadable: deque[errors.RecordDeserializationError | CorruptBatchError] = deque()
         self._unsettled: dict[int, int] = {}   # node -> acks sent and not answered (count of requests)
         #: the latest ``plan`` met an assigned partition whose leader or topic id the metadata does not know (the
         #: shell then asks for a refresh)
@@ -515,6 +518,7 @@ class ShareFetchState:
         new = tuple.__new__
         span = 0
         plain = self._kd is None and self._vd is None
+        unreadable: set[int] = set()        # acquired offsets settled as unreadable (not gaps)
         for batch in read_batches(part.get("records")):
             if batch.is_control or batch.last_offset < lowest or batch.base_offset > highest:
                 continue
@@ -544,7 +548,11 @@ class ShareFetchState:
                             for srec in whole:
                                 held[srec[2]] = lock
                         continue
-            for rec in decode_batch(batch, tp.topic, tp.partition, 0, self._kd, self._vd):
+            for rec in _decoded(batch, tp, self._kd, self._vd):
+                if rec.__class__ is not ConsumerRecord:
+                    assert isinstance(rec, (errors.RecordDeserializationError, CorruptBatchError))
+                    unreadable.update(self._settle_unreadable(s, tp, rec, batch, ranges, held))
+                    continue
                 off = rec[2]
                 if off > last:
                     while i < last_range and off > ranges[i][1]:
@@ -576,12 +584,44 @@ class ShareFetchState:
         for (first, last, _), n, out in zip(ranges, seen, taken):
             if n < last - first + 1:
                 # acquired offsets with no record: settle them as gaps so they are not delivered again
-                present = {r[2] for r in out} | again
+                present = {r[2] for r in out} | again | unreadable
                 gaps = s.pending.setdefault(tp, {})
                 for off in range(first, last + 1):
                     if off not in present:
                         gaps[off] = AckType.GAP
         return count, span if count else 0
+
+    def _settle_unreadable(self, s: _Session, tp: TopicPartition,
+                           error: errors.RecordDeserializationError | CorruptBatchError, batch: RecordBatchView,
+                           ranges: list[tuple[int, int, int]], held: dict[int, _Lock]) -> set[int]:
+        """Acquired offsets a poll cannot hand out, settled at once and reported (``take_unreadable``), as the Java
+        share consumer does: a record a deserializer refused is released (delivered again, its delivery count
+        rising until the broker archives it), the undecodable rest of a corrupt batch rejected. An offset not
+        acquired for this consumer, or held under an older delivery, is none of its business."""
+        last = error.offset if isinstance(error, errors.RecordDeserializationError) else batch.last_offset
+        ack = AckType.RELEASE if isinstance(error, errors.RecordDeserializationError) else AckType.REJECT
+        settled = {off for first, end, _ in ranges for off in range(max(first, error.offset), min(end, last) + 1)
+                   if off not in held}
+        if settled:
+            self._changes += 1
+            s.pending.setdefault(tp, {}).update(dict.fromkeys(settled, int(ack)))
+            cause = error.__cause__
+            why = f"{type(cause).__name__}: {cause}" if cause is not None else "no cause given"
+            if ack == AckType.RELEASE:
+                delivery = next(dc for first, end, dc in ranges if first <= error.offset <= end)
+                error.args = (f"{tp.topic}-{tp.partition}: the {getattr(error, 'origin', 'value')} of the record at "
+                              f"offset {error.offset} (delivery {delivery}) could not be deserialized ({why}); "
+                              f"released: the broker delivers it again until its delivery limit archives it",)
+            else:
+                error.args = (f"{tp.topic}-{tp.partition}: the record batch at offsets {batch.base_offset}.."
+                              f"{batch.last_offset} cannot be decoded from offset {error.offset} on ({why}); its "
+                              f"{len(settled)} record(s) acquired for this consumer from there were rejected",)
+            self._unreadable.append(error)
+        return settled
+
+    def take_unreadable(self) -> errors.RecordDeserializationError | CorruptBatchError | None:
+        """The oldest acquired record (or batch) the consumer could not hand out, already settled; None if none."""
+        return self._unreadable.popleft() if self._unreadable else None
 
     def on_ack_response(self, plan: SharePlan, response: Mapping[str, Any], now: float) -> FetchOutcome:
         self._changes += 1
@@ -949,3 +989,25 @@ class ShareFetchState:
         if self._buffer and self._buffer[0].lock.deadline > now:
             times.append(self._buffer[0].lock.deadline)
         return min(times) if times else None
+
+
+def _decoded(batch: RecordBatchView, tp: TopicPartition, kd: Callable[[bytes], Any] | None,
+             vd: Callable[[bytes], Any] | None
+             ) -> Iterable[ConsumerRecord | errors.RecordDeserializationError | CorruptBatchError]:
+    """The batch's records, each one that cannot be handed out in its place as the error saying why: decoding
+    goes on after a record a deserializer refused, and stops at a corruption (nothing after it decodes)."""
+    floor = 0
+    while True:
+        try:
+            yield from decode_batch(batch, tp.topic, tp.partition, floor, kd, vd)
+            return
+        except errors.RecordDeserializationError as exc:
+            yield from exc.records
+            exc.records = []
+            yield exc
+            floor = exc.offset + 1
+        except CorruptBatchError as exc:
+            yield from exc.records
+            exc.records = []
+            yield exc
+            return

@@ -21,7 +21,7 @@ from typing import Callable
 import anyio
 import pytest
 
-from akresil import ShareConsumer, ShareRecord, TopicPartition, errors
+from akresil import Producer, ShareConsumer, ShareRecord, TopicPartition, errors
 from akresil.testing import BrokerControl, Capability
 
 from ..harness.share import FAST, KILLED_MEMBER, drain, nothing_left, produce, run, share_group
@@ -188,3 +188,45 @@ def test_async_for_accepts_only_the_records_it_yielded(control: BrokerControl, u
         assert {r.delivery_count for r in again} == {2}
 
     run(scenario)
+
+
+def test_a_record_the_deserializer_refuses_is_released_until_archived_and_the_rest_flow(
+        control: BrokerControl, unique: Callable[[str], str]) -> None:
+    """The refused record is released at once (its delivery count rises with each delivery, each one reported by
+    the poll as ``RecordDeserializationError``) until the broker's delivery limit archives it; the records around
+    it are delivered once and accepted, and the consumer stays usable throughout (a refused record stopped the
+    share fetcher, and with it the consumer)."""
+    async def scenario() -> None:
+        topic = await control.create_topic(unique("share-poison"), partitions=1)
+        group = await share_group(control, f"{topic}-sg")
+        async with Producer(bootstrap_servers=control.bootstrap_servers) as producer:
+            await producer.send_many(topic, [(None, b"a"), (None, b"b"), (None, b"\xff\xfe"), (None, b"d")],
+                                     partition=0)
+        got: list[tuple[int, str, int]] = []
+        refused: list[str] = []
+        quiet_since = time.monotonic()
+        async with ShareConsumer(topic, bootstrap_servers=control.bootstrap_servers, group_id=group,
+                                 acknowledgement_mode="explicit", value_deserializer=lambda v: v.decode("utf-8"),
+                                 **FAST) as consumer:
+            with anyio.fail_after(60):
+                while len(got) < 3 or not refused or time.monotonic() - quiet_since < 2:
+                    try:
+                        batch = await consumer.getmany(timeout_ms=100)
+                    except errors.RecordDeserializationError as exc:
+                        assert (exc.topic_partition, exc.offset, exc.origin) == (TopicPartition(topic, 0), 2, "value")
+                        assert isinstance(exc.__cause__, UnicodeDecodeError)
+                        refused.append(str(exc))
+                        quiet_since = time.monotonic()
+                        continue
+                    for records in batch.values():
+                        for r in records:
+                            got.append((r.offset, r.value, r.delivery_count))
+                            consumer.acknowledge(r)
+                            quiet_since = time.monotonic()
+                    if batch:
+                        await consumer.commit()
+        assert sorted(got) == [(0, "a", 1), (1, "b", 1), (3, "d", 1)]
+        assert len(refused) >= 2 and all(f"(delivery {i + 1})" in msg for i, msg in enumerate(refused)), refused
+        assert await nothing_left(control.bootstrap_servers, topic, group) == []   # archived, not pending
+
+    run(scenario, "asyncio")

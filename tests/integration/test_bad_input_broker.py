@@ -171,3 +171,28 @@ async def test_bad_partition_and_timestamp_leave_a_transaction_usable(broker: Em
     assert md.offset == 1
     stored = records_of(await read_partition(broker.bootstrap_servers, topic, 0, until_offset=2))
     assert [r.value for r in stored if r.value is not None][:2] == [b"good-1", b"good-2"]
+
+
+async def test_a_record_the_deserializer_refuses_is_named_and_skipped_by_a_seek(broker: EmbeddedBroker) -> None:
+    topic = f"bad-input-d-{uuid.uuid4().hex[:8]}"
+    await _create(broker.bootstrap_servers, topic)
+    async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
+        await producer.send_many(topic, [(None, b"one"), (None, b"\xff\xfe"), (None, b"three")], partition=0)
+    tp = TopicPartition(topic, 0)
+    got: list[str] = []
+    async with Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
+                        value_deserializer=lambda v: v.decode("utf-8")) as consumer:
+        consumer.assign([tp])
+        with anyio.fail_after(30):
+            while not got:
+                got.extend(r.value for r in (await consumer.getmany(timeout_ms=1_000)).get(tp, []))
+            assert got == ["one"]
+            for _ in range(2):          # every poll says so until the application seeks
+                with pytest.raises(errors.RecordDeserializationError) as info:
+                    await consumer.getmany(timeout_ms=1_000)
+                assert (info.value.topic_partition, info.value.offset, info.value.origin) == (tp, 1, "value")
+                assert isinstance(info.value.__cause__, UnicodeDecodeError)
+            consumer.seek(tp, info.value.next_offset)
+            while len(got) < 2:
+                got.extend(r.value for r in (await consumer.getmany(timeout_ms=1_000)).get(tp, []))
+    assert got == ["one", "three"]

@@ -227,3 +227,44 @@ def test_random_garbage_behind_a_valid_crc_only_ever_raises_corrupt_record_error
             assert str(exc).startswith("t-0: the record batch at offsets 0..7 cannot be decoded")
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("corrupt", 0) > 0, outcomes
+
+
+# ------------------------------------------------------------------------------ a record a deserializer refuses
+def _strict_utf8(value: bytes) -> str:
+    return value.decode("utf-8")
+
+
+def test_a_refused_value_comes_after_the_records_before_it_and_names_partition_offset_and_cause() -> None:
+    # before, the deserializer's bare UnicodeDecodeError came out of every poll, naming no record to skip
+    st = _fed(batch(0, [b"a", b"b"]) + batch(2, [b"c", b"\xff", b"e"]), value_deserializer=_strict_utf8)
+    assert [(r.offset, r.value) for r in st.drain(100)[TP0]] == [(0, "a"), (1, "b"), (2, "c")]
+    with pytest.raises(errors.RecordDeserializationError) as info:
+        st.drain(100)
+    exc = info.value
+    assert (exc.topic_partition, exc.offset, exc.next_offset, exc.origin) == (TP0, 3, 4, "value")
+    assert str(exc).startswith("t-0: the value of the record at offset 3 could not be deserialized "
+                               "(UnicodeDecodeError") and "seek to 4 to skip it" in str(exc)
+    assert isinstance(exc.__cause__, UnicodeDecodeError)
+    assert st.position(TP0) == 3
+    with pytest.raises(errors.RecordDeserializationError):       # again on every poll until a seek
+        st.drain(100)
+    st.seek(TP0, exc.next_offset)
+    req = only_request(st, 0, metadata({0: (1, 0)}))
+    assert req.partitions[0].fetch_offset == 4
+    st.on_fetch_response(req, response({TP0: {"records": batch(4, [b"e"])}}), 0, metadata({0: (1, 0)}))
+    assert [(r.offset, r.value) for r in st.drain(100)[TP0]] == [(4, "e")]
+
+
+def test_a_refused_key_says_key_and_a_refusal_before_a_corruption_is_reported_first() -> None:
+    st = _fed(bad_header_batch(0, 4, bad_index=3), key_deserializer=lambda k: int(k))
+    with pytest.raises(errors.RecordDeserializationError) as info:
+        st.drain(100)
+    assert (info.value.offset, info.value.origin) == (0, "key") and isinstance(info.value.__cause__, ValueError)
+    assert not isinstance(info.value, CorruptBatchError)
+
+
+def test_records_before_the_position_are_not_deserialized() -> None:
+    # after a seek past a refused record the broker answers from its batch's start: the refused record is
+    # skipped, not deserialized again (it raised the deserializer's bare error past the seek)
+    st = _fed(batch(0, [b"a", b"\xff", b"c"]), start=2, value_deserializer=_strict_utf8)
+    assert [(r.offset, r.value) for r in st.drain(100)[TP0]] == [(2, "c")]

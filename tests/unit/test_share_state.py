@@ -653,3 +653,55 @@ def test_plan_with_nothing_changed_since_the_last_returns_at_once_and_never_hide
     assert turns + skipped > 300 and skipped > 0
     # the turns that plan nothing were empty + skipped (every turn planned in full); most are skipped now
     assert skipped > empty, (turns, empty, skipped)
+
+
+def _refuse_v2(value: bytes) -> bytes:
+    if value == b"v2":
+        raise ValueError("cannot parse v2")
+    return value
+
+
+def test_a_record_the_deserializer_refuses_is_released_and_reported_and_the_rest_flow() -> None:
+    # it killed the share consumer's fetcher (the deserializer's error escaped the answer's handling), and with it
+    # the consumer; the Java share consumer releases the record and raises RecordDeserializationException
+    st = state(value_deserializer=_refuse_v2)
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 5), [(0, 4, 3)]), 10)
+    error = st.take_unreadable()
+    assert isinstance(error, errors.RecordDeserializationError) and st.take_unreadable() is None
+    assert (error.topic_partition, error.offset, error.origin) == (TP0, 2, "value")
+    assert isinstance(error.__cause__, ValueError)
+    assert "offset 2 (delivery 3) could not be deserialized (ValueError: cannot parse v2); released" in str(error)
+    recs = st.poll(100, 20)
+    assert [r.offset for r in recs] == [0, 1, 3, 4]     # the records after it in its batch too
+    for rec in recs:
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    (part,) = plan(st, 40)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 4,
+                                                "acknowledge_types": [1, 1, 2, 1, 1]}]
+
+
+def test_a_refused_record_acquired_by_another_member_is_none_of_this_ones_business() -> None:
+    st = state(value_deserializer=_refuse_v2)
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, batch(0, 5), [(3, 4, 1)]), 10)     # 0..2 went to someone else
+    assert st.take_unreadable() is None
+    assert [r.offset for r in st.poll(100, 20)] == [3, 4]
+
+
+def test_a_batch_that_does_not_decode_is_rejected_from_its_first_bad_record_and_reported() -> None:
+    from .test_fetch_corrupt import bad_header_batch
+    st = state()
+    p = plan(st, 0)[1]
+    st.on_fetch_response(p, fetch_answer(0, bad_header_batch(0, 5, bad_index=2), [(0, 4, 1)]), 10)
+    error = st.take_unreadable()
+    assert isinstance(error, errors.CorruptRecordError) and error.offset == 2
+    assert "offsets 0..4 cannot be decoded from offset 2 on (UnicodeDecodeError" in str(error)
+    assert "3 record(s) acquired for this consumer from there were rejected" in str(error)
+    recs = st.poll(100, 20)
+    assert [r.offset for r in recs] == [0, 1]
+    for rec in recs:
+        st.acknowledge(TP0, rec.offset, AckType.ACCEPT, 30)
+    (part,) = plan(st, 40)[1].body["topics"][0]["partitions"]
+    assert part["acknowledgement_batches"] == [{"first_offset": 0, "last_offset": 4,
+                                                "acknowledge_types": [1, 1, 3, 3, 3]}]
