@@ -34,7 +34,7 @@ from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.backoff import ExponentialBackoff
 from .core.events import RECORDS_CONSUMED
 from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartitionError
-from .core.missing_topics import MissingTopicWarnings
+from .core.missing_topics import MissingTopicWarnings, missing_topics
 from .core.re2j import to_re2j
 from .core.tracing import ProcessSpan, processing
 from .net.coordinator import CoordinatorTracker
@@ -244,7 +244,7 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         snapshot = self._cluster.metadata.snapshot
         errors_by_topic = snapshot.topic_errors
         named = self._topics if self._subscribed else {tp.topic for tp in self._state.partitions}
-        missing = [t for t in named if errors_by_topic.get(t) == errors.UnknownTopicOrPartitionError.errno]
+        missing = missing_topics(errors_by_topic, named)
         topics = snapshot.topics
         beyond = [] if self._subscribed else [
             tp for tp in self._state.partitions if topics.get(tp.topic) and tp.partition not in topics[tp.topic]]

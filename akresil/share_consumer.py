@@ -35,6 +35,7 @@ import anyio.abc
 from . import errors
 from .checks import check_topic_name
 from .client_runtime import ClientLifecycle, ClientRuntime
+from .core.missing_topics import MissingTopicWarnings, missing_topics
 from .core.share_state import ACK_TYPES, ShareFetchState
 from .core.tracing import ProcessSpan, processing
 from .net.group_heartbeat import ShareGroupMember
@@ -142,6 +143,7 @@ class ShareConsumer(ClientLifecycle):
         self._last_poll: list[ShareRecord] = []
         self._pending: list[ShareRecord] = []
         self._pending_index = 0
+        self._missing_topics: MissingTopicWarnings[str] = MissingTopicWarnings()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -153,6 +155,18 @@ class ShareConsumer(ClientLifecycle):
         await tg.start(self._fetcher.run)
         self._fetcher.connect_leaders(self._topics)
         await tg.start(self._group.run)
+        self._cluster.on_metadata_change(self._warn_missing_topics)
+        self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
+
+    def _warn_missing_topics(self) -> None:
+        """One WARNING per subscribed topic the cluster says does not exist, then one a minute while it still does
+        not (as the consumer does): the share group gets no records from it, and no error says so."""
+        if self._runtime.closed:
+            return
+        missing = missing_topics(self._cluster.metadata.snapshot.topic_errors, self._topics)
+        for topic, first in self._missing_topics.due(missing, self._cluster.clock()):
+            log.warning("topic %r does not exist%s: this share consumer gets no records from it until it is "
+                        "created (subscribed)", topic, "" if first else " (still)")
 
     async def close(self) -> None:
         """Settle (implicit mode: accept the last poll), send the final acknowledgements, close the share

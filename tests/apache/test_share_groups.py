@@ -9,6 +9,7 @@ configs): ``share.auto.offset.reset=earliest`` (``harness.share.share_group``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable
 
@@ -126,3 +127,24 @@ async def test_share_fetch_v2_layout_is_the_broker_s(kafka_cluster: KafkaCluster
         assert isinstance(response.get("error_code"), int)
     finally:
         await conn.close()
+
+
+async def test_a_missing_topic_is_named_once(kafka_cluster: KafkaCluster, unique: Callable[[str], str],
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """As the consumer does (issue 25): one WARNING naming the topic, not one per metadata refresh."""
+    missing = unique("missing-share")
+    caplog.set_level(logging.WARNING, logger="akresil.share_consumer")
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "akresil.share_consumer"
+                and r.levelno == logging.WARNING and missing in r.getMessage()]
+
+    async with ShareConsumer(missing, bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=unique("sg"),
+                             retry_backoff_ms=20, retry_backoff_max_ms=50, metadata_max_age_ms=100) as consumer:
+        with anyio.fail_after(30):
+            while not warnings():
+                assert await consumer.getmany(timeout_ms=100) == {}
+        for _ in range(10):          # a second of 100 ms metadata refreshes that still say it is missing
+            assert await consumer.getmany(timeout_ms=100) == {}
+    [warning] = warnings()
+    assert f"topic {missing!r} does not exist: this share consumer gets no records" in warning
