@@ -93,8 +93,11 @@ class RecordDeserializationError(KafkaError):
     consumer's ``RecordDeserializationException``)."""
 
     def __init__(self, message: str, *, topic_partition: Any = None, offset: int = -1, origin: str = "value",
-                 records: list[Any] | None = None) -> None:
+                 records: list[Any] | None = None, raw: Any = None) -> None:
         super().__init__(message)
+        #: the record as fetched (a ``ConsumerRecord`` with the key and value bytes not deserialized): what a
+        #: dead-letter topic or a log keeps of it
+        self.raw = raw
         #: the record's ``TopicPartition`` and offset
         self.topic_partition = topic_partition
         self.offset = offset

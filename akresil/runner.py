@@ -36,7 +36,7 @@ from .core.events import Hooks
 from .core.task_timer import TaskTimer
 from .errors import (BufferFullError, CommitFailedError, ConfigError, DeliveryTimeoutError, IllegalGenerationError,
                      IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError,
-                     RequestTimeoutError, TaskTimeoutError, UnknownMemberIdError)
+                     RecordDeserializationError, RequestTimeoutError, TaskTimeoutError, UnknownMemberIdError)
 from .net.tasks import TaskOwner
 from .runner_txn import ExactlyOnce, GroupConsumer, TransactionalProducer, check_exactly_once, pending_offsets
 from .types import ConsumerRecord, Header, TopicPartition
@@ -388,7 +388,9 @@ class Runner:
 
     ``on_error`` decides what a handler error other than a timeout does: ``"raise"`` (default) stops the runner
     and ``run()`` raises it; ``"dead_letter"`` sends the unit's records to ``dead_letter_topic`` with
-    ``akresil.dlt.*`` headers and moves on; ``"skip"`` logs and moves on.
+    ``akresil.dlt.*`` headers and moves on; ``"skip"`` logs and moves on. A record the consumer's deserializer
+    refuses (``RecordDeserializationError``) takes the same way, with its bytes as fetched (the consumer needs
+    ``seek`` for that).
 
     ``clock`` (ms) and ``sleep`` (ms) may be injected for tests; ``rng`` fixes the backoff jitter.
     """
@@ -601,6 +603,7 @@ class Runner:
             await self._interruptible(self._sleep, self._poll_timer.wait_ms(now))
             return {}
         batches: Mapping[TopicPartition, Sequence[ConsumerRecord]] = {}
+        unreadable: RecordDeserializationError | None = None
         try:
             with anyio.CancelScope() as scope:
                 self._wait_scope = scope
@@ -611,6 +614,10 @@ class Runner:
                 else:
                     batches = await self.consumer.getmany(timeout_ms=self.poll_timeout_ms,
                                                           max_records=self.max_poll_records)
+        except RecordDeserializationError as exc:
+            if self.on_error == "raise" or getattr(self.consumer, "seek", None) is None:
+                raise
+            unreadable = exc
         except Exception as exc:
             if not self._retriable_client_error(exc):
                 raise
@@ -618,8 +625,24 @@ class Runner:
             return {}
         finally:
             self._wait_scope = None
+        if unreadable is not None:
+            await self._pass_unreadable(unreadable)
         self._poll_timer.on_progress()
         return batches
+
+    async def _pass_unreadable(self, exc: RecordDeserializationError) -> None:
+        """``on_error`` for a record the consumer's deserializer refused (it never reaches the handler): dead-letter
+        it as fetched (its bytes) or skip it, then seek past it. The partition's commit position passes it with the
+        next record handled, so a member that takes the partition over before that meets it again (at least
+        once)."""
+        tp = exc.topic_partition
+        if exc.raw is not None:
+            for delivery in await self._handle_failure([exc.raw], exc):
+                await delivery      # in the dead-letter topic before the consumer moves past it
+        try:
+            await _maybe_await(self.consumer.seek(tp, exc.next_offset))  # type: ignore[attr-defined]
+        except IllegalStateError:
+            log.info("%s[%d] no longer assigned: its owner meets offset %d again", tp.topic, tp.partition, exc.offset)
 
     async def _interruptible(self, wait: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """A wait of the loop that ``stop()`` and a fatal error cut short."""
@@ -855,7 +878,7 @@ class Runner:
         """``on_error`` for a non-timeout failure of ``unit``: dead-letter or skip it (returns deliveries)."""
         first = unit[0]
         if self.on_error == "skip":
-            log.warning("%s[%d]: skipping offsets %d..%d after handler error %r", first.topic, first.partition,
+            log.warning("%s[%d]: skipping offsets %d..%d after %r", first.topic, first.partition,
                         first.offset, unit[-1].offset, exc)
             return []
         assert self.producer is not None and self.dead_letter_topic is not None

@@ -249,21 +249,20 @@ def _diagnose(batch: RecordBatchView, topic: str, partition: int, min_offset: in
         broken = err
     epoch = batch.partition_leader_epoch
     good: list[ConsumerRecord] = []
-    for offset, k, v, headers, ts, ts_type in raw:
+    for offset, key, value, headers, ts, ts_type in raw:
         if offset < min_offset:
             continue
         origin = "key"
         try:
-            if kd is not None and k is not None:
-                k = kd(k)
+            k = kd(key) if kd is not None and key is not None else key
             origin = "value"
-            if vd is not None and v is not None:
-                v = vd(v)
+            v = vd(value) if vd is not None and value is not None else value
         except Exception as err:   # reported before a corruption further on: it comes first
             error = errors.RecordDeserializationError(
                 f"{topic}-{partition}: the {origin} of the record at offset {offset} could not be deserialized "
                 f"({type(err).__name__}: {err}); seek to {offset + 1} to skip it",
-                topic_partition=TopicPartition(topic, partition), offset=offset, origin=origin, records=good)
+                topic_partition=TopicPartition(topic, partition), offset=offset, origin=origin, records=good,
+                raw=ConsumerRecord(topic, partition, offset, key, value, headers, ts, ts_type, epoch))
             error.__cause__ = err
             return error
         good.append(ConsumerRecord(topic, partition, offset, k, v, headers, ts, ts_type, epoch))

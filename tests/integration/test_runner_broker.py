@@ -67,3 +67,39 @@ async def test_task_timeout_is_raised_on_time_with_real_clients(broker: Embedded
         assert 3 <= len(first_timeout) <= 12, first_timeout
         assert await consumer.committed(TopicPartition(src, 1)) == N
         assert await consumer.committed(TopicPartition(src, 0)) is None
+
+
+async def test_a_record_the_deserializer_refuses_goes_to_the_dead_letter_topic_as_fetched(
+        broker: EmbeddedBroker) -> None:
+    """The real consumer raises ``RecordDeserializationError`` for it; the runner (``on_error="dead_letter"``)
+    sends its bytes to the dead-letter topic, seeks past it, and the partition goes on and commits to its end."""
+    bootstrap = broker.bootstrap_servers
+    src, dlt, group = name("runner-poison"), name("runner-poison-dlt"), name("runner-poison-g")
+    async with Admin(bootstrap_servers=bootstrap) as admin:
+        await admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (src, dlt)])
+    async with Producer(bootstrap_servers=bootstrap) as producer:
+        await producer.send_many(src, [(b"k0", b"0"), (b"k1", b"1"), (b"k2", b"\xff"), (b"k3", b"3")], partition=0)
+    handled: list[int] = []
+
+    async def handler(record: ConsumerRecord[bytes, int], ctx: HandlerContext) -> None:
+        handled.append(record.value or 0)
+
+    tp = TopicPartition(src, 0)
+    async with consumer_for(bootstrap, src, group, value_deserializer=lambda v: int(v.decode())) as consumer, \
+            Producer(bootstrap_servers=bootstrap) as producer:
+        runner = Runner(consumer, handler, producer=producer, on_error="dead_letter", dead_letter_topic=dlt,
+                        commit_interval_ms=0)
+        async with runner:
+            with anyio.fail_after(30):
+                while await consumer.committed(tp) != 4:
+                    await anyio.sleep(0.05)
+    assert handled == [0, 1, 3]
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as reader:
+        reader.assign([TopicPartition(dlt, 0)])
+        with anyio.fail_after(30):
+            got: list[ConsumerRecord] = []
+            while not got:
+                got.extend((await reader.getmany(timeout_ms=500)).get(TopicPartition(dlt, 0), []))
+    [dead] = got
+    assert (dead.key, dead.value) == (b"k2", b"\xff")
+    assert (b"akresil.errors.RecordDeserializationError" in dict(dead.headers).values())

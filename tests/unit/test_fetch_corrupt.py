@@ -245,6 +245,7 @@ def test_a_refused_value_comes_after_the_records_before_it_and_names_partition_o
     assert str(exc).startswith("t-0: the value of the record at offset 3 could not be deserialized "
                                "(UnicodeDecodeError") and "seek to 4 to skip it" in str(exc)
     assert isinstance(exc.__cause__, UnicodeDecodeError)
+    assert (exc.raw.offset, exc.raw.key, exc.raw.value) == (3, b"k", b"\xff")   # as fetched, for a dead letter
     assert st.position(TP0) == 3
     with pytest.raises(errors.RecordDeserializationError):       # again on every poll until a seek
         st.drain(100)

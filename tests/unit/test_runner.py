@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import anyio
 import pytest
 
+from akresil import errors
 from akresil.errors import (CommitFailedError, ConfigError, DeliveryTimeoutError, IllegalStateError,
                             KafkaTimeoutError, RequestTimeoutError, TaskTimeoutError)
 from akresil.runner import DEAD_LETTER_HEADER_PREFIX, HandlerContext, Runner
@@ -800,3 +801,67 @@ async def test_final_commit_error_is_raised_plainly_and_pauses_are_undone() -> N
 def test_runner_can_be_built_outside_an_event_loop() -> None:
     runner = Runner(FakeConsumer(VirtualClock(), {P0: 1}), forward(), mode="batch", task_timeout_ms=0)
     assert runner.partitions() == {} and runner.rebalance_listener is not None
+
+
+# --------------------------------------------------------------------------- a record the deserializer refuses
+class PoisonConsumer(FakeConsumer):
+    """The consumer's side of a refused record: the poll hands out the records before ``poison``, then raises
+    ``RecordDeserializationError`` for it until a seek moves past it (as ``akresil.Consumer`` does)."""
+
+    def __init__(self, clock: VirtualClock, logs: Mapping[TopicPartition, int], poison: int) -> None:
+        super().__init__(clock, logs)
+        self.poison = poison
+        self.seeks: list[tuple[TopicPartition, int]] = []
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+        self.positions[tp] = offset
+
+    def _take(self, max_records: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        pos = self.positions.get(P0, 0)
+        if pos == self.poison:
+            raw = rec(P0, pos, b"\xff")
+            raise errors.RecordDeserializationError(f"in-{pos}: refused", topic_partition=P0, offset=pos,
+                                                    raw=raw)
+        out = super()._take(max_records)
+        if P0 in out and pos < self.poison < self.positions[P0]:
+            out[P0] = [r for r in out[P0] if r.offset < self.poison]
+            self.positions[P0] = self.poison
+        return out
+
+
+@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+async def test_a_refused_record_is_skipped_or_dead_lettered_as_fetched_and_the_partition_goes_on(
+        on_error: str) -> None:
+    # it stopped the runner whatever on_error said
+    clock = VirtualClock()
+    consumer = PoisonConsumer(clock, {P0: 6}, poison=3)
+    producer = FakeProducer(clock, latency_ms=10)
+    seen: list[int] = []
+
+    async def handler(record: ConsumerRecord, ctx: HandlerContext) -> None:
+        seen.append(record.offset)
+
+    kwargs: dict[str, Any] = {"dead_letter_topic": "dlt"} if on_error == "dead_letter" else {}
+    runner = make(clock, consumer, handler, producer, on_error=on_error, **kwargs)
+    assert await drive(clock, runner, until=lambda: consumer.committed.get(P0) == 6) is None
+    assert seen == [0, 1, 2, 4, 5] and consumer.seeks == [(P0, 4)]
+    dead = [item for item in producer.delivered if item[0] == "dlt"]
+    if on_error == "skip":
+        assert dead == []
+    else:
+        [(_, key, value, headers)] = dead
+        assert (key, value) == (b"k3", b"\xff")          # the bytes as fetched
+        assert (DEAD_LETTER_HEADER_PREFIX + "offset", b"3") in headers
+        assert (DEAD_LETTER_HEADER_PREFIX + "exception", b"akresil.errors.RecordDeserializationError") in headers
+
+
+async def test_a_refused_record_stops_the_runner_when_on_error_is_raise() -> None:
+    clock = VirtualClock()
+    consumer = PoisonConsumer(clock, {P0: 6}, poison=3)
+
+    async def handler(record: ConsumerRecord, ctx: HandlerContext) -> None:
+        pass
+
+    err = await drive(clock, make(clock, consumer, handler))
+    assert isinstance(err, errors.RecordDeserializationError) and consumer.seeks == []
