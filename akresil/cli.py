@@ -267,16 +267,20 @@ async def cmd_produce(args: argparse.Namespace) -> int:
                 for raw in lines:
                     lineno += 1
                     line = raw.rstrip(b"\r\n")
-                    if args.json:
-                        if not line.strip():
-                            continue
-                        rec = parse_json_line(line, lineno)
-                        rec_key = rec.key if rec.key is not None else key
-                        fut = await producer.enqueue(args.topic, rec.value, rec_key, partition=rec.partition,
-                                                     headers=headers + rec.headers)
-                    else:
-                        fut = await producer.enqueue(args.topic, line, key, partition=args.partition,
-                                                     headers=headers)
+                    try:
+                        if args.json:
+                            if not line.strip():
+                                continue
+                            rec = parse_json_line(line, lineno)
+                            rec_key = rec.key if rec.key is not None else key
+                            fut = await producer.enqueue(args.topic, rec.value, rec_key, partition=rec.partition,
+                                                         headers=headers + rec.headers)
+                        else:
+                            fut = await producer.enqueue(args.topic, line, key, partition=args.partition,
+                                                         headers=headers)
+                    except (ValueError, TypeError, errors.RecordTooLargeError) as exc:
+                        # the producer refused the record (a partition the topic lacks, a record too large)
+                        raise UsageError(f"stdin line {lineno}: {exc}") from None
                     pending.append(fut)
                 if len(pending) >= AWAIT_EVERY:
                     sent += await _await_all(pending)
