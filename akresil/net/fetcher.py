@@ -38,6 +38,8 @@ if TYPE_CHECKING:     # the message TypedDicts are for type checkers only
     from ..protocol.messages import FetchRequest as FetchBody
 
 log = logging.getLogger(__name__)
+#: partitions a log line names before it only counts the rest
+_NAMED = 10
 
 #: ``await lookup(tps)`` -> ``{tp: (offset, leader_epoch) or None}``: the group's committed offsets
 CommittedLookup = Callable[[list[TopicPartition]], Awaitable[Mapping[TopicPartition, "tuple[int, int] | None"]]]
@@ -314,6 +316,7 @@ class Fetcher:
             return
         else:
             now = cluster.clock()
+            started: dict[int, list[str]] = {}      # the reset's timestamp (earliest / latest) -> "topic-p@offset"
             for tp, gen in generations.items():
                 listed = found.get(tp)
                 if listed is None:                   # left out of the answer: ask again after the backoff
@@ -322,6 +325,7 @@ class Fetcher:
                 code = listed.error_code
                 if code == 0:
                     state.on_reset_offset(tp, gen, listed.offset, listed.leader_epoch)
+                    started.setdefault(wanted[tp][0], []).append(f"{tp.topic}-{tp.partition}@{listed.offset}")
                     continue
                 err = errors.error_for_code(code)
                 if code in _LEADER_ERRORS or err.invalid_metadata:
@@ -331,6 +335,12 @@ class Fetcher:
                     f"ListOffsets for {tp.topic}-{tp.partition} on node {node}: {err.description}"))
             if refresh:
                 cluster.request_metadata_refresh("list-offsets-not-leader")
+            for timestamp, where in started.items():
+                # why a consumer sees nothing of what a topic already holds (auto_offset_reset="latest", the
+                # default), or all of it: said once per answer, as the Java consumer says it per partition
+                log.info("reset %d partition(s) to the log %s: %s%s", len(where),
+                         "end" if timestamp == LATEST else "start", ", ".join(where[:_NAMED]),
+                         f" and {len(where) - _NAMED} more" if len(where) > _NAMED else "")
         finally:
             self.signal_data()
             self.wake()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from typing import Any
 
@@ -127,16 +128,19 @@ async def test_async_for_positions_count_only_yielded_records(bootstrap: str) ->
         assert rec.offset == 18 and rec.value == b"v18"
 
 
-async def test_auto_offset_reset_policies(noida: str) -> None:
+async def test_auto_offset_reset_policies(noida: str, caplog: pytest.LogCaptureFixture) -> None:
     bootstrap = noida
     topic = await make_topic(bootstrap)
     tp = TopicPartition(topic, 0)
     await produce(bootstrap, topic, 5)
+    caplog.set_level(logging.INFO, logger="akresil.net.fetcher")
     async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="latest") as latest, \
             Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as earliest:
         latest.assign([tp])
         earliest.assign([tp])
         assert await latest.position(tp) == 5
+        # said at INFO: why "latest" (the default) sees nothing of what the topic held
+        assert f"reset 1 partition(s) to the log end: {topic}-0@5" in caplog.text
         assert [r.offset for r in await consume(earliest, 5)] == [0, 1, 2, 3, 4]
         assert await latest.getmany(timeout_ms=200) == {}
         await produce(bootstrap, topic, 1, start=5)
