@@ -36,6 +36,13 @@ The command that makes the figures in docs/spark.md:
 
     python benchmarks/bench_spark.py --apache --out spark-apache.json     # 1 M rows, 100 B and 1 KiB, 3 rounds
     python benchmarks/bench_spark.py --apache --only streaming            # the streaming pipeline alone
+    python benchmarks/bench_spark.py --apache --only phases --rounds 5    # a micro-batch's phases per source/sink
+
+``--only phases`` runs the latency pipeline (``--latency-batches`` micro-batches of ``--latency-batch`` records)
+from each of four sources — Spark's connector, the no-op source making its rows in memory (a trivial Python
+``DataSourceStreamReader``: Spark's floor for any Python source), akresil's task read and its driver read — into
+each of three sinks (Spark's, akresil's, the no-op Python sink), the twelve variants alternating, and reports the
+median and worst of each phase Spark times (``durationMs``: ``walCommit``, ``commitOffsets``, ``addBatch``...).
 
 Before Spark starts, akresil's modules are compiled to bytecode (``compileall``), as ``pip install`` does for an
 installed package: Spark starts fresh Python processes per query (planner, commit, source runner, executor
@@ -80,6 +87,7 @@ def _noop_source() -> Any:
         DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
         WriterCommitMessage,
     )
+    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
     class NoopWriter(DataSourceArrowWriter):
         def write(self, iterator: Any) -> WriterCommitMessage:
@@ -99,20 +107,35 @@ def _noop_source() -> Any:
         def abort(self, messages: Any, batchId: int) -> None:
             pass
 
-    class NoopStreamReader(DataSourceStreamReader):
-        """100 rows at offset 0..100, in one partition (the 100-record pipeline of the fixed cost)."""
+    class NoopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        """``records`` rows (default 100: the fixed cost's pipeline) made in memory, offsets ``{"o": n}``, at most
+        ``maxOffsetsPerTrigger`` per micro-batch, each micro-batch one partition; key = the row number, value = it
+        zero-padded to ``valueBytes`` (the trivial Python source of ``--only phases``)."""
+
+        def __init__(self, options: dict[str, str]) -> None:
+            self.records = int(options.get("records", 100))
+            self.per_batch = int(options.get("maxOffsetsPerTrigger", self.records))
+            self.size = int(options.get("valueBytes", 0))
 
         def initialOffset(self) -> dict[str, int]:
             return {"o": 0}
 
+        def getDefaultReadLimit(self) -> Any:
+            return ReadMaxRows(self.per_batch)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass     # the rows are fixed: Trigger.AvailableNow's end is ``records``
+
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-            return {"o": 100}
+            step = limit.max_rows if isinstance(limit, ReadMaxRows) else self.records
+            return {"o": min(self.records, start["o"] + step)}
 
         def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-            return [InputPartition(0)] if end["o"] > start["o"] else []
+            return [InputPartition((start["o"], end["o"]))] if end["o"] > start["o"] else []
 
         def read(self, partition: InputPartition) -> Any:
-            return ((str(i).encode(), str(i).encode()) for i in range(100))
+            first, end = partition.value
+            return ((str(i).encode(), str(i).zfill(self.size).encode()) for i in range(first, end))
 
         def commit(self, end: dict[str, int]) -> None:
             pass
@@ -129,7 +152,7 @@ def _noop_source() -> Any:
             return NoopWriter()
 
         def streamReader(self, schema: Any) -> NoopStreamReader:
-            return NoopStreamReader()
+            return NoopStreamReader(self.options)
 
         def streamWriter(self, schema: Any, overwrite: bool) -> NoopStreamWriter:
             return NoopStreamWriter()
@@ -326,6 +349,8 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
     for sink in sinks:
         pipeline(sink, warm_stream, 1000, 500)
     noop_pipeline(spark, scratch / uuid.uuid4().hex)
+    if args.only == "phases":
+        return _phase_rounds(args, spark, bs, topic, sizes[0], scratch)
 
     # each path's cost per query, independent of its rows: the same paths with 100 rows, the formats in an order
     # that alternates from round to round, and the no-op Python data source (NOOP) as Spark's floor for any
@@ -381,6 +406,58 @@ def _apache_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, n:
                 "read": round(median["akresil_read"] / median["kafka_read"], 2)},
         }
     return results
+
+
+#: ``--only phases``: each source into each sink; NOOP is the trivial Python source (rows made in memory,
+#: ``commit`` a no-op), Spark's floor for any Python source
+PHASE_SOURCES = ("kafka", NOOP, "akresil", DRIVER_READ)
+PHASE_SINKS = ("kafka", "akresil", NOOP)
+PHASES = ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def _phase_rounds(args: argparse.Namespace, spark: Any, bs: str, topic: Any, size: int,
+                  scratch: Path) -> dict[str, Any]:
+    """Spark's per-micro-batch phases (``durationMs``) of the latency pipeline, for each source of
+    ``PHASE_SOURCES`` into each sink of ``PHASE_SINKS``, the variants alternating (reversed every other round):
+    what ``walCommit`` (offset log write, the previous batch's source ``commit``) and ``commitOffsets`` (commit log
+    write) cost with the JVM source, with any Python source, and with akresil's."""
+    records_in = args.latency_batch * args.latency_batches
+    small = topic()
+    anyio.run(fill, bs, small, records_in, size)
+    variants = ([(source, sink) for sink in PHASE_SINKS for source in PHASE_SOURCES] if not args.phase_variants
+                else [_phase_variant(v) for v in args.phase_variants.split(",")])
+    load_start = [round(x, 2) for x in os.getloadavg()]
+
+    def run(source: str, sink: str, n: int, per_batch: int) -> PipelineRun:
+        return spark_pipeline(spark, bs, small, topic(), n, per_batch, sink, scratch / uuid.uuid4().hex,
+                              read=source, value_bytes=size)
+
+    for source, sink in variants:      # warm-up: each source's and sink's workers and runner code
+        run(source, sink, records_in, records_in // 2)
+    values: dict[str, dict[str, list[float]]] = {f"{so}->{si}": {p: [] for p in PHASES} for so, si in variants}
+    for r in range(args.rounds):
+        for source, sink in (variants if r % 2 == 0 else variants[::-1]):
+            got = run(source, sink, records_in, args.latency_batch).phases_all
+            for phase in PHASES:
+                values[f"{source}->{sink}"][phase].extend(got.get(phase, []))
+        print(f"# phases round {r + 1}: " + ", ".join(
+            f"{k} wal {statistics.median(v['walCommit'])} commit {statistics.median(v['commitOffsets'])}"
+            for k, v in values.items()), file=sys.stderr, flush=True)
+    return {"phases": {
+        "micro_batch_phases_ms": {k: {p: _stats(v, 1) for p, v in phases.items() if v} for k, phases in values.items()},
+        "micro_batches_per_variant": {k: len(v["triggerExecution"]) for k, v in values.items()},
+        "load_avg_at_start": load_start,
+        "note": "source->sink; NOOP source: rows made in memory by a trivial Python DataSourceStreamReader",
+    }}
+
+
+def _phase_variant(text: str) -> tuple[str, str]:
+    """``SOURCE>SINK`` of ``--phase-variants``."""
+    source, _, sink = text.strip().partition(">")
+    if source not in PHASE_SOURCES or sink not in PHASE_SINKS:
+        raise SystemExit(f"--phase-variants: {text!r} is not SOURCE>SINK with a source of {PHASE_SOURCES} "
+                         f"and a sink of {PHASE_SINKS}")
+    return source, sink
 
 
 def _stream_rounds(args: argparse.Namespace, bs: str, topic: Any, sizes: list[int], sinks: tuple[str, ...],
@@ -440,6 +517,8 @@ class PipelineRun(NamedTuple):
     phases_ms: dict[str, float]
     #: median Spark tasks per micro-batch (the layout the source planned: akresil packs, Spark's connector does not)
     tasks: float = float("nan")
+    #: each phase's ms, one value per micro-batch
+    phases_all: dict[str, list[float]] = {}
 
 
 def tasks_per_micro_batch(spark: Any, query: Any) -> float:
@@ -457,16 +536,24 @@ def tasks_per_micro_batch(spark: Any, query: Any) -> float:
 
 
 def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in: int, per_batch: int, sink: str,
-                   checkpoint: Path) -> PipelineRun:
+                   checkpoint: Path, read: str | None = None, value_bytes: int = 100) -> PipelineRun:
     """readStream -> upper(value) -> writeStream with Trigger.AvailableNow, ``per_batch`` offsets per
-    micro-batch."""
+    micro-batch. ``read`` is the source (``kafka``, ``akresil``, ``DRIVER_READ`` or ``NOOP``: ``records_in`` rows
+    of ``value_bytes`` made in memory, not ``source``); by default the sink's own format's."""
     fmt = "kafka" if sink == "kafka" else "akresil"
-    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bs).option("subscribe", source)
-              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)))
-    if sink == DRIVER_READ:
+    read = read or (DRIVER_READ if sink == DRIVER_READ else fmt)
+    if read == NOOP:
+        reader = (spark.readStream.format("akresil_bench_noop").option("records", str(records_in))
+                  .option("maxOffsetsPerTrigger", str(per_batch)).option("valueBytes", str(value_bytes)))
+    else:
+        reader = (spark.readStream.format("kafka" if read == "kafka" else "akresil")
+                  .option("kafka.bootstrap.servers", bs).option("subscribe", source)
+                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)))
+    if read == DRIVER_READ:
         reader = reader.option("microBatchRead", "driver")
     stream = reader.load().selectExpr("key", "upper(cast(value as string)) as value")
-    writer = (stream.writeStream.format(fmt).option("kafka.bootstrap.servers", bs).option("topic", sink_topic)
+    writer = (stream.writeStream.format("akresil_bench_noop" if sink == NOOP else fmt)
+              .option("kafka.bootstrap.servers", bs).option("topic", sink_topic)
               .option("checkpointLocation", str(checkpoint)))
     if sink == "akresil_exactly_once":
         writer = writer.option("deliveryGuarantee", "exactly-once")
@@ -483,7 +570,8 @@ def spark_pipeline(spark: Any, bs: str, source: str, sink_topic: str, records_in
             phases.setdefault(phase, []).append(ms)
     shutil.rmtree(checkpoint, ignore_errors=True)
     return PipelineRun(elapsed, [float(p.durationMs["triggerExecution"]) for p in progress],
-                       {k: statistics.median(v) for k, v in phases.items()}, tasks_per_micro_batch(spark, query))
+                       {k: statistics.median(v) for k, v in phases.items()}, tasks_per_micro_batch(spark, query),
+                       phases)
 
 
 def main() -> None:
@@ -508,11 +596,16 @@ def main() -> None:
     ap.add_argument("--latency-batch", type=int, default=1000,
                     help="--apache: records per micro-batch of the latency run")
     ap.add_argument("--latency-batches", type=int, default=10, help="--apache: micro-batches per latency run")
+    ap.add_argument("--phase-variants", default="",
+                    help="--only phases: comma-separated SOURCE>SINK pairs to run instead of all twelve "
+                         "(e.g. kafka>kafka,noop>noop,akresil>akresil)")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not compile akresil to bytecode first (Spark's Python processes compile its source)")
-    ap.add_argument("--only", choices=("all", "batch", "streaming", "fixed"), default="all",
+    ap.add_argument("--only", choices=("all", "batch", "streaming", "fixed", "phases"), default="all",
                     help="--apache: run only the batch paths or only the streaming pipeline (with its fixed cost), "
-                         "or only the fixed cost per query (100-row queries, with the no-op Python data source)")
+                         "or only the fixed cost per query (100-row queries, with the no-op Python data source), "
+                         "or only the latency pipeline's per-micro-batch phases from each source (Spark's, a "
+                         "trivial in-memory Python source, akresil's task and driver read) into each sink")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds: need at least 1")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from . import kafka_io
+from .daemon_gc import freeze_long_lived
 from .offsets import OffsetRange, check_starts, plan_ranges, resolve_spec, resolve_times, timestamp_queries
 from .options import OffsetSpec, ReadOptions
 
@@ -95,5 +96,13 @@ def read_partition(options: ReadOptions, partition: Any) -> Iterator[pa.RecordBa
         return iter(())        # Spark's stand-in when planning found nothing to read (an empty range list)
     if not isinstance(partition, RangePartition):
         raise TypeError(f"akresil reader got an input partition it did not plan: {partition!r}")
-    return kafka_io.read_ranges(options.consumer, partition.ranges, include_headers=options.include_headers,
-                                fail_on_data_loss=options.fail_on_data_loss, poll_timeout_ms=options.poll_timeout_ms)
+    return then_freeze(kafka_io.read_ranges(options.consumer, partition.ranges,
+                                            include_headers=options.include_headers,
+                                            fail_on_data_loss=options.fail_on_data_loss,
+                                            poll_timeout_ms=options.poll_timeout_ms))
+
+
+def then_freeze(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, then the worker's heap frozen once (``daemon_gc``) when the task has read them all."""
+    yield from batches
+    freeze_long_lived()

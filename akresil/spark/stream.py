@@ -33,7 +33,9 @@ from .offsets import (
     DataLossError, OffsetRange, check_starts, delay_trigger, from_json, pack_ranges, plan_ranges, rate_limit, to_json,
 )
 from .options import ReadOptions
-from .reader import RangePartition, driver_config, read_partition, resolve_offsets, with_group_id
+from .reader import (
+    RangePartition, driver_config, read_partition, resolve_offsets, then_freeze, with_group_id,
+)
 
 if TYPE_CHECKING:     # Arrow loads where batches flow (tasks), not where Spark plans or commits
     import pyarrow as pa
@@ -203,8 +205,9 @@ class AkresilDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAva
         ranges = self._ranges(start, end)
         if not ranges:
             return iter(())
-        return kafka_io.read_ranges(o.consumer, ranges, include_headers=o.include_headers,
-                                    fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms)
+        return then_freeze(kafka_io.read_ranges(o.consumer, ranges, include_headers=o.include_headers,
+                                                fail_on_data_loss=o.fail_on_data_loss,
+                                                poll_timeout_ms=o.poll_timeout_ms))
 
     def _ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         """The micro-batch's offset ranges, one per Kafka partition (the task layout options are refused with

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from .daemon_gc import freeze_long_lived
 from .options import WriteOptions
 from .writer import TaskDelivery, WriteSummary, deliver_batches, raise_on_failed_tasks, store_summary
 
@@ -69,6 +70,7 @@ class AkresilStreamWriter(DataSourceStreamArrowWriter):
             delivery = deliver_exactly_once(iterator, self.options, self.columns, task=task, attempt=attempt,
                                             query_id=query_id, batch_id=int(batch))
         delivery.query_id = query_id
+        freeze_long_lived()
         return delivery
 
     # ------------------------------------------------------------------ driver side
@@ -86,6 +88,7 @@ class AkresilStreamWriter(DataSourceStreamArrowWriter):
                                              guarantee=self.options.guarantee)
         store_summary(self.summary_dir, name, summary)
         _prune(Path(self.summary_dir), query_id)
+        freeze_long_lived()
 
 
 def _prune(directory: Path, query_id: str | None) -> None:

@@ -42,6 +42,7 @@ from .. import errors
 from ..core import collector
 from ..core.batch import BulkCounts
 from ..types import Header, RecordMetadata
+from .daemon_gc import freeze_long_lived
 from .options import WriteOptions
 
 if TYPE_CHECKING:
@@ -556,7 +557,9 @@ class AkresilWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
-        return deliver_batches(iterator, self.options, self.columns, task, attempt)
+        delivery = deliver_batches(iterator, self.options, self.columns, task, attempt)
+        freeze_long_lived()
+        return delivery
 
     # ------------------------------------------------------------------ driver side
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -568,6 +571,7 @@ class AkresilWriter(DataSourceArrowWriter):
 
     def _store(self, summary: WriteSummary) -> None:
         store_summary(self.summary_dir, summary.write_id, summary)
+        freeze_long_lived()
 
 
 async def _deliver(producer: Any, groups: list[RowGroup]) -> tuple[list[BulkCounts], BaseException | None]:
