@@ -636,6 +636,16 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         self._check_open()
         if self.config.group_id is None:
             raise errors.IllegalStateError("commit() needs a group_id: offsets are stored by the group coordinator")
+        lost = self._group.lost_since_poll if self._group is not None else frozenset()
+        if lost and (offsets is None or not lost.isdisjoint(offsets)):
+            # the member's assignment is gone with the membership: committing what is left would succeed on
+            # nothing and hide that these records will be delivered again (Java: CommitFailedException)
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(lost)[:10])
+            raise errors.CommitFailedError(
+                f"group {self.config.group_id}: {len(lost)} partition(s) ({names}{', ...' if len(lost) > 10 else ''}) "
+                f"were lost since the last poll (the membership ended: max_poll_interval_ms or session_timeout_ms "
+                f"passed, or the member was fenced); their positions were not committed and their records will be "
+                f"delivered again. The next poll joins the group again")
         if offsets is None:
             normalized = self._current_offsets()
         else:

@@ -32,6 +32,7 @@ from ..protocol.api import ApiKey, decode_versioned, encode_versioned
 from ..types import TopicPartition
 from .cluster import BodyBuilder, lane_of, unchecked
 from .group_offsets import PendingOffsets
+from .group_session import warn_poll_expired
 
 if TYPE_CHECKING:
     from .group_session import GroupSession
@@ -329,6 +330,7 @@ class ClassicMember:
                         self.group_id, self.core.session_timeout_ms)
             self._session.coordinator.lost("session expired")
         if Expiry.POLL in expired:
+            warn_poll_expired(self.group_id, self._config.max_poll_interval_ms)
             await self.leave("max_poll_interval_ms passed without a poll")
         return bool(expired)
 

@@ -31,6 +31,7 @@ from ..core.group_state import Action, classify_commit_error
 from ..protocol.api import ApiKey
 from ..types import TopicPartition
 from .group_offsets import PendingOffsets
+from .group_session import warn_poll_expired
 
 if TYPE_CHECKING:
     from .group_session import GroupSession
@@ -134,9 +135,7 @@ class HeartbeatMember(Generic[Req]):
         poll_expiry = m.poll_expires_at()
         if poll_expiry is None or now < poll_expiry:
             return False
-        log.warning("group %s: no poll within max_poll_interval_ms=%s; leaving the group until the application "
-                    "polls again (handle records faster, or raise max_poll_interval_ms)", m.group_id,
-                    m.max_poll_interval_ms)
+        warn_poll_expired(m.group_id, m.max_poll_interval_ms)
         body = m.leave_stale()
         coordinator = self._session.coordinator.node
         if coordinator is not None:

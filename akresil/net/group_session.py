@@ -183,6 +183,9 @@ class GroupSession:
                                     backoff=self.backoff)
         #: the partitions the member owns now
         self.assignment: frozenset[TopicPartition] = frozenset()
+        #: partitions lost (the membership ended) since the application last polled: a commit of their positions
+        #: before the next poll fails (``Consumer.commit``), as the Java consumer's does with its stale generation
+        self.lost_since_poll: frozenset[TopicPartition] = frozenset()
         self._record = RebalanceRecord()
         self._changed = anyio.Event()
         self._running = False
@@ -228,6 +231,7 @@ class GroupSession:
 
     def poll_happened(self, now_ms: float) -> None:
         """The application polled (``max_poll_interval_ms`` bookkeeping); after a poll timeout this rejoins."""
+        self.lost_since_poll = frozenset()
         if self.member.poll(now_ms):
             self.notify()
 
@@ -348,6 +352,7 @@ class GroupSession:
     # ------------------------------------------------------------------ the steps every protocol shares
     async def _lose(self, partitions: frozenset[TopicPartition]) -> None:
         log.warning("group %s: lost %d partition(s) (the membership ended)", self.group_id, len(partitions))
+        self.lost_since_poll |= partitions
         self._record.gave_up(partitions, self.clock())
         await self._call(Callback.LOST, partitions)
         self._set_owned(self.assignment - partitions)
@@ -450,3 +455,9 @@ class GroupSession:
             return {}
         self._raise_if_unusable()
         return await self.offsets.fetch(wanted)
+
+
+def warn_poll_expired(group_id: str, max_poll_interval_ms: int | None) -> None:
+    """The WARNING every protocol gives when ``max_poll_interval_ms`` passed without a poll and the member leaves."""
+    log.warning("group %s: no poll within max_poll_interval_ms=%s; leaving the group until the application polls "
+                "again (handle records faster, or raise max_poll_interval_ms)", group_id, max_poll_interval_ms)

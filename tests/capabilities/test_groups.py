@@ -9,12 +9,14 @@ mock's KIP-848 assignor and session expiry).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
 import anyio
+import pytest
 
-from akresil import Consumer
+from akresil import Consumer, errors
 from akresil.testing import BrokerControl
 from akresil.types import ConsumerRecord
 
@@ -96,3 +98,36 @@ async def test_a_static_member_that_comes_back_gets_its_partitions_without_a_reb
         assert again.assignment() == before_a
         if protocol == "classic":
             assert again.group_metadata().generation_id == generation
+
+
+@on_group_brokers("classic", "consumer", exclude=[MOCK_CLASSIC])
+async def test_a_commit_after_the_poll_interval_passed_fails_and_the_next_poll_rejoins(
+        control: BrokerControl, unique: Callable[[str], str], protocol: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A member that stops polling for longer than ``max_poll_interval_ms`` leaves the group, saying why (the
+    classic protocol only said it lost its partitions); its ``commit()`` before the next poll raises
+    ``CommitFailedError`` naming the lost partitions (it committed nothing and returned, so the records'
+    redelivery came as a surprise); the next poll joins again and they come back."""
+    mock_group_settings(control)
+    caplog.set_level(logging.WARNING, logger="akresil.net.group_session")
+    bootstrap = control.bootstrap_servers
+    topic, group = await control.create_topic(unique("slow"), partitions=2), unique("g")
+    await produce(bootstrap, topic, 5, 2)
+    config = {**member_config(protocol), "max_poll_interval_ms": 1_500, "enable_auto_commit": False}
+    async with Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **config) as consumer:
+        first: list[ConsumerRecord] = []
+        with anyio.fail_after(60):
+            while not first:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    first += records
+            await wait_until(lambda: not consumer.assignment(), 30, "the member left after the poll interval")
+        assert "no poll within max_poll_interval_ms=1500; leaving the group" in caplog.text
+        with pytest.raises(errors.CommitFailedError, match="were lost since the last poll"):
+            await consumer.commit()
+        handed = {(r.partition, r.offset) for r in first}
+        again: set[tuple[int, int]] = set()
+        with anyio.fail_after(60):
+            while not handed <= again:        # delivered again: nothing of them was committed
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    again |= {(r.partition, r.offset) for r in records}
+        await consumer.commit()
