@@ -52,7 +52,9 @@ def test_freezes_once_and_only_in_a_daemon_worker(unfrozen: None) -> None:
     assert frozen > 0
     later = [[] for _ in range(100)]                     # allocated after the freeze: left to the collector
     assert not freeze_long_lived(in_daemon_worker=True)
-    assert gc.get_freeze_count() == frozen and later
+    # a second freeze would have added ``later``'s 101 lists; frozen objects that reference counting frees meanwhile
+    # (other threads of the test process) make the count drop a little, so it is not compared for equality
+    assert gc.get_freeze_count() < frozen + len(later) and later
 
 
 def test_a_read_task_freezes_when_it_has_read_everything(in_daemon: None) -> None:
