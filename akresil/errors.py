@@ -9,7 +9,10 @@ retriable flags follow Kafka's protocol error table (the Java client's
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:     # types imports nothing of errors, but errors loads first everywhere: names for the checker only
+    from .types import ConsumerRecord, TopicPartition
 
 
 class KafkaError(Exception):
@@ -92,8 +95,9 @@ class RecordDeserializationError(KafkaError):
     until the application seeks: ``seek(topic_partition, next_offset)`` skips that one record (the Java
     consumer's ``RecordDeserializationException``)."""
 
-    def __init__(self, message: str, *, topic_partition: Any = None, offset: int = -1, origin: str = "value",
-                 records: list[Any] | None = None, raw: Any = None) -> None:
+    def __init__(self, message: str, *, topic_partition: TopicPartition | None = None, offset: int = -1,
+                 origin: str = "value", records: list[ConsumerRecord[Any, Any]] | None = None,
+                 raw: ConsumerRecord[bytes, bytes] | None = None) -> None:
         super().__init__(message)
         #: the record as fetched (a ``ConsumerRecord`` with the key and value bytes not deserialized): what a
         #: dead-letter topic or a log keeps of it
@@ -106,7 +110,7 @@ class RecordDeserializationError(KafkaError):
         #: ``"key"`` or ``"value"``: which of the two its deserializer refused
         self.origin = origin
         #: the records of its batch before it (handed out first; emptied once taken)
-        self.records: list[Any] = records or []
+        self.records: list[ConsumerRecord[Any, Any]] = records or []
 
 
 class TransactionAbortedError(KafkaError):

@@ -615,7 +615,7 @@ class Runner:
                     batches = await self.consumer.getmany(timeout_ms=self.poll_timeout_ms,
                                                           max_records=self.max_poll_records)
         except RecordDeserializationError as exc:
-            if self.on_error == "raise" or getattr(self.consumer, "seek", None) is None:
+            if self.on_error == "raise" or exc.topic_partition is None or getattr(self.consumer, "seek", None) is None:
                 raise
             unreadable = exc
         except Exception as exc:
@@ -636,6 +636,7 @@ class Runner:
         next record handled, so a member that takes the partition over before that meets it again (at least
         once)."""
         tp = exc.topic_partition
+        assert tp is not None           # ``_poll`` passes on only an error that names its partition
         if exc.raw is not None:
             for delivery in await self._handle_failure([exc.raw], exc):
                 await delivery      # in the dead-letter topic before the consumer moves past it

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from typing import Generic, Hashable, Iterable, Mapping, TypeVar
 
+from .. import errors
+
 __all__ = ["MissingTopicWarnings", "missing_topics"]
 
-#: Kafka's UNKNOWN_TOPIC_OR_PARTITION, as Metadata answers it for a topic that does not exist
-UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
 def missing_topics(topic_errors: Mapping[str, int], named: Iterable[str]) -> list[str]:
-    """The topics of ``named`` that the latest Metadata answered as not existing."""
-    return [t for t in named if topic_errors.get(t) == UNKNOWN_TOPIC_OR_PARTITION]
+    """The topics of ``named`` that the latest Metadata answered as not existing (UNKNOWN_TOPIC_OR_PARTITION)."""
+    code = errors.UnknownTopicOrPartitionError.errno
+    return [t for t in named if topic_errors.get(t) == code]
 
 #: between two reports of the same missing topic
 DEFAULT_INTERVAL_MS = 60_000.0

@@ -598,25 +598,26 @@ class ShareFetchState:
         share consumer does: a record a deserializer refused is released (delivered again, its delivery count
         rising until the broker archives it), the undecodable rest of a corrupt batch rejected. An offset not
         acquired for this consumer, or held under an older delivery, is none of its business."""
-        last = error.offset if isinstance(error, errors.RecordDeserializationError) else batch.last_offset
-        ack = AckType.RELEASE if isinstance(error, errors.RecordDeserializationError) else AckType.REJECT
+        refused = isinstance(error, errors.RecordDeserializationError)
+        last = error.offset if refused else batch.last_offset
         settled = {off for first, end, _ in ranges for off in range(max(first, error.offset), min(end, last) + 1)
                    if off not in held}
-        if settled:
-            self._changes += 1
-            s.pending.setdefault(tp, {}).update(dict.fromkeys(settled, int(ack)))
-            cause = error.__cause__
-            why = f"{type(cause).__name__}: {cause}" if cause is not None else "no cause given"
-            if ack == AckType.RELEASE:
-                delivery = next(dc for first, end, dc in ranges if first <= error.offset <= end)
-                error.args = (f"{tp.topic}-{tp.partition}: the {getattr(error, 'origin', 'value')} of the record at "
-                              f"offset {error.offset} (delivery {delivery}) could not be deserialized ({why}); "
-                              f"released: the broker delivers it again until its delivery limit archives it",)
-            else:
-                error.args = (f"{tp.topic}-{tp.partition}: the record batch at offsets {batch.base_offset}.."
-                              f"{batch.last_offset} cannot be decoded from offset {error.offset} on ({why}); its "
-                              f"{len(settled)} record(s) acquired for this consumer from there were rejected",)
-            self._unreadable.append(error)
+        if not settled:
+            return settled
+        self._changes += 1
+        s.pending.setdefault(tp, {}).update(dict.fromkeys(settled, int(AckType.RELEASE if refused else AckType.REJECT)))
+        cause = error.__cause__
+        why = f"{type(cause).__name__}: {cause}" if cause is not None else "no cause given"
+        if isinstance(error, errors.RecordDeserializationError):
+            delivery = next(dc for first, end, dc in ranges if first <= error.offset <= end)
+            error.args = (f"{tp.topic}-{tp.partition}: the {error.origin} of the record at offset {error.offset} "
+                          f"(delivery {delivery}) could not be deserialized ({why}); released: the broker delivers "
+                          f"it again until its delivery limit archives it",)
+        else:
+            error.args = (f"{tp.topic}-{tp.partition}: the record batch at offsets {batch.base_offset}.."
+                          f"{batch.last_offset} cannot be decoded from offset {error.offset} on ({why}); its "
+                          f"{len(settled)} record(s) acquired for this consumer from there were rejected",)
+        self._unreadable.append(error)
         return settled
 
     def take_unreadable(self) -> errors.RecordDeserializationError | CorruptBatchError | None:
@@ -1001,13 +1002,10 @@ def _decoded(batch: RecordBatchView, tp: TopicPartition, kd: Callable[[bytes], A
         try:
             yield from decode_batch(batch, tp.topic, tp.partition, floor, kd, vd)
             return
-        except errors.RecordDeserializationError as exc:
+        except (errors.RecordDeserializationError, CorruptBatchError) as exc:
             yield from exc.records
             exc.records = []
             yield exc
+            if isinstance(exc, CorruptBatchError):
+                return
             floor = exc.offset + 1
-        except CorruptBatchError as exc:
-            yield from exc.records
-            exc.records = []
-            yield exc
-            return
