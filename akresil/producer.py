@@ -32,7 +32,7 @@ from .core.batch import RECORD_BASE_ESTIMATE, BulkCompletion, BulkCounts, Produc
 from .core.partitioner import DefaultPartitioner, check_partition
 from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
-from .delivery import DeliveryCallback, DeliveryFuture
+from .delivery import DeliveryCallback, DeliveryFuture, detached_future
 from .net.backend import running_asyncio_loop
 from .net.scheduler import Sender
 from .net.transaction import TransactionIO
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _UNKNOWN_TOPIC_ERRORS = {errors.InvalidTopicError.errno, errors.TopicAuthorizationFailedError.errno}
 _NO_HEADERS: list[Header] = []     # shared, never mutated (the encoder only reads header lists)
 _wall_time = time.time
+_wall_time_ns = time.time_ns
 #: a large ``send_many`` yields to the event loop after about this many buffered bytes (at a batch boundary)
 _YIELD_BYTES = 256 * 1024
 
@@ -163,6 +164,9 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         self._since_yield = 0
         #: per topic: its TopicPartition objects, built once instead of once per record
         self._tps: dict[str, list[TopicPartition]] = {}
+        #: per topic: (metadata snapshot, partition count, its TopicPartitions) for the per-record path, which then
+        #: reads one entry instead of the snapshot's topics, the checked names and the TopicPartition lists
+        self._placing: dict[str, tuple[Any, int, list[TopicPartition]]] = {}
         #: per topic: (metadata snapshot, its partitions with a leader) — recomputed when the snapshot changes
         self._available: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
@@ -468,13 +472,15 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             return None
         if not self._accepting or self._sender.fatal_error is not None:
             self._check_send()
-        parts = self._cluster.metadata.snapshot.topics.get(topic)
-        if not parts:
-            if partition is not None or timestamp_ms is not None:
-                _check_record_args(partition, timestamp_ms)    # bad input fails before waiting for metadata
-            return None
-        if topic not in self._checked_topics:
-            self._check_topic(topic)
+        snapshot = self._cluster.metadata.snapshot
+        placing = self._placing.get(topic)
+        if placing is None or placing[0] is not snapshot:
+            placing = self._placing_for(topic, snapshot)
+            if placing is None:
+                if partition is not None or timestamp_ms is not None:
+                    _check_record_args(partition, timestamp_ms)    # bad input fails before waiting for metadata
+                return None
+        num = placing[1]
         if key is not None:
             if self._key_serializer is not None:
                 key = self._key_serializer(key)
@@ -486,7 +492,6 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             if value.__class__ is not bytes:
                 value = _as_bytes(value, "value")
         hdrs = self._check_headers(headers) if headers else _NO_HEADERS
-        num = len(parts)
         partitioner = self._partitioner
         if partition.__class__ is int and 0 <= partition < num:
             sticky = False      # an explicit partition wins over keys and a custom partitioner (as in Java)
@@ -500,12 +505,9 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             sticky = False
             p = partitioner.partition(topic, key, num, self._available_partitions(topic)
                                       if partitioner.custom is not None else (), partition)
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) <= p:
-            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(max(num, p + 1))]
-        tp = tps[p]
+        tp = placing[2][p]       # (p < num: the partitioner checks a custom choice)
         if timestamp_ms is None:
-            timestamp_ms = int(_wall_time() * 1000)
+            timestamp_ms = _wall_time_ns() // 1_000_000
         elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
             timestamp_ms = _checked_timestamp(timestamp_ms)
         acc = self._acc
@@ -515,8 +517,8 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             size = acc.try_append_open(tp, timestamp_ms, key, value, hdrs, on_delivery)
             if size:
                 batch: ProducerBatch = acc.appended_to  # type: ignore[assignment]
-                fut = DeliveryFuture.detached(self._loop, on_delivery, batch.detached or batch.detach(),
-                                              len(batch.singles) - 5)
+                fut = detached_future(self._loop, on_delivery, batch.detached or batch.detach(),
+                                      len(batch.singles) - 5)
             else:
                 fut = DeliveryFuture(self._loop, on_delivery)
         else:
@@ -841,6 +843,20 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         if len(available) < 2:
             return None
         return available, self._acc.queue_sizes(topic, available)
+
+    def _placing_for(self, topic: str, snapshot: Any) -> tuple[Any, int, list[TopicPartition]] | None:
+        """``_placing``'s entry for ``topic`` under ``snapshot``; None while the snapshot does not know the topic.
+        The topic's name is checked here, once (``InvalidTopicError``)."""
+        parts = snapshot.topics.get(topic)
+        if not parts:
+            return None
+        self._check_topic(topic)
+        num = len(parts)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < num:
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(num)]
+        placing = self._placing[topic] = (snapshot, num, tps)
+        return placing
 
     def _available_partitions(self, topic: str) -> tuple[int, ...]:
         """Partitions of ``topic`` with a leader, recomputed only when the metadata snapshot changes."""
