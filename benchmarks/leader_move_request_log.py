@@ -9,7 +9,9 @@ the bench does). Each phase runs in its own process: ``--trees name=path,...`` r
 (``PYTHONPATH``), alternating the order per round, so a change and a base worktree meet the same brokers; ``aiokafka``
 as a tree name runs aiokafka instead. Prints a line per phase and writes a JSON document: latency from schedule
 (all, before the first move began, the second after each move began), and from the request log the phase's
-Produce requests and per-partition answers by error code (NOT_LEADER_OR_FOLLOWER = 6, OUT_OF_ORDER_SEQUENCE = 45).
+Produce requests and per-partition answers by error code (NOT_LEADER_OR_FOLLOWER = 6, OUT_OF_ORDER_SEQUENCE = 45),
+and how many NOT_LEADER_OR_FOLLOWER answers left a request the broker had held for another partition's followers
+(``remoteTimeMs`` >= 100: a partition that rode with a moved one's first Produce to its new leader).
 Not in CI.
 
     python benchmarks/leader_move_request_log.py --trees base=/work/wt/x-base,new=/work/wt/x,aiokafka= --rounds 2 \\
@@ -54,9 +56,15 @@ class LoggedCluster(KafkaCluster):
             "logger.req.appenderRef.req.ref = REQ\n")
 
 
-def produce_answers(cluster: KafkaCluster, client_id: str) -> tuple[int, dict[int, int]]:
-    """(Produce requests of ``client_id``, its per-partition answers by error code) from the brokers' logs."""
-    requests, codes = 0, dict[int, int]()
+#: a Produce the broker kept this long waiting for its followers (``remoteTimeMs``) was held, not answered in turn
+HELD_MS = 100.0
+
+
+def produce_answers(cluster: KafkaCluster, client_id: str) -> tuple[int, dict[int, int], int, float]:
+    """(Produce requests of ``client_id``, its per-partition answers by error code, the NOT_LEADER_OR_FOLLOWER
+    answers that came out of a held request: a partition refused only after another partition of the same request
+    had waited ``HELD_MS`` or more for its followers, and the longest such wait in ms) from the brokers' logs."""
+    requests, codes, refused_after_hold, longest = 0, dict[int, int](), 0, 0.0
     for node in cluster.nodes.values():
         path = node.workdir / "requests.log"
         if not path.exists():
@@ -73,10 +81,13 @@ def produce_answers(cluster: KafkaCluster, client_id: str) -> tuple[int, dict[in
             if header.get("requestApiKey") != 0 or header.get("clientId") != client_id:
                 continue
             requests += 1
+            remote = doc.get("remoteTimeMs") or 0.0
+            held, longest = remote >= HELD_MS, max(longest, remote)
             for topic in (doc.get("response") or {}).get("responses", ()):
                 for part in topic["partitionResponses"]:
                     codes[part["errorCode"]] = codes.get(part["errorCode"], 0) + 1
-    return requests, codes
+                    refused_after_hold += held and part["errorCode"] == 6
+    return requests, codes, refused_after_hold, round(longest, 1)
 
 
 class Recorder:
@@ -85,7 +96,8 @@ class Recorder:
     _KEPT = {"batch_sent": ("node_id", "partition", "records", "queue_ms", "attempt"),
              "response_received": ("node_id", "api_key", "latency_ms"),
              "metadata_request": ("node_id",), "metadata_refresh_requested": ("cause",),
-             "batch_retry": ("partition", "reason")}
+             "batch_retry": ("partition", "reason", "attempt", "skip_backoff", "backoff_ms"),
+             "batch_completed": ("partition", "records", "attempts")}
 
     def __init__(self) -> None:
         self.events: list[tuple[float, str, dict[str, Any]]] = []
@@ -98,7 +110,8 @@ class Recorder:
 
 async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool, idempotent: bool = True) -> None:
     """The load in this process: prints the load's start, then the latencies (s from start, ms) as JSON."""
-    latencies: list[tuple[float, float, float]] = []      # (scheduled s, ms from schedule, ms to the task's start)
+    #: (scheduled s, ms from schedule, ms to the task's start, partition)
+    latencies: list[tuple[float, float, float, int]] = []
     recorder = Recorder()
     if use_aiokafka:
         from aiokafka import AIOKafkaProducer
@@ -131,7 +144,8 @@ async def client(bootstrap: str, topic: str, seconds: float, use_aiokafka: bool,
             began = time.time()
             await send(i % PARTITIONS)
             done = time.time()
-            latencies.append((round(due - start, 4), round((done - due) * 1000, 2), round((began - due) * 1000, 2)))
+            latencies.append((round(due - start, 4), round((done - due) * 1000, 2), round((began - due) * 1000, 2),
+                              i % PARTITIONS))
 
         total, i, tasks = int(RATE * seconds), 0, []
         while i < total:
@@ -157,7 +171,8 @@ def _summary(values: list[float]) -> dict[str, float]:
             "max_ms": round(ordered[-1], 1)}
 
 
-async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: float) -> dict[str, Any]:
+async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: float,
+                keep: str = "") -> dict[str, Any]:
     topic = f"lmrl-{name}-{r}-{int(time.time()) % 100000}"
     assignment = {p: [p % 3 + 1] + [(p % 3 + i) % 3 + 1 for i in range(1, 3)] for p in range(PARTITIONS)}
     async with cluster.admin() as admin:
@@ -183,7 +198,12 @@ async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: fl
         leaders.update(targets)
         moves.append([round(began, 3), round(time.time() - start, 3)])
     result = json.loads(await proc.stdout.readline())
-    latencies = result["latencies"]
+    latencies = [tuple(row[:3]) for row in result["latencies"]]
+    if keep:     # the client's own timeline (latency per record with its partition, akresil's events), s from start
+        os.makedirs(keep, exist_ok=True)
+        with open(Path(keep) / f"client-{topic}.json", "w") as f:
+            json.dump({"start_unix_s": start, "moves_s": moves, "latencies": result["latencies"],
+                       "events": result["events"]}, f)
     first_at = MOVES_AT_S[0] if MOVES_AT_S[0] < seconds else seconds
     events = [e for e in result["events"] if 0 <= e[0] < first_at]
     queue = [f["queue_ms"] for _, n, f in events if n == "batch_sent"]
@@ -213,7 +233,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.rounds):
             order = trees if r % 2 == 0 else trees[::-1]
             for name, tree in order:
-                row = await phase(cluster, name, tree, r, args.seconds)
+                row = await phase(cluster, name, tree, r, args.seconds, args.keep_logs)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
         await asyncio.sleep(1.0)      # the last answers reach the log files
@@ -224,7 +244,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if log.exists():
                     (Path(args.keep_logs) / f"requests-{node_id}.log").write_bytes(log.read_bytes())
         for row in rows:
-            row["produce_requests"], row["partition_answers_by_code"] = produce_answers(cluster, row["client_id"])
+            (row["produce_requests"], row["partition_answers_by_code"], row["not_leader_after_a_hold"],
+             row["longest_hold_ms"]) = produce_answers(cluster, row["client_id"])
     return {"benchmark": "benchmarks/leader_move_request_log.py", "command": " ".join(sys.argv),
             "broker_config": broker_config,
             "rate": RATE, "seconds": args.seconds, "phases": rows}
@@ -244,14 +265,17 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of load per phase (default 8)")
     p.add_argument("--out", required=True, help="where the JSON document goes")
     p.add_argument("--broker-config", default="", help="k=v,... settings for every broker")
-    p.add_argument("--keep-logs", default="", help="copy the brokers' request logs into this directory")
+    p.add_argument("--keep-logs", default="", help="copy the brokers' request logs into this directory, and each phase's client timeline "
+                        "(client-TOPIC.json: every record's latency and partition, akresil's sender events)")
     args = p.parse_args()
     if args.rounds < 1 or args.seconds <= 0:
         p.error("--rounds must be >= 1 and --seconds > 0")
     doc = asyncio.run(run(args))
     for row in doc["phases"]:
         print(row["phase"], row["round"], "all", row["all"], "1 s after moves", row["second_after_each_move"],
-              "answers", row["partition_answers_by_code"], "load", row["load_avg_1m"])
+              "answers", row["partition_answers_by_code"], "NOT_LEADER after a hold", row["not_leader_after_a_hold"],
+              "longest hold", row["longest_hold_ms"],
+              "load", row["load_avg_1m"])
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
 

@@ -18,12 +18,17 @@ with a ready partition is drained, and its other partitions ride along in the sa
 partition per request, up to ``max_request_size``). One rule is akresil's own: while a node still owes the
 answer to a Produce request, only complete batches (full, not the last, retries, expedited, or any batch while
 the producer flushes, closes or waits for memory) are ready for it; a lingered batch that could still grow
-waits for that answer. A Kafka broker reads the next request on a
-connection only after it has answered the one before (it mutes the channel meanwhile), and with ``acks=all``
-an answer waits for the followers' fetches, so a second small request sent early would only queue at the
-broker, wait out a replication round of its own, and split records that could have travelled together: five
-requests in flight made every record wait up to five replication rounds (aiokafka sends one request per node
-at a time; this keeps that, and keeps pipelining the batches that are full).
+waits for that answer, and does not ride along when another partition's complete batch goes there. A Kafka
+broker reads the next request on a connection only after it has answered the one before (it mutes the channel
+meanwhile), and with ``acks=all`` an answer waits for the followers' fetches, so a second small request sent early
+would only queue at the broker, wait out a replication round of its own, and split records that could have
+travelled together: five requests in flight made every record wait up to five replication rounds (aiokafka sends
+one request per node at a time; this keeps that, and keeps pipelining the batches that are full). A rider would
+also be bound to whatever holds the request it rides in: at a leader move the retries sent to a new leader make
+up its first ``acks=all`` Produce of those partitions, which the broker holds ~0.5 s, and a partition whose leader
+moved *away* from that node, not yet known to the client, rode along, was refused NOT_LEADER_OR_FOLLOWER only when
+that hold ended, and only then went to its own new leader. Waiting for the answer in flight (which usually
+carries its partition's previous batch), it learns of its own move first.
 
 Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
 idempotence up to ``max_in_flight`` batches are in flight, sequence numbers are assigned at first drain in
@@ -612,9 +617,12 @@ class RecordAccumulator:
         for node in ready_nodes:
             taken: list[ProducerBatch] = []
             size = 0
+            # a node that owes an answer takes only ready batches: one that could still grow does not ride
+            # behind another partition's complete batch either (module doc)
+            rides = node not in self._node_in_flight
             for pq, epoch in candidates[node]:
                 head = pq.queue[0]
-                if backing_off(head, now):
+                if backing_off(head, now) or not (rides or self._head_ready(pq, now, node)):
                     continue
                 if taken and size + head.reserved_bytes > limit:
                     break

@@ -403,6 +403,31 @@ def test_a_lingered_batch_waits_while_its_node_owes_an_answer_then_goes_whole() 
     assert node == 1 and batch.record_count == 2    # both records in one request
 
 
+def test_a_batch_that_could_still_grow_does_not_ride_behind_a_retry_to_a_node_that_owes_an_answer() -> None:
+    """A leader move: the retry of a moved partition goes to its new leader at once, which may still owe the
+    answer for a partition whose leader moved away from it. That partition's newer, still open batch does not ride
+    in the retry's request (with acks=all the new leader holds its first Produce of the moved partition ~0.5 s, and
+    the rider would be refused only after that hold, then meet its own new leader's): it waits for the answer in
+    flight, which names its own move."""
+    a = acc()
+    a.append(T0, 0, None, b"a", now=0)
+    a.append(T1, 0, None, b"b", now=0)
+    sent = a.drain(5, sendable={1, 2}, leader_of=leaders({T0: (1, 0), T1: (2, 0)})).batches
+    [t0_first], [t1_first] = sent[1], sent[2]
+    a.append(T0, 6, None, b"c", now=6)               # T0's next batch: open, lingered at 11
+    # node 2 refuses T1, whose leader moved to node 1; node 1 has not answered for T0 yet
+    half_known = leaders({T0: (1, 0), T1: (1, 1)})
+    a.on_batch_error(t1_first, NotLeaderOrFollowerError(), now=12, leader_epoch=1)
+    assert a.drain(12, sendable={1, 2}, leader_of=half_known).batches == {1: [t1_first]}   # the retry alone
+    # node 1 refuses T0, whose leader moved to node 2: T0's batches go there, the retry first
+    moved = leaders({T0: (2, 1), T1: (1, 1)})
+    a.on_batch_error(t0_first, NotLeaderOrFollowerError(), now=13, leader_epoch=1)
+    assert a.drain(13, sendable={1, 2}, leader_of=moved).batches == {2: [t0_first]}
+    a.on_batch_success(t0_first, 0, now=20)
+    [(node, [t0_second])] = a.drain(20, sendable={1, 2}, leader_of=moved).batches.items()
+    assert node == 2 and t0_second.attempt_epochs == [1]       # sent once, to its new leader
+
+
 def test_a_node_that_failed_or_expired_its_requests_owes_nothing() -> None:
     a = acc(retry_backoff_ms=10)
     lead = leaders({T0: (1, 0), T1: (1, 0)})
