@@ -37,6 +37,20 @@ def parse_clients(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_broker_config(text: str) -> dict[str, str]:
+    """``k=v,...`` server.properties entries for every broker of an apache run (e.g. the followers' fetch wait and
+    backoff, which set how long a moved partition's first ``acks=all`` Produce is held)."""
+    config: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"--broker-config: expected key=value, got {item!r}")
+        config[key.strip()] = value.strip()
+    return config
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", choices=(*SCENARIOS, "all"), metavar="SCENARIO",
                    help=f"one of {', '.join(SCENARIOS)}, or all")
@@ -69,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(<!-- bench:begin/end --> for the proxy, <!-- bench-mock:begin/end --> for the mock)")
     p.add_argument("--bootstrap-servers", default=None,
                    help="use this broker instead of starting an embedded Tansu (proxy harness only)")
+    p.add_argument("--broker-config", type=parse_broker_config, default={}, metavar="K=V,...",
+                   help="server.properties entries for every broker (apache harness only), e.g. "
+                   "replica.fetch.wait.max.ms=100,replica.fetch.backoff.ms=100")
     p.add_argument("--harness", choices=tuple(report.HARNESSES), default="proxy",
                    help="proxy: FaultProxy in front of an embedded Tansu (default); mock: librdkafka's mock "
                    f"cluster, which cannot express {' or '.join(MOCK_SKIPS)} (skipped there); apache: Apache "
@@ -79,9 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class _ApacheCluster:
     """The Apache Kafka cluster of a ``--harness apache`` run (started for the run, stopped after it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, broker_config: dict[str, str]) -> None:
         from ..testing.kafka_cluster import KafkaCluster
-        self.cluster = KafkaCluster(brokers=3)
+        self.cluster = KafkaCluster(brokers=3, broker_config=broker_config)
 
     async def __aenter__(self) -> Any:
         await self.cluster.__aenter__()
@@ -112,7 +129,7 @@ def _broker(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[
     """The Tansu broker behind the proxy, or the Apache Kafka cluster of the run; the mock harness starts a mock
     cluster per client phase instead."""
     if args.harness == "apache":
-        return _ApacheCluster()
+        return _ApacheCluster(args.broker_config)
     return Broker(args.bootstrap_servers) if args.harness == "proxy" else contextlib.nullcontext(None)
 
 
@@ -139,6 +156,9 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
     if args.harness != "proxy" and args.bootstrap_servers:
         raise BenchArgumentError(f"--bootstrap-servers: the {args.harness} harness starts its own cluster; "
                                  "drop it or use --harness proxy")
+    if args.broker_config and args.harness != "apache":
+        raise BenchArgumentError(f"--broker-config: only the apache harness starts brokers it can configure, not "
+                                 f"{args.harness}; drop it or use --harness apache")
     if not args.no_plots:
         from .plots import require
         require()
@@ -197,6 +217,8 @@ async def run(args: argparse.Namespace, progress: Progress | None = None) -> dic
     doc = report.document(seed=args.seed, quick=args.quick, env=report.environment(), scenarios=results,
                           harness=args.harness)
     doc["rounds"] = args.rounds
+    if args.broker_config:
+        doc["broker_config"] = args.broker_config
     doc["wall_s"] = round(time.monotonic() - started, 1)
     out = Path(args.out)
     written = report.write(doc, out, args.update_docs)
@@ -215,5 +237,5 @@ def headline(name: str, result: dict[str, Any]) -> str:
     return f"{name} ({result['wall_s']} s): " + "; ".join(parts)
 
 
-__all__ = ["FAILURE_SCENARIOS", "SCENARIOS", "BenchArgumentError", "add_arguments", "parse_clients", "round_plan",
-           "run"]
+__all__ = ["FAILURE_SCENARIOS", "SCENARIOS", "BenchArgumentError", "add_arguments", "parse_broker_config",
+           "parse_clients", "round_plan", "run"]

@@ -193,6 +193,20 @@ async def test_bootstrap_servers_do_not_combine_with_the_mock(tmp_path: Path) ->
     assert _args("leader-move").harness == "proxy"
 
 
+async def test_broker_config_is_parsed_for_apache_and_refused_elsewhere(tmp_path: Path) -> None:
+    from akresil.bench.command import parse_broker_config
+
+    assert parse_broker_config("replica.fetch.wait.max.ms=100, replica.fetch.backoff.ms=100,") == {
+        "replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "100"}
+    assert _args("leader-move").broker_config == {}
+    for bad in ("replica.fetch.wait.max.ms", "=100", "a=1,b="):
+        with pytest.raises(argparse.ArgumentTypeError, match="--broker-config: expected key=value"):
+            parse_broker_config(bad)
+    with pytest.raises(BenchArgumentError, match="--broker-config: only the apache harness"):
+        await run(_args("leader-move", "--harness", "mock", "--broker-config", "a=1", "--no-plots",
+                        "--out", str(tmp_path)))
+
+
 def test_round_plan_puts_uncounted_warm_up_rounds_first_and_rotates_only_the_counted_ones() -> None:
     from akresil.bench.command import round_plan
 
