@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterator
 
 import pytest
@@ -66,10 +67,23 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
+#: what the ``broker`` fixture runs: Tansu (default: it starts in well under a second), or ``AKRESIL_TEST_BROKER=kafka``
+#: to run the same tests on Apache Kafka, the embedded broker users get where Java is
+TEST_BROKER_KINDS = ("tansu", "kafka", "noida")
+
+
+def _broker_kind() -> str:
+    kind = os.environ.get("AKRESIL_TEST_BROKER", "tansu")
+    if kind not in TEST_BROKER_KINDS:
+        raise pytest.UsageError(f"AKRESIL_TEST_BROKER must be one of {', '.join(TEST_BROKER_KINDS)}, got {kind!r}")
+    return kind
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
-    """One Tansu broker for the whole session, the broker these tests were written for (in-memory storage: use unique topic names per test)."""
-    with EmbeddedBroker(kind="tansu") as running:
+    """One embedded broker for the whole session (use unique topic names per test): Tansu, the broker these tests
+    were written for, unless ``AKRESIL_TEST_BROKER`` names another."""
+    with EmbeddedBroker(kind=_broker_kind()) as running:  # type: ignore[arg-type]
         yield running
 
 

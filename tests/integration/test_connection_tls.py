@@ -19,7 +19,7 @@ from anyio.streams.tls import TLSListener
 
 from akresil import errors
 from akresil.net.connection import Connection
-from akresil.protocol.api import ApiKey
+from akresil.protocol.api import CLIENT_VERSIONS, ApiKey
 from akresil.testing import EmbeddedBroker
 
 pytestmark = [pytest.mark.broker,
@@ -78,7 +78,8 @@ def test_tls_connection_negotiates_and_pipelines(broker: EmbeddedBroker, certifi
     async def body(port: int) -> None:
         ctx = ssl.create_default_context(cafile=str(cert))
         async with await Connection.connect("127.0.0.1", port, ssl_context=ctx) as conn:
-            assert conn.versions[ApiKey.PRODUCE] == 11
+            assert conn.versions[ApiKey.PRODUCE] == min(CLIENT_VERSIONS[ApiKey.PRODUCE][1],
+                                                        conn.api_ranges[ApiKey.PRODUCE][1])
             results = []
 
             async def one() -> None:

@@ -48,8 +48,11 @@ class Recorder:
 
 @pytest.fixture(params=["tansu", "noida"])
 def auto_creating_broker(request: pytest.FixtureRequest, broker: EmbeddedBroker) -> Iterator[str]:
-    """Both brokers create a topic on a Metadata request that allows it."""
+    """Both brokers create a topic on a Metadata request that allows it, with its leaders in the same answer
+    (Apache Kafka's first answer says LEADER_NOT_AVAILABLE while the controller creates it)."""
     if request.param == "tansu":
+        if broker.kind != "tansu":
+            pytest.skip(f"the session broker is {broker.kind} (AKRESIL_TEST_BROKER)")
         yield broker.bootstrap_servers
     else:
         with EmbeddedBroker(kind="noida") as noida:
