@@ -80,11 +80,27 @@ def _broker_kind() -> str:
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """One embedded broker for the whole session (use unique topic names per test): Tansu, the broker these tests
-    were written for, unless ``AKRESIL_TEST_BROKER`` names another."""
-    with EmbeddedBroker(kind=_broker_kind()) as running:  # type: ignore[arg-type]
+def tansu_node() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(kind="tansu") as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def kafka_node() -> Iterator[EmbeddedBroker]:
+    """One Apache Kafka node (the default embedded broker where Java is) for the whole session."""
+    with EmbeddedBroker(kind="kafka") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest) -> EmbeddedBroker:
+    """One embedded broker for the whole session (use unique topic names per test): Tansu, the broker these tests
+    were written for, unless ``AKRESIL_TEST_BROKER`` names another; a module marked ``kafka_too`` runs on Tansu and
+    on Apache Kafka (tests/integration/conftest.py). The brokers stay up for the session."""
+    kind = getattr(request, "param", None) or _broker_kind()
+    node: EmbeddedBroker = request.getfixturevalue({"tansu": "tansu_node", "kafka": "kafka_node",
+                                                    "noida": "noida"}[kind])
+    return node
 
 
 @pytest.fixture(scope="session")

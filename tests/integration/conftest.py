@@ -16,6 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked ``kafka_too`` (the paths a user walks first) runs each test that takes ``broker`` on Tansu and
+    on the Apache Kafka node users get by default, unless ``AKRESIL_TEST_BROKER`` chose one broker for the run."""
+    if ("broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("kafka_too") is not None
+            and "AKRESIL_TEST_BROKER" not in os.environ):
+        metafunc.parametrize("broker", ["tansu", "kafka"], indirect=True, scope="session")
+
+
 @dataclass
 class CliBroker:
     """``akresil broker --kind kafka`` running in the background, as a user starts it."""

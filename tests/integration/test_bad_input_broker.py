@@ -20,7 +20,7 @@ from akresil.testing import EmbeddedBroker
 
 from ..harness.raw_fetch import read_partition, records_of
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 BadCall = Callable[[Producer, str], Awaitable[Any]]
 

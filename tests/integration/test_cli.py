@@ -18,7 +18,7 @@ import pytest
 from akresil.cli import main
 from akresil.testing import EmbeddedBroker
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 CLI = [sys.executable, "-m", "akresil.cli"]
 

@@ -23,7 +23,7 @@ from akresil.types import ConsumerRecord
 
 from ..harness.e2e import unique_topic
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 pytest_plugins = ["pytester"]
 FAST = dict(fetch_max_wait_ms=100, request_timeout_ms=10_000, retry_backoff_ms=50)
 

@@ -17,7 +17,7 @@ from akresil.testing import EmbeddedBroker, FaultProxy
 
 from ..harness.e2e import loop_lag
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 FETCH, METADATA = 1, 3
 _names = itertools.count()

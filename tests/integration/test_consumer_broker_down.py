@@ -22,7 +22,7 @@ from akresil.testing.rdkafka_mock import MockCluster
 from ..harness.e2e import (METADATA, NODES, MockHarness, default_leader, fast_producer, loop_lag, mock_harness,
                            unique_topic)
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 PARTITIONS = 6
 OUTAGE_S = 5.0

@@ -12,7 +12,7 @@ import pytest
 from akresil import Admin, Consumer, NewTopic, Producer, TopicPartition, errors
 from akresil.testing import EmbeddedBroker
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 
 async def _topic(bootstrap: str, records: int = 0) -> str:

@@ -13,7 +13,7 @@ from akresil.testing import EmbeddedBroker, FaultProxy
 
 from ..harness.e2e import unique_topic
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 METADATA = 3
 

@@ -20,7 +20,7 @@ import pytest
 
 from .conftest import CliBroker
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 DOC_BOOTSTRAP = "127.0.0.1:9092"

@@ -15,7 +15,7 @@ from akresil.testing import EmbeddedBroker
 
 from ..harness.e2e import METADATA, fast_producer, harness, now_ms, proxy_harness, unique_topic
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 FETCH = 1
 MAX_WAIT_MS = 50

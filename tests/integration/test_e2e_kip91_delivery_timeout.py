@@ -15,7 +15,7 @@ from akresil.errors import DeliveryTimeoutError
 
 from ..harness.e2e import fast_producer, harness, now_ms, unique_topic
 
-pytestmark = [pytest.mark.broker, pytest.mark.parametrize("kind", ["proxy", "mock"])]
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too, pytest.mark.parametrize("kind", ["proxy", "mock"])]
 
 DELIVERY_TIMEOUT_MS = 3000
 EARLY_SLACK_MS = 15      # timer rounding: the deadline is checked on the event loop's clock

@@ -20,7 +20,7 @@ from akresil.testing import EmbeddedBroker, FaultProxy
 from ..harness.e2e import PRODUCE, ProxyHarness, fast_producer, harness, now_ms, proxy_harness, unique_topic
 from ..harness.raw_fetch import read_partition, records_of
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 INIT_PRODUCER_ID = 22
 

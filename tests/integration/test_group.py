@@ -18,7 +18,7 @@ from akresil.net.group_session import GroupSession
 from akresil.testing import EmbeddedBroker
 from akresil.types import NewTopic, TopicPartition
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 _names = itertools.count()
 

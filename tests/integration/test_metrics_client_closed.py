@@ -24,7 +24,7 @@ from akresil.testing.rdkafka_mock import MockCluster
 
 from ..harness.e2e import unique_topic
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 FAST = dict(fetch_max_wait_ms=100, request_timeout_ms=10_000, retry_backoff_ms=50)
 PROM_GAUGES = ("akresil_connections", "akresil_requests_in_flight", "akresil_throttle_mute_seconds",
                "akresil_consumer_lag_records", "akresil_consumer_assigned_partitions")

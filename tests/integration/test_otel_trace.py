@@ -31,7 +31,7 @@ from akresil.testing import EmbeddedBroker
 
 from ..harness.e2e import unique_topic
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 
 def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:

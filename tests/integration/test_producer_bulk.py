@@ -17,7 +17,7 @@ from akresil.testing import EmbeddedBroker
 from ..harness.e2e import unique_topic
 from ..harness.raw_fetch import FetchedRecord, read_partition, records_of
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 PARTITIONS = 3
 

@@ -19,7 +19,7 @@ from akresil.types import ConsumerRecord
 
 from ..harness.e2e import loop_lag
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too]
 
 N = 40
 

@@ -16,6 +16,8 @@ from akresil.testing import EmbeddedBroker
 from akresil.types import ConsumerGroupMetadata
 from akresil.testing.rdkafka_mock import MockCluster
 
+pytestmark = pytest.mark.kafka_too     # the broker tests also run on Apache Kafka (tests/integration/conftest.py)
+
 ck = pytest.importorskip("confluent_kafka")
 
 FAST = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500, "retry_backoff_ms": 20}

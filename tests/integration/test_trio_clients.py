@@ -20,7 +20,7 @@ from akresil.types import ConsumerRecord
 
 from ..harness.e2e import unique_topic
 
-pytestmark = [pytest.mark.broker, pytest.mark.parametrize("backend", ["asyncio", "trio"])]
+pytestmark = [pytest.mark.broker, pytest.mark.kafka_too, pytest.mark.parametrize("backend", ["asyncio", "trio"])]
 
 FAST = dict(fetch_max_wait_ms=50, request_timeout_ms=10_000)
 
