@@ -31,7 +31,9 @@ that hold ended, and only then went to its own new leader. Waiting for the answe
 carries its partition's previous batch), it learns of its own move first.
 
 Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
-idempotence up to ``max_in_flight`` batches are in flight, sequence numbers are assigned at first drain in
+idempotence up to ``max_in_flight`` batches are in flight once the partition's leader has acknowledged a batch of
+the producer id (one at a time before that: a broker with no state for the id takes any first sequence, so a
+refused first batch could be overtaken), sequence numbers are assigned at first drain in
 queue order, a retried batch goes back into the queue in creation order (ahead of newer batches) and is
 resent only once no older batch of its partition is still outstanding; when the leader moves, newer batches
 wait for the old leader's answers to the batches in flight there (the new leader would refuse them as out of
@@ -132,7 +134,7 @@ class SpaceWaiter:
 
 
 class _Partition:
-    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "acked_sequence_end", "next_index")
+    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "acked_sequence_end", "next_index", "known_pid")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -142,6 +144,8 @@ class _Partition:
         #: the sequence after the last one the broker acknowledged under the current identity
         self.acked_sequence_end = 0
         self.next_index = 0
+        #: the producer id the partition's leader acknowledged a batch of (-1: none yet); see ``_blocked``
+        self.known_pid = -1
 
 
 class RecordAccumulator:
@@ -540,6 +544,13 @@ class RecordAccumulator:
             if len(pq.in_flight) >= self.max_in_flight:
                 return True
             pid, epoch = self.producer_id, self.producer_epoch
+            if pq.known_pid != pid:
+                # one batch at a time until the leader has acknowledged one of this producer id: a Kafka broker
+                # takes any first sequence from a producer id it has no state for on the partition (as after
+                # that state expired), so were the first batch refused without being written (NOT_ENOUGH_REPLICAS,
+                # a failed request), the one pipelined behind it would be written first, and the retry after it
+                # (found on Apache Kafka 4.4: records 28..70 of a partition written ahead of record 1)
+                return True
             for batch in pq.in_flight:
                 if batch.producer_epoch != epoch or batch.producer_id != pid:
                     # after an identity reset a partition restarts at sequence 0 only once its batches under the
@@ -677,9 +688,10 @@ class RecordAccumulator:
         if batch.done:
             return False
         pq = self._take_in_flight(batch)
-        if (self.idempotent and batch.base_sequence >= 0 and batch.producer_id == self.producer_id
-                and batch.producer_epoch == self.producer_epoch):
-            pq.acked_sequence_end = (batch.base_sequence + batch.record_count) % _MAX_SEQUENCE
+        if self.idempotent and batch.base_sequence >= 0 and batch.producer_id == self.producer_id:
+            pq.known_pid = batch.producer_id       # any epoch: the leader now checks this id's sequences strictly
+            if batch.producer_epoch == self.producer_epoch:
+                pq.acked_sequence_end = (batch.base_sequence + batch.record_count) % _MAX_SEQUENCE
         if defer is not None:
             defer.append((batch, base_offset, log_append_time_ms))
             return True

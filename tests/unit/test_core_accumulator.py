@@ -47,6 +47,17 @@ def leaders(mapping: dict[TopicPartition, tuple[int, int]]):
     return mapping.get
 
 
+def acknowledge_one(a: RecordAccumulator, tp: TopicPartition, leader_of: Any, now: float = 0) -> None:
+    """The leader of ``tp`` acknowledges one batch (one record, sequence 0) of the current producer id, as it
+    must before an idempotent partition pipelines (``RecordAccumulator._blocked``): the batches after it start
+    at sequence 1 and may go several at a time."""
+    a.append(tp, 0, None, b"first", now=now)
+    a.expedite([tp])
+    [(node, [batch])] = a.drain(now, sendable={leader_of(tp)[0]}, leader_of=leader_of).batches.items()
+    assert batch.tp == tp and batch.base_sequence == 0
+    assert a.on_batch_success(batch, 0, now=now)
+
+
 def test_config_validation_names_all_three_keys() -> None:
     with pytest.raises(ConfigError) as info:
         validate_delivery_timeout(1000, 5, 30_000)
@@ -123,6 +134,7 @@ def test_completion_assigns_offsets_and_log_append_time() -> None:
 def test_payload_is_a_real_record_batch_with_sequences() -> None:
     a = acc(enable_idempotence=True)
     a.set_producer_identity(77, 3)
+    acknowledge_one(a, T0, leaders({T0: (1, 0)}))   # sequence 0: b1 starts at 1, and b2 may pipeline behind it
     for i in range(4):
         a.append(T0, 1000 + i, b"k%d" % i, b"v%d" % i, headers=[("h", b"x")], now=0)
     b1 = a.drain(5, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
@@ -130,9 +142,9 @@ def test_payload_is_a_real_record_batch_with_sequences() -> None:
     a.expedite([T0])                    # pipelined behind b1 (a lingered batch alone would wait for b1's answer)
     b2 = a.drain(11, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1][0]
     [view] = read_batches(b1.payload.build(), check_crcs=True)
-    assert (view.producer_id, view.producer_epoch, view.base_sequence, view.record_count) == (77, 3, 0, 4)
+    assert (view.producer_id, view.producer_epoch, view.base_sequence, view.record_count) == (77, 3, 1, 4)
     assert [(rec.key, rec.value, rec.headers) for rec in view.records()][1] == (b"k1", b"v1", [("h", b"x")])
-    assert b2.base_sequence == 4
+    assert b2.base_sequence == 5
 
 
 # ---------------------------------------------------------------------------------------------- KIP-91 expiry
@@ -473,23 +485,24 @@ def test_idempotent_retry_goes_back_to_the_head_and_waits_for_older() -> None:
     a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
     a.set_producer_identity(1, 0)
     lead = leaders({T0: (1, 0)})
+    acknowledge_one(a, T0, lead)          # batch index 0, sequence 0: the leader knows the producer id
     for i in range(3):
         a.append(T0, i, None, b"x" * 70, now=0)
     b0 = a.drain(0, sendable={1}, leader_of=lead).batches[1][0]
     b1 = a.drain(0, sendable={1}, leader_of=lead).batches[1][0]
-    assert (b0.base_sequence, b1.base_sequence) == (0, 1)
+    assert (b0.base_sequence, b1.base_sequence) == (1, 2)
     a.on_batch_error(b1, RequestTimedOutError(), now=1)      # b1 fails while b0 is still out
-    assert [b.index for b in a.batches() if b.state is BatchState.QUEUED] == [1, 2]
+    assert [b.index for b in a.batches() if b.state is BatchState.QUEUED] == [2, 3]
     assert a.drain(5000, sendable={1}, leader_of=lead).batches == {}    # b1 waits for older b0
     a.on_batch_success(b0, 0, now=5000)
     assert a.drain(5000, sendable={1}, leader_of=lead).batches[1] == [b1]
-    assert b1.base_sequence == 1          # a retry keeps its sequence
+    assert b1.base_sequence == 2          # a retry keeps its sequence
     a.set_producer_identity(1, 1)         # epoch bump: queued batches are re-sequenced from 0 ...
     # ... but not while b1 is still out under epoch 0: sequence 0 of epoch 1 must not overtake it (Java)
     assert a.drain(5000, sendable={1}, leader_of=lead).batches == {}
     a.on_batch_success(b1, 1, now=5001)
     b2 = a.drain(5001, sendable={1}, leader_of=lead).batches[1][0]
-    assert (b2.index, b2.base_sequence, b2.producer_epoch) == (2, 0, 1)
+    assert (b2.index, b2.base_sequence, b2.producer_epoch) == (3, 0, 1)
 
 
 def test_held_partition_waits_for_the_identity_reset_while_others_keep_sending() -> None:
@@ -498,6 +511,8 @@ def test_held_partition_waits_for_the_identity_reset_while_others_keep_sending()
     a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
     a.set_producer_identity(1, 0)
     lead = leaders({T0: (1, 0), T1: (2, 0)})
+    acknowledge_one(a, T0, lead)
+    acknowledge_one(a, T1, lead)
     for tp in (T0, T0, T1, T1):
         a.append(tp, 0, None, b"x" * 70, now=0)
     sent = a.drain(0, sendable={1, 2}, leader_of=lead).batches
@@ -534,6 +549,7 @@ def test_idempotent_partition_waits_for_its_batches_at_the_old_leader_after_a_mo
     once the old leader answers, the retry goes first, then the rest."""
     a = acc(enable_idempotence=True, linger_ms=0, batch_size=100)
     a.set_producer_identity(1, 0)
+    acknowledge_one(a, T0, leaders({T0: (1, 0)}))
     for i in range(3):
         a.append(T0, i, None, b"x" * 70, now=0)
     (b0,) = a.drain(0, sendable={1}, leader_of=leaders({T0: (1, 0)})).batches[1]
@@ -544,7 +560,74 @@ def test_idempotent_partition_waits_for_its_batches_at_the_old_leader_after_a_mo
     assert a.ready_nodes(2, moved) == {2}
     assert a.drain(2, sendable={2}, leader_of=moved).batches[2] == [b0]        # the retry first, no backoff
     (b1,) = a.drain(2, sendable={2}, leader_of=moved).batches[2]                # then pipelined behind it
-    assert (b0.base_sequence, b1.base_sequence) == (0, 1) and b1.node_id == 2
+    assert (b0.base_sequence, b1.base_sequence) == (1, 2) and b1.node_id == 2
+
+
+def drain_all(a: RecordAccumulator, now: float, lead: Any) -> list[Any]:
+    """Every batch the partition gives out at ``now`` (a drain takes at most one per partition)."""
+    out: list[Any] = []
+    while batches := a.drain(now, sendable={1}, leader_of=lead).batches:
+        out += batches[1]
+    return out
+
+
+def test_an_idempotent_partition_sends_one_batch_until_its_leader_knows_the_producer_id() -> None:
+    """A Kafka broker takes any first sequence from a producer id it has no state for on a partition: were the
+    partition's first batch refused without being written, one pipelined behind it would be written ahead of it.
+    So the partition sends one batch at a time until its leader acknowledged one of the producer id, then up to
+    ``max_in_flight``; an epoch bump of that id keeps pipelining (the leader checks its sequences strictly), a new
+    producer id sends one at a time again. A refusal does not teach the leader the id; an answer under an older
+    epoch of the id does."""
+    a = acc(enable_idempotence=True, linger_ms=0, batch_size=100, max_in_flight=3)
+    lead = leaders({T0: (1, 0)})
+
+    def ready(n: int, now: float) -> None:
+        for i in range(n):
+            a.append(T0, i, None, b"x" * 70, now=now)       # one batch each
+        a.expedite([T0])                                     # the last one too: all are complete
+
+    def seqs(batches: list[Any]) -> list[tuple[int, int, int]]:
+        return [(b.producer_id, b.producer_epoch, b.base_sequence) for b in batches]
+
+    a.set_producer_identity(1, 0)
+    ready(6, now=0)
+    [b0] = drain_all(a, 0, lead)                             # the first alone
+    assert a.on_batch_error(b0, NotLeaderOrFollowerError(), now=1, leader_epoch=0).retry
+    [again] = drain_all(a, 1000, lead)                       # refused: still one at a time, the retry first
+    assert again is b0 and seqs([b0]) == [(1, 0, 0)]
+    assert a.on_batch_success(b0, 0, now=1001)
+    first = drain_all(a, 1001, lead)                         # acknowledged: pipelined up to max_in_flight
+    assert seqs(first) == [(1, 0, 1), (1, 0, 2), (1, 0, 3)]
+    for b in first:
+        a.on_batch_success(b, 0, now=1002)
+
+    a.set_producer_identity(1, 1)                            # epoch bump of the known id
+    bumped = drain_all(a, 1002, lead)
+    assert seqs(bumped) == [(1, 1, 0), (1, 1, 1)]            # pipelined at once, from sequence 0
+    for b in bumped:
+        a.on_batch_success(b, 0, now=1003)
+
+    ready(1, now=1003)
+    [old] = drain_all(a, 1003, lead)                         # in flight under the known id ...
+    a.set_producer_identity(2, 0)                            # ... when a new one comes
+    ready(3, now=1003)
+    assert drain_all(a, 1003, lead) == []                    # the new id waits for the old one's batch
+    assert a.on_batch_success(old, 0, now=1004)              # acknowledged under id 1: says nothing of id 2
+    [n0] = drain_all(a, 1004, lead)
+    assert seqs([n0]) == [(2, 0, 0)]                         # one at a time again
+    a.set_producer_identity(2, 1)                            # bumped while id 2's first batch is out
+    assert a.on_batch_success(n0, 0, now=1005)               # its answer under epoch 0 still makes id 2 known
+    assert seqs(drain_all(a, 1005, lead)) == [(2, 1, 0), (2, 1, 1)]
+
+
+def test_without_idempotence_the_first_batches_pipeline_at_once() -> None:
+    """The producer-id gate is for idempotent partitions only: without sequences nothing tells a broker the order
+    anyway (Kafka's documented reordering with several requests in flight), so the first batches go together."""
+    a = acc(linger_ms=0, batch_size=100)
+    for i in range(3):
+        a.append(T0, i, None, b"x" * 70, now=0)
+    a.expedite([T0])
+    assert [b.index for b in drain_all(a, 0, leaders({T0: (1, 0)}))] == [0, 1, 2]
 
 
 def test_without_idempotence_a_move_does_not_hold_newer_batches() -> None:

@@ -35,6 +35,15 @@ def drain_one(acc: RecordAccumulator, now: float) -> Any:
     return batch
 
 
+def acknowledge_one(acc: RecordAccumulator) -> None:
+    """The leader acknowledges one batch (one record, sequence 0) of the current producer id, as it must before
+    an idempotent partition pipelines (``RecordAccumulator._blocked``): the batches after it start at sequence 1."""
+    acc.append(T0, 0, None, b"first", (), None, now=0)
+    acc.expedite([T0])
+    first = drain_one(acc, 0)
+    assert first.base_sequence == 0 and acc.on_batch_success(first, 0, 0)
+
+
 def decoded(batch: Any) -> list[tuple[int, bytes | None, bytes | None, list[Any]]]:
     [view] = list(read_batches(batch.payload.build()))
     return [(r.timestamp, r.key, r.value, list(r.headers)) for r in view.records()]
@@ -51,6 +60,7 @@ def test_a_refused_batch_is_split_in_order_and_keeps_completions_and_sequences(i
     acc = make(enable_idempotence=idempotent, hooks=Hooks([hook]))
     if idempotent:
         acc.set_producer_identity(7, 2)
+        acknowledge_one(acc)    # so that the newer batch below may be pipelined behind the one refused
     done: dict[int, Any] = {}
     # 20 single records (with headers and their own timestamps), then a send_many run of 30, then 10 singles
     for i in range(20):
@@ -64,12 +74,12 @@ def test_a_refused_batch_is_split_in_order_and_keeps_completions_and_sequences(i
     used_before = acc.buffered_bytes
     big = drain_one(acc, 10)
     records = decoded(big)
-    assert big.record_count == 60 and big.base_sequence == (0 if idempotent else -1)
+    assert big.record_count == 60 and big.base_sequence == (1 if idempotent else -1)
     # a newer batch of the partition, drained behind it (pipelined): it keeps its place and sequence
     acc.append(T0, 9_000, None, b"later", (), lambda md, err: done.__setitem__("later", err or md), now=20)
     acc.expedite([T0])          # ready behind the batch in flight (a lingered one would wait for its answer)
     later = drain_one(acc, 30)
-    assert later.base_sequence == (60 if idempotent else -1)
+    assert later.base_sequence == (61 if idempotent else -1)
 
     pieces = acc.split(big, now=40)
 
@@ -83,7 +93,7 @@ def test_a_refused_batch_is_split_in_order_and_keeps_completions_and_sequences(i
     assert [p.index for p in pieces] == sorted(p.index for p in pieces) and pieces[-1].index < later.index
     if idempotent:   # the refused batch's sequences, divided: the batch behind it stays valid
         seqs = [p.base_sequence for p in pieces]
-        assert seqs[0] == 0 and all(seqs[i + 1] == seqs[i] + pieces[i].record_count for i in range(len(seqs) - 1))
+        assert seqs[0] == 1 and all(seqs[i + 1] == seqs[i] + pieces[i].record_count for i in range(len(seqs) - 1))
         assert all(state_of(p) == (7, 2, p.base_sequence) for p in pieces)
     assert acc.incomplete_batches == len(pieces) + 1
     # the pieces hold the records' memory (their estimates and a header each) instead of the refused batch

@@ -137,6 +137,17 @@ def finish(sender: Sender, node: int, batches: list[Any], response: dict[str, An
     sender._handle_response(node, response, batches, clock())   # noqa: SLF001
 
 
+def acknowledge_one(sender: Sender, clock: FakeClock, tasks: TaskRecorder, tp: TopicPartition = TP) -> None:
+    """The leader of ``tp`` acknowledges one batch (one record, sequence 0) of the producer id, as it must before
+    an idempotent partition pipelines (``RecordAccumulator._blocked``): the batches after it start at sequence 1."""
+    sender.acc.append(tp, 0, None, b"first", (), None, now=clock())
+    sender.acc.expedite([tp])
+    sender._turn()                                  # noqa: SLF001
+    [(node, [batch])] = tasks.produces()
+    assert batch.tp == tp and batch.base_sequence == 0
+    finish(sender, node, [batch], ok_response(0, partition=tp.partition), clock)
+
+
 async def test_sleeps_until_linger_end_then_sends_to_the_leader() -> None:
     sender, clock, tasks, results = await make()
     append(sender, clock, results)
@@ -342,6 +353,7 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     """Java's canRetry: the later batch's gap closes with the older batch's retry, so it is retried with its
     sequence; in a transaction too (it made the transaction abortable before: a needless abort under chaos)."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    acknowledge_one(sender, clock, tasks)
     append(sender, clock, results, b"a" * 40)      # batch 0
     append(sender, clock, results, b"b" * 40)      # batch 1 (batch 0 is full)
     sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
@@ -349,7 +361,7 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     sender._turn()                                  # noqa: SLF001 - batch 0 goes out
     sender._turn()                                  # noqa: SLF001 - batch 1 pipelined behind it
     sent = tasks.produces()
-    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1]
+    assert [b.base_sequence for _, bs in sent for b in bs] == [1, 2]
     first, second = sent[0][1], sent[1][1]
     txn = _Txn()
     if transactional:
@@ -357,8 +369,38 @@ async def test_out_of_order_behind_a_failed_older_batch_is_retried_with_its_sequ
     finish(sender, 1, first, error_response(errors.NotEnoughReplicasError.errno), clock)   # retriable
     finish(sender, 1, second, error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
     assert results == []                            # nothing failed: both will be resent in order
-    assert second[0].base_sequence == 1 and not second[0].done
+    assert second[0].base_sequence == 2 and not second[0].done
     assert txn.core.abortable_errors == []
+
+
+async def test_a_refused_first_batch_is_not_overtaken_while_the_leader_does_not_know_the_producer_id() -> None:
+    """A Kafka broker takes any first sequence from a producer id it has no state for on the partition: had the
+    second batch gone out behind the first, the first refused unwritten (NOT_ENOUGH_REPLICAS) would let the second
+    be written ahead of it (Apache Kafka 4.4: records 28..70 of a partition ahead of record 1). The second goes
+    only once the first's retry is acknowledged, so the broker sees sequence 0, then 1."""
+    sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    append(sender, clock, results, b"a" * 40)       # batch 0
+    append(sender, clock, results, b"b" * 40)       # batch 1 (batch 0 is full)
+    sender.acc.expedite([TP])                       # both complete: only the gate holds batch 1
+    clock.now += 5
+    sender._turn()                                  # noqa: SLF001
+    sender._turn()                                  # noqa: SLF001
+    [(node, first)] = tasks.produces()              # batch 0 alone
+    assert node == 1 and first[0].base_sequence == 0
+    finish(sender, 1, first, error_response(errors.NotEnoughReplicasError.errno), clock)   # not written
+    sender._turn()                                  # noqa: SLF001
+    assert tasks.produces() == []                   # batch 1 does not overtake the retry's backoff
+    clock.now += 100
+    sender._turn()                                  # noqa: SLF001
+    sender._turn()                                  # noqa: SLF001
+    [(_, retried)] = tasks.produces()
+    assert retried == first                         # the retry alone: batch 1 still waits for its answer
+    finish(sender, 1, retried, ok_response(0), clock)
+    sender._turn()                                  # noqa: SLF001
+    [(_, second)] = tasks.produces()
+    assert (second[0].producer_epoch, second[0].base_sequence) == (0, 1)
+    finish(sender, 1, second, ok_response(1), clock)
+    assert [md.offset for md in results] == [0, 1] and not sender._identity_reset_wanted   # noqa: SLF001
 
 
 def init_pid_started(tasks: TaskRecorder) -> bool:
@@ -404,6 +446,7 @@ async def test_an_expired_batch_whose_successor_was_acknowledged_needs_no_bump()
     """Java's sequence resolution: a batch expired in flight, but the broker then acknowledged the next one of
     its partition, which it only does after writing the expired one; the sequence has no gap, the epoch stays."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    acknowledge_one(sender, clock, tasks)
     first_created = clock.now
     append(sender, clock, results, b"a" * 40)               # batch 0
     clock.now += 5
@@ -425,7 +468,7 @@ async def test_an_expired_batch_whose_successor_was_acknowledged_needs_no_bump()
     sender._turn()                                          # noqa: SLF001
     assert sender.acc.producer_epoch == 0 and not sender._identity_reset_wanted   # noqa: SLF001
     [(_, b2)] = tasks.produces()
-    assert (b2[0].producer_epoch, b2[0].base_sequence) == (0, 2)
+    assert (b2[0].producer_epoch, b2[0].base_sequence) == (0, 3)
 
 
 async def test_a_gapped_partition_is_held_while_a_healthy_one_keeps_sending() -> None:
@@ -437,6 +480,7 @@ async def test_a_gapped_partition_is_held_while_a_healthy_one_keeps_sending() ->
     def append1(value: bytes) -> None:
         sender.acc.append(tp1, 0, None, value, (), lambda md, err: results.append(err or md), now=clock())
 
+    acknowledge_one(sender, clock, tasks)                   # p0 may pipeline (p1 sends one batch at a time)
     created = clock.now
     append(sender, clock, results, b"a" * 40)               # p0 batch 0
     clock.now += 5
@@ -586,13 +630,14 @@ async def test_the_bump_waits_for_in_flight_batches_and_holds_new_sends() -> Non
     """Batches in flight under the old epoch finish first (they keep their order); nothing new goes out under
     the gapped epoch meanwhile."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    acknowledge_one(sender, clock, tasks)
     append(sender, clock, results, b"a" * 40)       # batch 0
     append(sender, clock, results, b"b" * 40)       # batch 1
     sender.acc.expedite([TP])                       # ready behind the batch in flight (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001 - both go out, pipelined
     sent = tasks.produces()
-    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1]
+    assert [b.base_sequence for _, bs in sent for b in bs] == [1, 2]
     finish(sender, 1, sent[0][1], error_response(errors.InvalidRecordError.errno), clock)   # batch 0 fails
     append(sender, clock, results, b"c" * 40)       # batch 2
     clock.now += 5
@@ -608,15 +653,16 @@ async def test_the_bump_waits_for_in_flight_batches_and_holds_new_sends() -> Non
 
 async def test_one_turn_pipelines_ready_batches_up_to_the_in_flight_limit() -> None:
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    acknowledge_one(sender, clock, tasks)
     for i in range(8):
         append(sender, clock, results, bytes([65 + i]) * 40)     # 8 full batches of one partition
     sender._turn()                                  # noqa: SLF001 - full batches do not wait for linger
     sent = tasks.produces()
     assert len(sent) == 5                           # max_in_flight_requests_per_connection
-    assert [b.base_sequence for _, bs in sent for b in bs] == [0, 1, 2, 3, 4]
-    finish(sender, 1, sent[0][1], ok_response(0), clock)
+    assert [b.base_sequence for _, bs in sent for b in bs] == [1, 2, 3, 4, 5]
+    finish(sender, 1, sent[0][1], ok_response(1), clock)
     sender._turn()                                  # noqa: SLF001
-    assert [b.base_sequence for _, bs in tasks.produces() for b in bs] == [5]
+    assert [b.base_sequence for _, bs in tasks.produces() for b in bs] == [6]
 
 
 async def test_records_behind_a_request_in_flight_wait_for_its_answer_and_go_in_one_request() -> None:
@@ -658,6 +704,7 @@ async def test_a_gap_behind_a_retry_under_a_fresh_bump_is_not_a_refusal() -> Non
     """Under a bumped, not yet confirmed epoch, OUT_OF_ORDER_SEQUENCE_NUMBER for sequence 1 pipelined behind a
     retriable failure of sequence 0 is the usual "behind a retry" case, not the broker refusing the bump."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=64)
+    acknowledge_one(sender, clock, tasks)           # an epoch bump of a known producer id pipelines at once
     append(sender, clock, results, b"a" * 40)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001
@@ -686,13 +733,14 @@ async def test_message_too_large_splits_the_batch_and_sends_the_pieces_at_once()
     OUT_OF_ORDER_SEQUENCE_NUMBER) is retried behind them. A lone record refused so fails with the error, and the
     gap it leaves is closed as any other (KIP-360: a new epoch for what follows)."""
     sender, clock, tasks, results = await make(idempotent=True, batch_size=4_200)
+    acknowledge_one(sender, clock, tasks)           # offset 0, sequence 0
     for i in range(8):
         append(sender, clock, results, b"%d" % i + b"x" * 999)
     sender.acc.expedite([TP])                       # the second batch goes behind the first (not only lingered)
     clock.now += 5
     sender._turn()                                  # noqa: SLF001
     [big], [behind] = [bs for _, bs in tasks.produces()]     # 4 records each (the batch size), both in flight
-    assert (big.record_count, big.base_sequence, behind.base_sequence) == (4, 0, 4)
+    assert (big.record_count, big.base_sequence, behind.base_sequence) == (4, 1, 5)
     finish(sender, 1, [big], error_response(errors.MessageSizeTooLargeError.errno), clock)
     finish(sender, 1, [behind], error_response(errors.OutOfOrderSequenceNumberError.errno), clock)
     assert results == [] and not sender._identity_reset_wanted     # noqa: SLF001 - nothing failed, no gap
@@ -702,20 +750,20 @@ async def test_message_too_large_splits_the_batch_and_sends_the_pieces_at_once()
         return [(b.record_count, b.base_sequence, b.attempts) for _, bs in tasks.produces() for b in bs]
 
     pieces = [b for b in sender.acc.batches() if b.piece]
-    assert sent() == [(2, 0, 0)]                    # one piece at a time: the next waits for it
-    finish(sender, 1, [pieces[0]], ok_response(0), clock)
+    assert sent() == [(2, 1, 0)]                    # one piece at a time: the next waits for it
+    finish(sender, 1, [pieces[0]], ok_response(1), clock)
     sender._turn()                                  # noqa: SLF001
-    assert sent() == [(2, 2, 0)]
+    assert sent() == [(2, 3, 0)]
     finish(sender, 1, [pieces[1]], error_response(errors.MessageSizeTooLargeError.errno), clock)   # halved again
     sender._turn()                                  # noqa: SLF001
-    assert sent() == [(1, 2, 0)]
-    singles = [b for b in sender.acc.batches() if b.piece]
-    finish(sender, 1, singles[:1], ok_response(2), clock)
-    sender._turn()                                  # noqa: SLF001
     assert sent() == [(1, 3, 0)]
+    singles = [b for b in sender.acc.batches() if b.piece]
+    finish(sender, 1, singles[:1], ok_response(3), clock)
+    sender._turn()                                  # noqa: SLF001
+    assert sent() == [(1, 4, 0)]
     finish(sender, 1, singles[1:2], error_response(errors.MessageSizeTooLargeError.errno), clock)   # one record
     assert len(results) == 4 and isinstance(results[-1], errors.MessageSizeTooLargeError)
-    assert [md.offset for md in results[:3]] == [0, 1, 2]
+    assert [md.offset for md in results[:3]] == [1, 2, 3]
     clock.now += 1_000
     sender._turn()                                  # noqa: SLF001
     [resent] = [b for _, bs in tasks.produces() for b in bs]
