@@ -14,6 +14,7 @@ Every method takes ``now`` in monotonic milliseconds; nothing here reads a clock
 
 from __future__ import annotations
 
+import base64
 import enum
 import uuid
 from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
@@ -35,6 +36,16 @@ JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2   # KIP-848: a static member leaves but will come back with the same instance id
 
+
+def new_member_id() -> str:
+    """A random member id as the Java client and librdkafka spell one (KIP-1082): 16 random bytes in URL-safe
+    base64 without padding, 22 characters, never starting with '-' (Java's rule, for command-line tools).
+    The brokers keep it per record a share group acquires for the member (librdkafka's mock copies it into
+    every record's state), so the shorter form of a UUID is also the cheaper one to hold."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 class MemberPhase(enum.Enum):
     JOINING = "joining"      # epoch 0 sent or to be sent
@@ -64,7 +75,7 @@ class HeartbeatMembership(Generic[Req]):
             raise errors.ConfigError(f"max_poll_interval_ms: must be a positive int, got {max_poll_interval_ms!r}")
         self.group_id = group_id
         #: KIP-1082: the client makes its member id once and keeps it for its whole life
-        self.member_id = member_id or str(uuid.uuid4())
+        self.member_id = member_id or new_member_id()
         self.rack_id = rack_id
         self.member_epoch = JOIN_EPOCH
         self.phase = MemberPhase.JOINING
