@@ -117,12 +117,13 @@ class ClientRuntime:
     # ------------------------------------------------------------------ life-cycle
     async def start(self, start_tasks: StartTasks | None = None, *, before_bootstrap: Callable[[], None] | None = None,
                     on_failure: Callable[[errors.ClientClosedError], None] | None = None,
-                    on_abort: Callable[[], None] | None = None) -> None:
+                    on_abort: Callable[[], None] | None = None, coordinators: Iterable[str] = ()) -> None:
         """Bootstrap and start the background tasks: the metadata refresher, telemetry, then ``start_tasks(tg)``.
 
         ``before_bootstrap`` runs first (the topics the bootstrap Metadata asks for); ``on_failure`` is handed the
         ``ClientClosedError`` a background task's failure becomes (the client's next call raises it); when the start
-        fails, ``on_abort`` runs and everything begun is released before the error propagates."""
+        fails, ``on_abort`` runs and everything begun is released before the error propagates. ``coordinators``: the
+        group ids whose coordinators the bootstrap looks up alongside its Metadata (``Cluster.start``)."""
         if self.closed:
             raise errors.ClientClosedError(f"{self.role} is closed: create a new {self._class_name}")
         if self.started:
@@ -136,7 +137,7 @@ class ClientRuntime:
                 before_bootstrap()
             if self.telemetry is not None:
                 self.telemetry.prepare()          # the series are kept from the client's first request
-            await self.cluster.start(task_group)
+            await self.cluster.start(task_group, coordinators=coordinators)
             if self.telemetry is not None:
                 self.telemetry.start(task_group)
             if start_tasks is not None:

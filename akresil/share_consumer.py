@@ -147,14 +147,19 @@ class ShareConsumer(ClientLifecycle):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Bootstrap, then fetch and join the share group; ``close()`` may then run in any task (``async with``)."""
+        """Bootstrap (the group's FindCoordinator goes alongside its Metadata), then join the share group and fetch;
+        ``close()`` may then run in any task (``async with``)."""
+        assert self.config.group_id is not None       # checked in __init__
         await self._runtime.start(self._start_tasks, before_bootstrap=partial(self._cluster.set_topics, self._topics),
-                                  on_failure=self._fetcher._fail)
+                                  on_failure=self._fetcher._fail, coordinators=(self.config.group_id,))
 
     async def _start_tasks(self, tg: anyio.abc.TaskGroup) -> None:
+        """The membership first: its first heartbeat (and the coordinator's connection it opens) is what the first
+        fetch waits for, so it goes out ahead of the leaders' connections (their set-up round trips would queue
+        in front of it on a broker with one thread for all, as librdkafka's mock has)."""
+        await tg.start(self._group.run)
         await tg.start(self._fetcher.run)
         self._fetcher.connect_leaders(self._topics)
-        await tg.start(self._group.run)
         self._cluster.on_metadata_change(self._warn_missing_topics)
         self._warn_missing_topics()      # the bootstrap Metadata already answered for the subscription
 

@@ -132,10 +132,14 @@ class Cluster:
             self._ssl = ssl.create_default_context()
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Bootstrap (first Metadata) and start the background metadata refresher in ``task_group``."""
+    async def start(self, task_group: anyio.abc.TaskGroup, *, coordinators: Iterable[str] = ()) -> None:
+        """Bootstrap (first Metadata) and start the background metadata refresher in ``task_group``.
+
+        ``coordinators``: group ids whose coordinator to look up on the bootstrap connection alongside the first
+        Metadata (``CoordinatorLocator.prefetch``), so a member's first ``find`` is answered from the cache
+        instead of a FindCoordinator round trip after the bootstrap."""
         self._tg = task_group
-        await self._bootstrap_metadata()
+        await self._bootstrap_metadata(tuple(coordinators))
         task_group.start_soon(self._refresher, name="akresil-metadata-refresher")
 
     async def close(self) -> None:
@@ -402,7 +406,7 @@ class Cluster:
                 self.request_metadata_refresh("wait", missing=True)
                 await changed.wait()
 
-    async def _bootstrap_metadata(self) -> None:
+    async def _bootstrap_metadata(self, coordinators: tuple[str, ...] = ()) -> None:
         """The first Metadata, from any bootstrap server, in rounds over all of them for at most
         ``bootstrap_timeout_ms`` (one deadline for the whole wait, a connect or request in progress included).
 
@@ -425,6 +429,13 @@ class Cluster:
                 for i, (host, port) in enumerate(self._bootstrap):
                     trying = f"{host}:{port}"
                     try:
+                        if coordinators:
+                            # connected first, so the lookups go on this connection (pipelined with the Metadata)
+                            await self.connection(-(i + 1))
+                            assert self._tg is not None
+                            for key in coordinators:
+                                self._tg.start_soon(self.coordinators.prefetch, key, -(i + 1))
+                            coordinators = ()
                         await self._refresh_from(-(i + 1))
                         return
                     except errors.AuthenticationError:

@@ -81,10 +81,28 @@ class CoordinatorLocator:
             self._cache[entry] = node
             return node
 
-    async def _lookup(self, key: str, key_type: int) -> int:
+    async def prefetch(self, key: str, node_id: int, key_type: int = GROUP) -> None:
+        """Look ``key``'s coordinator up on ``node_id`` now and cache it (a client's start: on the bootstrap
+        connection, alongside the first Metadata, rather than one round trip after it). A ``find`` meanwhile waits
+        for this lookup; a failure is only logged, and the next ``find`` asks again as it would have."""
+        entry = (key_type, key)
+        async with self._locks.setdefault(entry, anyio.Lock()):
+            if entry in self._cache:
+                return
+            try:
+                self._cache[entry] = await self._lookup(key, key_type, node_id)
+            except Exception as exc:   # noqa: BLE001 (find() asks again and reports)
+                log.debug("early FindCoordinator for %r on node %s failed: %s", key, node_id, exc)
+
+    async def _lookup(self, key: str, key_type: int, via: int | None = None) -> int:
+        """FindCoordinator for ``key`` on node ``via`` (default: the least loaded node, others on failure)."""
         cluster = self._cluster
-        _, version, response = await cluster.request_any(ApiKey.FIND_COORDINATOR, find_coordinator_body(key, key_type),
-                                                         min_version=1 if key_type else 0)
+        body = find_coordinator_body(key, key_type)
+        min_version = 1 if key_type else 0
+        if via is None:
+            _, version, response = await cluster.request_any(ApiKey.FIND_COORDINATOR, body, min_version=min_version)
+        else:
+            version, response = await cluster.request(via, ApiKey.FIND_COORDINATOR, body, min_version=min_version)
         code, node_id, host, port = find_coordinator_result(response, version, key)
         if code:
             raise error_for(code, f"FindCoordinator for {key!r}")
