@@ -16,6 +16,7 @@ under the application's own call (seen as a bare cancellation, not as the authen
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import random
 import socket
@@ -469,6 +470,8 @@ class Cluster:
         resolver that is temporarily down (EAI_AGAIN) is left to the retry rounds."""
         missing: dict[str, str] = {}
         for host, port in self._bootstrap:
+            if _is_ip_literal(host):
+                continue        # nothing to resolve: no resolver thread hop before the first connection
             try:
                 await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except socket.gaierror as exc:
@@ -589,6 +592,15 @@ def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_crea
 
 
 #: getaddrinfo's definite "this name does not exist" answers (EAI_NODATA is not defined everywhere)
+def _is_ip_literal(host: str) -> bool:
+    """An IPv4 or IPv6 address (``[...]`` already stripped): there is no name to resolve."""
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])      # an IPv6 zone id does not parse
+    except ValueError:
+        return False
+    return True
+
+
 _NO_SUCH_NAME = frozenset(code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
                           if code is not None)
 

@@ -131,3 +131,18 @@ def test_the_share_consumer_joins_before_it_connects_to_the_leaders_and_looks_it
     monkeypatch.setattr(ClientRuntime, "start", runtime_start)        # the bootstrap itself is tested above
     anyio.run(c.start)
     assert order == ["bootstrap ('g',)", "membership", "fetcher", "leader connections"]
+
+
+def test_bootstrap_addresses_given_as_ip_literals_are_not_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check that a bootstrap name exists asked the resolver (a worker thread) for every address, an IP literal
+    too: a thread hop per address before the first connection (three on librdkafka's mock)."""
+    asked: list[str] = []
+
+    async def getaddrinfo(host: str, port: int, **_: Any) -> list[Any]:
+        asked.append(host)
+        return []
+
+    monkeypatch.setattr(anyio, "getaddrinfo", getaddrinfo)
+    config = resolve("consumer", {"bootstrap_servers": "127.0.0.1:9092,[::1]:9093,[fe80::1%eth0]:9094,kafka.example:9095"})
+    anyio.run(Cluster(config)._check_bootstrap_resolves)
+    assert asked == ["kafka.example"]
