@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,10 @@ class CliBroker:
         return self.stderr_path.read_text(errors="replace")
 
 
+#: the CLI in the background (its stdin not ours), interrupted as Ctrl-C would once the shell's stdin closes
+_CTRL_C_ON_EOF = 'trap "" INT; "$@" </dev/null & child=$!; read _ignored; kill -INT "$child"; wait "$child"'
+
+
 @pytest.fixture(scope="package")
 def kafka_cli_broker() -> Iterator[CliBroker]:
     """One embedded Apache Kafka for this folder's tests that check what a user meets on the default broker: started
@@ -45,15 +48,19 @@ def kafka_cli_broker() -> Iterator[CliBroker]:
     with tempfile.TemporaryDirectory(prefix="akresil-cli-broker-") as tmp:
         stderr_path = Path(tmp) / "stderr.log"
         with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "akresil", "broker", "--kind", "kafka"],
-                                    stdout=subprocess.PIPE, stderr=err, env=env)
+            # under a shell that sends the CLI its Ctrl-C when our end of its stdin closes: at the end of the folder,
+            # or when this run dies without finalizers (pytest-timeout's exit), which left the CLI and its broker up
+            proc = subprocess.Popen(["/bin/sh", "-c", _CTRL_C_ON_EOF, "akresil-cli-broker",
+                                     sys.executable, "-m", "akresil", "broker", "--kind", "kafka"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
         try:
-            assert proc.stdout is not None
+            assert proc.stdout is not None and proc.stdin is not None
             address = proc.stdout.readline().decode().strip()     # printed once the broker answers
             assert address, f"akresil broker --kind kafka printed no address:\n{stderr_path.read_text()}"
             yield CliBroker(address, proc, stderr_path)
         finally:
-            proc.send_signal(signal.SIGINT)
+            assert proc.stdin is not None
+            proc.stdin.close()
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
