@@ -45,8 +45,8 @@ def test_error_table_of_the_heartbeat_only_protocols() -> None:
 
 def test_a_new_member_id_is_a_random_uuid_in_url_safe_base64() -> None:
     """The form the Java client and librdkafka use (22 characters): a broker keeps the member id with every record a
-    share group acquires for the member, and librdkafka's mock walked its 36-character form ~15 % slower (its
-    per-record states no longer fit the L1 cache)."""
+    share group acquires for the member, and librdkafka's mock spent ~12 % more CPU per round with the 36-character
+    form (docs/benchmarks.md, issue 35 item 5)."""
     ids = {new_member_id() for _ in range(2_000)}
     assert len(ids) == 2_000
     for text in ids:
