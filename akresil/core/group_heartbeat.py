@@ -47,6 +47,7 @@ def new_member_id() -> str:
         if not text.startswith("-"):
             return text
 
+
 class MemberPhase(enum.Enum):
     JOINING = "joining"      # epoch 0 sent or to be sent
     STABLE = "stable"        # has an epoch from the coordinator
