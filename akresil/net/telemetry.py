@@ -50,6 +50,8 @@ class TelemetryPusher:
         self._node: int | None = None
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        #: set when the push at the broker now is answered (or failed); None while none is out
+        self._pushing: anyio.Event | None = None
         #: fired after every answer, failure and at the end: what ``instance_id()`` waits for
         self._changed = Broadcast()
         #: why no instance id will come (the error class and its message), while the cluster gave none
@@ -103,6 +105,12 @@ class TelemetryPusher:
         """Stop the loop; when pushes were under way, send the terminating push (waiting at most
         ``TERMINATING_PUSH_TIMEOUT_MS`` for its answer); release the metrics."""
         self._closed = True
+        pushing = self._pushing
+        if pushing is not None:
+            # a push the broker may be taking in already: wait for its answer (bounded), or its deltas, never
+            # marked as pushed, would go again in the terminating push and the broker would count them twice
+            with anyio.move_on_after(TERMINATING_PUSH_TIMEOUT_MS / 1000.0):
+                await pushing.wait()
         if self._scope is not None:
             self._scope.cancel()
         if self._done is not None:
@@ -203,9 +211,15 @@ class TelemetryPusher:
                         len(data), CODEC_NAMES.get(codec, codec), subscription.max_bytes)
             state.skip_push(clock())
             return
-        _, response = await self._cluster.request(node, ApiKey.PUSH_TELEMETRY, {
-            "client_instance_id": subscription.client_instance_id, "subscription_id": subscription.subscription_id,
-            "terminating": terminating, "compression_type": codec, "metrics": data})
+        pushing = self._pushing = anyio.Event()
+        try:
+            _, response = await self._cluster.request(node, ApiKey.PUSH_TELEMETRY, {
+                "client_instance_id": subscription.client_instance_id,
+                "subscription_id": subscription.subscription_id,
+                "terminating": terminating, "compression_type": codec, "metrics": data})
+        finally:
+            self._pushing = None
+            pushing.set()
         error = int(response.get("error_code") or 0)
         if error == 0 and self.metrics is not None:
             self.metrics.pushed(snapshot, now_ns)

@@ -14,6 +14,7 @@ retries went and how they were spaced.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import contextlib
 import struct
 from dataclasses import dataclass, field
@@ -111,6 +112,8 @@ class ScriptedCluster:
                     continue
                 self.requests.append(Request(node, key, version, body, asyncio.get_running_loop().time()))
                 answer = self._metadata() if key == ApiKey.METADATA else self.handler(node, key, version, body)
+                if inspect.isawaitable(answer):      # a handler may hold its answer (an ``async def`` handler)
+                    answer = await answer
                 if answer is None:
                     return
                 writer.write(api.encode_response(key, version, cid, answer))

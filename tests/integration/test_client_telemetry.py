@@ -5,6 +5,8 @@ Kafka with a receiver plugin.)"""
 
 from __future__ import annotations
 
+import asyncio
+
 import uuid
 from typing import Any
 
@@ -84,6 +86,36 @@ async def test_subscribe_push_follow_a_new_subscription_and_terminate_on_close()
     assert sum(c.get("GetTelemetrySubscriptions", 0) for c in accepted) == 2
 
 
+async def test_a_push_under_way_at_close_is_answered_before_the_terminating_one_so_no_delta_goes_twice() -> None:
+    """close() while a periodic push is at the broker: the client waits for its answer (bounded) instead of giving it
+    up, so the terminating push carries only what happened after it; given up, its deltas went again (seen on Apache
+    Kafka: a producer's five records counted ten times)."""
+    pushes: list[dict[str, Any]] = []
+    held = asyncio.Event()
+
+    async def hold_then_accept() -> dict[str, Any]:
+        held.set()
+        await asyncio.sleep(0.3)
+        return {"error_code": 0}
+
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> Any:
+        if key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS:
+            return subscription(2)
+        assert key == ApiKey.PUSH_TELEMETRY
+        pushes.append(body)
+        return hold_then_accept() if len(pushes) == 1 else {"error_code": 0}
+
+    async with ScriptedCluster(handler, versions=OFFER_TELEMETRY) as cluster:
+        admin = Admin(bootstrap_servers=cluster.bootstrap_servers, client_id="telemetry-close")
+        async with admin:
+            await admin.describe_cluster()
+            with anyio.fail_after(30):
+                await held.wait()                  # the first periodic push is at the broker, its answer held
+        metadata_calls = len(cluster.calls(ApiKey.METADATA))
+    assert [p["terminating"] for p in pushes] == [False, True]
+    assert sum(request_counts(p).get("Metadata", 0) for p in pushes) == metadata_calls
+
+
 async def test_enable_metrics_push_false_asks_for_nothing() -> None:
     def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(f"unexpected request {ApiKey(key).name}")
@@ -102,6 +134,9 @@ async def test_client_instance_id_waits_for_the_id_the_broker_assigned() -> None
     from akresil import Consumer, Producer, ShareConsumer
 
     def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.FIND_COORDINATOR:      # the share consumer looks its group's coordinator up at start
+            return {"coordinators": [{"key": k, "node_id": 1, "host": "127.0.0.1", "port": cluster.ports[1],
+                                      "error_code": 0} for k in body["coordinator_keys"]]}
         assert key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, f"unexpected request {ApiKey(key).name}"
         return {**subscription(1), "requested_metrics": []}       # an id, and no metrics wanted
 
