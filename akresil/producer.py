@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_ERRORS = {errors.InvalidTopicError.errno, errors.TopicAuthorizationFailedError.errno}
 _NO_HEADERS: list[Header] = []     # shared, never mutated (the encoder only reads header lists)
-_wall_time = time.time
 _wall_time_ns = time.time_ns
 #: a large ``send_many`` yields to the event loop after about this many buffered bytes (at a batch boundary)
 _YIELD_BYTES = 256 * 1024
@@ -162,10 +161,9 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         #: enqueue yields once before its next record after ~_YIELD_BYTES went into batches that closed
         self._yield_due = False
         self._since_yield = 0
-        #: per topic: its TopicPartition objects, built once instead of once per record
-        self._tps: dict[str, list[TopicPartition]] = {}
         #: per topic: (metadata snapshot, partition count, its TopicPartitions) for the per-record path, which then
-        #: reads one entry instead of the snapshot's topics, the checked names and the TopicPartition lists
+        #: reads one entry instead of the snapshot's topics and the checked names; the TopicPartitions are built
+        #: once per topic (again only when it grows), not per record
         self._placing: dict[str, tuple[Any, int, list[TopicPartition]]] = {}
         #: per topic: (metadata snapshot, its partitions with a leader) — recomputed when the snapshot changes
         self._available: dict[str, tuple[Any, tuple[int, ...]]] = {}
@@ -656,7 +654,7 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
         done = anyio.Event()
         sink = (BulkCounts(items, done.set) if counted
                 else BulkCompletion(items, done.set, null_keys=null_keys, null_values=null_values))
-        ts = timestamp_ms if timestamp_ms is not None else int(_wall_time() * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else _wall_time_ns() // 1_000_000
         partitioner = self._partitioner
         runs: list[tuple[int | None, range | list[int]]]
         if partition is not None:
@@ -852,9 +850,11 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
             return None
         self._check_topic(topic)
         num = len(parts)
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) < num:
-            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(num)]
+        stale = self._placing.get(topic)
+        if stale is not None and len(stale[2]) >= num:
+            tps = stale[2]            # the snapshot changed, the topic's partitions did not grow
+        else:
+            tps = [TopicPartition(topic, i) for i in range(num)]
         placing = self._placing[topic] = (snapshot, num, tps)
         return placing
 

@@ -591,7 +591,6 @@ def metadata_request_body(topics: Iterable[str] | None, *, allow_auto_topic_crea
             "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
 
 
-#: getaddrinfo's definite "this name does not exist" answers (EAI_NODATA is not defined everywhere)
 def _is_ip_literal(host: str) -> bool:
     """An IPv4 or IPv6 address (``[...]`` already stripped): there is no name to resolve."""
     try:
@@ -601,6 +600,7 @@ def _is_ip_literal(host: str) -> bool:
     return True
 
 
+#: getaddrinfo's definite "this name does not exist" answers (EAI_NODATA is not defined everywhere)
 _NO_SUCH_NAME = frozenset(code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
                           if code is not None)
 

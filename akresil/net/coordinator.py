@@ -60,10 +60,11 @@ class CoordinatorLocator:
     def clear(self) -> None:
         self._cache.clear()
 
-    async def find(self, key: str, key_type: int = GROUP, *, stale: int | None = None) -> int:
+    async def find(self, key: str, key_type: int = GROUP, *, stale: int | None = None, via: int | None = None) -> int:
         """The coordinator's node id: cached, or asked with FindCoordinator (one lookup per key at a time).
 
-        ``stale``: the node the caller last used and saw fail; it is never returned from the cache. Raises the
+        ``stale``: the node the caller last used and saw fail; it is never returned from the cache. ``via``: the
+        node to ask (default: the least loaded, others on failure). Raises the
         transport error, ``ProtocolError``, the broker's error for the FindCoordinator answer, or
         ``CoordinatorNotAvailableError`` when the named node does not appear in the metadata in time."""
         entry = (key_type, key)
@@ -77,7 +78,7 @@ class CoordinatorLocator:
             node = self._cache.get(entry)     # another task's lookup may have answered meanwhile
             if node is not None:
                 return node
-            node = await self._lookup(key, key_type)
+            node = await self._lookup(key, key_type, via)
             self._cache[entry] = node
             return node
 
@@ -85,14 +86,10 @@ class CoordinatorLocator:
         """Look ``key``'s coordinator up on ``node_id`` now and cache it (a client's start: on the bootstrap
         connection, alongside the first Metadata, rather than one round trip after it). A ``find`` meanwhile waits
         for this lookup; a failure is only logged, and the next ``find`` asks again as it would have."""
-        entry = (key_type, key)
-        async with self._locks.setdefault(entry, anyio.Lock()):
-            if entry in self._cache:
-                return
-            try:
-                self._cache[entry] = await self._lookup(key, key_type, node_id)
-            except Exception as exc:   # noqa: BLE001 (find() asks again and reports)
-                log.debug("early FindCoordinator for %r on node %s failed: %s", key, node_id, exc)
+        try:
+            await self.find(key, key_type, via=node_id)
+        except Exception as exc:   # noqa: BLE001 (find() asks again and reports)
+            log.debug("early FindCoordinator for %r on node %s failed: %s", key, node_id, exc)
 
     async def _lookup(self, key: str, key_type: int, via: int | None = None) -> int:
         """FindCoordinator for ``key`` on node ``via`` (default: the least loaded node, others on failure)."""
