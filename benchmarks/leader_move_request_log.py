@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from akresil.bench.command import parse_broker_config
 from akresil.testing.kafka_cluster import KafkaCluster, KafkaNode
 from akresil.types import NewTopic
 
@@ -228,7 +229,7 @@ async def phase(cluster: KafkaCluster, name: str, tree: str, r: int, seconds: fl
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = [tuple(kv.split("=", 1)) for kv in args.trees.split(",") if kv]
     rows: list[dict[str, Any]] = []
-    broker_config = dict(kv.split("=", 1) for kv in args.broker_config.split(",") if kv)
+    broker_config = parse_broker_config(args.broker_config)
     async with LoggedCluster(brokers=3, broker_config=broker_config) as cluster:
         for r in range(args.rounds):
             order = trees if r % 2 == 0 else trees[::-1]

@@ -33,6 +33,7 @@ import anyio
 
 from akresil import Producer
 from akresil.protocol.api import ApiKey
+from akresil.bench.command import parse_broker_config
 from akresil.testing.kafka_cluster import KafkaCluster
 
 TOPIC = "trace-leader-move"
@@ -71,7 +72,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    broker_config = dict(kv.split("=", 1) for kv in args.broker_config.split(",") if kv)
+    broker_config = parse_broker_config(args.broker_config)
     rec = Recorder()
     latencies: list[tuple[float, float, int]] = []       # (scheduled ms, latency ms, partition)
     moves: list[dict[str, Any]] = []
