@@ -32,13 +32,13 @@ carries its partition's previous batch), it learns of its own move first.
 
 Ordering per partition: with ``max_in_flight == 1`` a partition has at most one batch in flight. With
 idempotence up to ``max_in_flight`` batches are in flight once the partition's leader has acknowledged a batch of
-the producer id (one at a time before that: a broker with no state for the id takes any first sequence, so a
-refused first batch could be overtaken), sequence numbers are assigned at first drain in
-queue order, a retried batch goes back into the queue in creation order (ahead of newer batches) and is
-resent only once no older batch of its partition is still outstanding; when the leader moves, newer batches
-wait for the old leader's answers to the batches in flight there (the new leader would refuse them as out of
-order). Without idempotence and with more
-than one request in flight, a retry may overtake (Kafka's documented behaviour).
+the producer id (one at a time before that, and again after ``PID_STATE_TRUST_MS`` without an acknowledgement:
+a broker with no state for the id takes any first sequence, so a refused first batch could be overtaken),
+sequence numbers are assigned at first drain in queue order, a retried batch goes back into the queue in creation
+order (ahead of newer batches) and is resent only once no older batch of its partition is still outstanding; when
+the leader moves, newer batches wait for the old leader's answers to the batches in flight there (the new leader
+would refuse them as out of order). Without idempotence and with more than one request in flight, a retry may
+overtake (Kafka's documented behaviour).
 
 Memory: every record reserves an upper-bound estimate of its encoded size (plus the batch header for a new
 batch) until its batch completes. When ``append`` finds no room it appends nothing; the shell registers a
@@ -64,6 +64,12 @@ from .events import Hooks
 from .retry import RetryDecision, backing_off, observe_leader_epoch, plan_retry
 
 _MAX_SEQUENCE = 2**31
+#: how long (ms) after its last acknowledgement a partition trusts its leader to still hold the producer id's state.
+#: A broker drops that state once the id wrote nothing there for ``producer.id.expiration.ms`` (1 day by default; a
+#: cluster may set far less), and is then lenient about the first sequence again, so an idle partition's next
+#: batch goes alone until it is acknowledged. That costs one round trip for a burst after an idle minute, nothing
+#: for a steady flow.
+PID_STATE_TRUST_MS = 60_000
 #: the part of delivery_timeout_ms an open batch accepts records for (see ``append_window_ms``)
 APPEND_WINDOW_FRACTION = 0.1
 _index_key = attrgetter("index")
@@ -134,7 +140,8 @@ class SpaceWaiter:
 
 
 class _Partition:
-    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "acked_sequence_end", "next_index", "known_pid")
+    __slots__ = ("tp", "queue", "in_flight", "next_sequence", "acked_sequence_end", "next_index", "known_pid",
+                 "known_at")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -146,6 +153,8 @@ class _Partition:
         self.next_index = 0
         #: the producer id the partition's leader acknowledged a batch of (-1: none yet); see ``_blocked``
         self.known_pid = -1
+        #: when (ms) the leader last acknowledged a batch of ``known_pid``: past ``PID_STATE_TRUST_MS`` it is forgotten
+        self.known_at = 0.0
 
 
 class RecordAccumulator:
@@ -620,6 +629,8 @@ class RecordAccumulator:
                 continue
             node, epoch = lead
             observe_leader_epoch(pq.queue[0], epoch)
+            if pq.known_pid >= 0 and not pq.in_flight and now - pq.known_at > PID_STATE_TRUST_MS:
+                pq.known_pid = -1                  # idle long enough that the leader may have dropped the id's state
             if node not in sendable or self._blocked(pq) or (pq.in_flight and self._left_behind(pq, node)):
                 continue
             candidates.setdefault(node, []).append((pq, epoch))
@@ -690,6 +701,7 @@ class RecordAccumulator:
         pq = self._take_in_flight(batch)
         if self.idempotent and batch.base_sequence >= 0 and batch.producer_id == self.producer_id:
             pq.known_pid = batch.producer_id       # any epoch: the leader now checks this id's sequences strictly
+            pq.known_at = now
             if batch.producer_epoch == self.producer_epoch:
                 pq.acked_sequence_end = (batch.base_sequence + batch.record_count) % _MAX_SEQUENCE
         if defer is not None:

@@ -620,6 +620,36 @@ def test_an_idempotent_partition_sends_one_batch_until_its_leader_knows_the_prod
     assert seqs(drain_all(a, 1005, lead)) == [(2, 1, 0), (2, 1, 1)]
 
 
+def test_an_idempotent_partition_idle_past_the_trust_window_sends_one_batch_until_acknowledged_again() -> None:
+    """A broker drops a producer id's state on a partition it wrote nothing to for ``producer.id.expiration.ms``
+    and then takes any first sequence again: after ``PID_STATE_TRUST_MS`` without an acknowledgement the partition
+    sends one batch at a time until its leader acknowledged one more; within the window it pipelines at once."""
+    from akresil.core.accumulator import PID_STATE_TRUST_MS
+    a = acc(enable_idempotence=True, linger_ms=0, batch_size=100, max_in_flight=3,
+            delivery_timeout_ms=10 * PID_STATE_TRUST_MS)
+    lead = leaders({T0: (1, 0)})
+    a.set_producer_identity(1, 0)
+
+    def ready(n: int, now: float) -> None:
+        for i in range(n):
+            a.append(T0, i, None, b"x" * 70, now=now)
+        a.expedite([T0])
+
+    acknowledge_one(a, T0, lead, now=0)
+    t = PID_STATE_TRUST_MS                                   # at the window's end: still trusted
+    ready(2, now=t)
+    batches = drain_all(a, t, lead)
+    assert len(batches) == 2
+    for b in batches:
+        assert a.on_batch_success(b, 0, now=t)
+    t = 2 * PID_STATE_TRUST_MS + 1                           # idle past the window since the last answer
+    ready(3, now=t)
+    [alone] = drain_all(a, t, lead)
+    assert drain_all(a, t + 5, lead) == []                   # the rest wait for its answer
+    assert a.on_batch_success(alone, 0, now=t + 10)
+    assert len(drain_all(a, t + 10, lead)) == 2              # known again: pipelined
+
+
 def test_without_idempotence_the_first_batches_pipeline_at_once() -> None:
     """The producer-id gate is for idempotent partitions only: without sequences nothing tells a broker the order
     anyway (Kafka's documented reordering with several requests in flight), so the first batches go together."""
