@@ -26,7 +26,7 @@ from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, A
                           AclBinding, AclBindingFilter, AlterConfigOp, ClientQuotaEntity, ClientQuotaFilter,
                           ClientQuotaOp, ConfigEntry, ConfigResource, ConfigSynonym, GroupDescription, GroupListing,
                           GroupOffset, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
-                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, TransactionDescription,
+                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, ShareGroupOffset, TransactionDescription,
                           TransactionListing, code_of, name_of)
 from .checks import EARLIEST as EARLIEST, LATEST as LATEST  # public here too (akresil.admin.EARLIEST)
 from .checks import (INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
                                     AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
                                     AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
-                                    DescribeAclsRequest,
+                                    DescribeAclsRequest, DescribeShareGroupOffsetsRequestTopic,
                                     ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
                                     OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions)
 
@@ -354,11 +354,14 @@ class Admin(ClientLifecycle):
         return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
     async def _topic_names_of(self, groups: Iterable[Mapping[str, Any]]) -> dict[bytes, str]:
-        """``{topic id: name}`` for the assignments of describe answers that name a topic by id only.
+        """``{topic id: name}`` for the assignments of describe answers that name a topic by id only."""
+        return await self._names_of_ids(_unnamed_topic_ids(groups))
+
+    async def _names_of_ids(self, unnamed: set[bytes]) -> dict[bytes, str]:
+        """``{topic id: name}`` covering ``unnamed``, the ids of topics an answer gave without their name.
 
         Brokers send the name beside the id; where one is empty the name comes from metadata, refreshed once
         when the id is not known yet. Empty when every topic is named (no metadata request then)."""
-        unnamed = _unnamed_topic_ids(groups)
         if not unnamed:
             return {}
         known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
@@ -366,6 +369,160 @@ class Admin(ClientLifecycle):
             await self._router.metadata(None)
             known = {tid: name for name, tid in self._cluster.metadata.snapshot.topic_ids.items()}
         return known
+
+    # ------------------------------------------------------------------ share groups (KIP-932)
+    async def list_share_group_offsets(
+            self, groups: Iterable[str] | Mapping[str, Iterable[TopicPartition] | None], *,
+            timeout_ms: int | None = None) -> ItemResults[str, dict[TopicPartition, ShareGroupOffset]]:
+        """Each share group's start offset, leader epoch and lag on every partition it has state for
+        (DescribeShareGroupOffsets to its coordinator), as Java's ``listShareGroupOffsets``.
+
+        ``groups``: group ids (every partition of each), or ``{group_id: partitions or None}``. A partition the
+        group has no state for (never read, or not there) has a ``start_offset`` of None. Kafka 4.4 answers a
+        group that does not exist, or is not a share group, with no partitions rather than an error
+        (``describe_share_groups`` tells which); a partition's error fails its group."""
+        where = "list_share_group_offsets"
+        if isinstance(groups, Mapping):
+            ids = group_id_list(list(groups), where)
+            wanted = {g: None if groups[g] is None else partition_list(groups[g], f"{where}: partitions of {g!r}")
+                      for g in ids}
+        else:
+            wanted = dict.fromkeys(group_id_list(groups, where))
+        call: AdminCall[str] = self._call(list(wanted), timeout_ms, "DescribeShareGroupOffsets for group")
+
+        def topics(g: str) -> list[DescribeShareGroupOffsetsRequestTopic] | None:
+            tps = wanted[g]
+            return None if tps is None else [{"topic_name": t, "partitions": ps}
+                                             for t, ps in partitions_by_topic(tps).items()]
+
+        async def send(node: int, keys: list[str]) -> None:
+            version, response = await self._cluster.request(node, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, {
+                "groups": [{"group_id": g, "topics": topics(g)} for g in keys]})
+            answered = [g for g in response["groups"] if g["group_id"] in call.pending]
+            names = await self._names_of_ids({bytes(t["topic_id"]) for g in answered for t in g["topics"]
+                                              if not t["topic_name"]})
+            for g in answered:
+                gid, code, message = g["group_id"], g["error_code"], g.get("error_message")
+                offsets: dict[TopicPartition, ShareGroupOffset] = {}
+                for t in g["topics"]:
+                    tid = bytes(t["topic_id"])
+                    topic = t["topic_name"] or names.get(tid) or topic_id_text(tid)
+                    for p in t["partitions"]:
+                        tp = TopicPartition(topic, p["partition_index"])
+                        if p["error_code"] and not code:    # e.g. COORDINATOR_LOAD_IN_PROGRESS: retried for the group
+                            code = p["error_code"]
+                            message = f"{tp.topic}-{tp.partition}: {p.get('error_message') or ''}"
+                        start, epoch, lag = p["start_offset"], p["leader_epoch"], p.get("lag", -1)
+                        offsets[tp] = ShareGroupOffset(start if start >= 0 else None, epoch if epoch >= 0 else None,
+                                                       lag if lag >= 0 else None)
+                call.answer(gid, code, f"share group {gid!r}", dict(sorted(offsets.items())), message)
+            _fail_unanswered(call, keys, {g["group_id"] for g in answered},
+                             f"DescribeShareGroupOffsets v{version} (node {node})")
+
+        return await self._router.run(call, self._router.coordinators({g: g for g in wanted}, GROUP), send)
+
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
+                                        timeout_ms: int | None = None) -> ItemResults[TopicPartition, None]:
+        """Set a share group's start offset on each partition (``{tp: offset}``): the group's members get
+        records from there on, as Java's ``alterShareGroupOffsets`` (``kafka-share-groups.sh --reset-offsets``).
+
+        The group must have no members: Kafka refuses otherwise (``NonEmptyGroupError`` naming the group, for
+        every partition); stop the share consumers first. A consumer group's id fails with
+        ``GroupIdNotFoundError``; an id no group has yet makes Kafka 4.4 create the share group with these
+        offsets."""
+        check_group_id(group_id, "group_id")
+        if not isinstance(offsets, Mapping):
+            raise TypeError(f"offsets: expected a mapping {{TopicPartition: offset}}, got {type(offsets).__name__}")
+        starts: dict[TopicPartition, int] = {}
+        for tp, offset in zip(partition_list(list(offsets), "offsets"), offsets.values()):
+            if not is_int(offset) or offset < 0:
+                raise ValueError(f"offsets: offset for {tp.topic}-{tp.partition} must be an int >= 0, got {offset!r}")
+            starts[tp] = offset
+        if not starts:
+            raise ValueError("alter_share_group_offsets: no partitions given")
+        call: AdminCall[TopicPartition] = self._call(list(starts), timeout_ms,
+                                                     f"AlterShareGroupOffsets (share group {group_id!r})")
+
+        async def send(node: int, tps: list[TopicPartition]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.ALTER_SHARE_GROUP_OFFSETS, {
+                "group_id": group_id, "topics": [{"topic_name": t, "partitions": [
+                    {"partition_index": p, "start_offset": starts[TopicPartition(t, p)]} for p in ps]}
+                    for t, ps in partitions_by_topic(tps).items()]})
+            if response["error_code"]:
+                for tp in tps:
+                    call.answer(tp, response["error_code"], f"share group {group_id!r}", None,
+                                response.get("error_message"))
+                return
+            answered: set[TopicPartition] = set()
+            for t in response["responses"]:
+                for p in t["partitions"]:
+                    tp = TopicPartition(t["topic_name"], p["partition_index"])
+                    answered.add(tp)
+                    call.answer(tp, p["error_code"], f"{tp.topic}-{tp.partition} of share group {group_id!r}", None,
+                                p.get("error_message"))
+            _fail_unanswered(call, tps, answered, f"AlterShareGroupOffsets (node {node})")
+
+        return await self._router.run(call, self._router.coordinators({tp: group_id for tp in starts}, GROUP), send)
+
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *,
+                                         timeout_ms: int | None = None) -> ItemResults[str, None]:
+        """Forget a share group's state on every partition of ``topics`` (per-topic results), as Java's
+        ``deleteShareGroupOffsets``: the group no longer reads them, and starts afresh
+        (``share.auto.offset.reset``) if it subscribes again. The group must have no members
+        (``NonEmptyGroupError`` naming the group otherwise)."""
+        check_group_id(group_id, "group_id")
+        names = topic_names(topics, "delete_share_group_offsets")
+        if not names:
+            raise ValueError("delete_share_group_offsets: no topics given")
+        call: AdminCall[str] = self._call(names, timeout_ms, f"DeleteShareGroupOffsets (share group {group_id!r})")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DELETE_SHARE_GROUP_OFFSETS, {
+                "group_id": group_id, "topics": [{"topic_name": t} for t in keys]})
+            if response["error_code"]:
+                for t in keys:
+                    call.answer(t, response["error_code"], f"share group {group_id!r}", None,
+                                response.get("error_message"))
+                return
+            for r in response["responses"]:
+                call.answer(r["topic_name"], r["error_code"], f"topic {r['topic_name']!r} of share group {group_id!r}",
+                            None, r.get("error_message"))
+            _fail_unanswered(call, keys, {r["topic_name"] for r in response["responses"]},
+                             f"DeleteShareGroupOffsets (node {node})")
+
+        return await self._router.run(call, self._router.coordinators({t: group_id for t in names}, GROUP), send)
+
+    async def delete_share_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                                  ) -> ItemResults[str, None]:
+        """Delete share groups and their state (DeleteGroups); a group with members fails with
+        ``NonEmptyGroupError``.
+
+        Kafka's DeleteGroups deletes a group of any type, so each group is first asked with ShareGroupDescribe in
+        the same round: one that is not a share group (a consumer group named by mistake) is not deleted and fails
+        with ``GroupIdNotFoundError`` carrying the broker's reason, as a group that does not exist."""
+        groups = group_id_list(group_ids, "delete_share_groups")
+        call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for share group")
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, described = await self._cluster.request(
+                node, ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": keys, "include_authorized_operations": False})
+            shares = []
+            for g in described["groups"]:
+                gid, code = g["group_id"], g["error_code"]
+                if gid not in call.pending:
+                    continue
+                if code:
+                    call.answer(gid, code, f"share group {gid!r}", None, g.get("error_message"))
+                else:
+                    shares.append(gid)
+            if shares:
+                _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": shares})
+                for r in response["results"]:
+                    call.answer(r["group_id"], r["error_code"], f"share group {r['group_id']!r}")
+            _fail_unanswered(call, keys, {g["group_id"] for g in described["groups"]},
+                             f"ShareGroupDescribe (node {node})")
+
+        return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                                      ) -> ItemResults[str, None]:

@@ -134,6 +134,20 @@ class GroupOffset:
     lag: int | None
 
 
+@dataclass(frozen=True)
+class ShareGroupOffset:
+    """Where a share group stands on one partition (KIP-932): records before ``start_offset`` are done with
+    (acknowledged, or archived after too many deliveries); from there on some may be in flight or acquired."""
+
+    #: the share-partition start offset; None when the group has no state for the partition yet
+    start_offset: int | None
+    #: the partition's leader epoch the broker recorded with it; None when unknown
+    leader_epoch: int | None
+    #: records from ``start_offset`` to the log end not yet acknowledged (DescribeShareGroupOffsets v1, which
+    #: Kafka 4.4 answers); None when the broker does not say
+    lag: int | None
+
+
 # ---------------------------------------------------------------------------------------------- configs
 @dataclass(frozen=True)
 class ConfigResource:

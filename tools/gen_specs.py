@@ -72,6 +72,10 @@ APIS = [
     "ShareGroupDescribe",
     "ShareFetch",
     "ShareAcknowledge",
+    # KIP-932 share-group offsets (admin)
+    "DescribeShareGroupOffsets",
+    "AlterShareGroupOffsets",
+    "DeleteShareGroupOffsets",
     # transactions (issue 14)
     "AddPartitionsToTxn",
     "AddOffsetsToTxn",

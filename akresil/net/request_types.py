@@ -19,6 +19,8 @@ from ..protocol.messages import (
     AlterClientQuotasResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     ApiVersionsRequest,
@@ -39,6 +41,8 @@ from ..protocol.messages import (
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeAclsRequest,
@@ -53,6 +57,8 @@ from ..protocol.messages import (
     DescribeGroupsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     DescribeUserScramCredentialsRequest,
@@ -478,6 +484,27 @@ class ClusterRequest(Protocol):
         *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, ShareAcknowledgeResponse]: ...
 
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS],
+        body: DescribeShareGroupOffsetsRequest | Callable[[int], DescribeShareGroupOffsetsRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, DescribeShareGroupOffsetsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.ALTER_SHARE_GROUP_OFFSETS],
+        body: AlterShareGroupOffsetsRequest | Callable[[int], AlterShareGroupOffsetsRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, AlterShareGroupOffsetsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.DELETE_SHARE_GROUP_OFFSETS],
+        body: DeleteShareGroupOffsetsRequest | Callable[[int], DeleteShareGroupOffsetsRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, DeleteShareGroupOffsetsResponse]: ...
+
 
 class ClusterRequestAny(Protocol):
     """``Cluster.request_any``: ``(node_id, version, response)`` from the least loaded broker."""
@@ -838,6 +865,27 @@ class ClusterRequestAny(Protocol):
         body: ShareAcknowledgeRequest | Callable[[int], ShareAcknowledgeRequest],
         *, min_version: int = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, int, ShareAcknowledgeResponse]: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS],
+        body: DescribeShareGroupOffsetsRequest | Callable[[int], DescribeShareGroupOffsetsRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, DescribeShareGroupOffsetsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_SHARE_GROUP_OFFSETS],
+        body: AlterShareGroupOffsetsRequest | Callable[[int], AlterShareGroupOffsetsRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, AlterShareGroupOffsetsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DELETE_SHARE_GROUP_OFFSETS],
+        body: DeleteShareGroupOffsetsRequest | Callable[[int], DeleteShareGroupOffsetsRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, DeleteShareGroupOffsetsResponse]: ...
 
 
 class ConnectionRequest(Protocol):
@@ -1200,6 +1248,27 @@ class ConnectionRequest(Protocol):
         *, version: int | None = ..., timeout_ms: float | None = ...,
     ) -> ShareAcknowledgeResponse: ...
 
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS],
+        body: DescribeShareGroupOffsetsRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> DescribeShareGroupOffsetsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_SHARE_GROUP_OFFSETS],
+        body: AlterShareGroupOffsetsRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> AlterShareGroupOffsetsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DELETE_SHARE_GROUP_OFFSETS],
+        body: DeleteShareGroupOffsetsRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> DeleteShareGroupOffsetsResponse: ...
+
 
 class ControllerRequest(Protocol):
     """``Router.to_controller``: the controller's response, NOT_CONTROLLER retried."""
@@ -1560,3 +1629,24 @@ class ControllerRequest(Protocol):
         body: ShareAcknowledgeRequest | Callable[[int], ShareAcknowledgeRequest],
         *, timeout_ms: int,
     ) -> ShareAcknowledgeResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS],
+        body: DescribeShareGroupOffsetsRequest | Callable[[int], DescribeShareGroupOffsetsRequest],
+        *, timeout_ms: int,
+    ) -> DescribeShareGroupOffsetsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_SHARE_GROUP_OFFSETS],
+        body: AlterShareGroupOffsetsRequest | Callable[[int], AlterShareGroupOffsetsRequest],
+        *, timeout_ms: int,
+    ) -> AlterShareGroupOffsetsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DELETE_SHARE_GROUP_OFFSETS],
+        body: DeleteShareGroupOffsetsRequest | Callable[[int], DeleteShareGroupOffsetsRequest],
+        *, timeout_ms: int,
+    ) -> DeleteShareGroupOffsetsResponse: ...

@@ -1774,6 +1774,121 @@ class ShareAcknowledgeResponse(TypedDict):
     _unknown_tags: NotRequired[dict[int, bytes]]
 
 
+class DescribeShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    topic_name: str
+    partitions: Sequence[int]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsRequestGroup(TypedDict, total=False):
+    group_id: str
+    topics: Sequence[DescribeShareGroupOffsetsRequestTopic] | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsRequest(TypedDict, total=False):
+    groups: Sequence[DescribeShareGroupOffsetsRequestGroup]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsResponsePartition(TypedDict):
+    partition_index: int
+    start_offset: int
+    leader_epoch: int
+    lag: NotRequired[int]
+    error_code: int
+    error_message: str | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsResponseTopic(TypedDict):
+    topic_name: str
+    topic_id: bytes
+    partitions: list[DescribeShareGroupOffsetsResponsePartition]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsResponseGroup(TypedDict):
+    group_id: str
+    topics: list[DescribeShareGroupOffsetsResponseTopic]
+    error_code: int
+    error_message: str | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeShareGroupOffsetsResponse(TypedDict):
+    throttle_time_ms: int
+    groups: list[DescribeShareGroupOffsetsResponseGroup]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsRequestPartition(TypedDict, total=False):
+    partition_index: int
+    start_offset: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    topic_name: str
+    partitions: Sequence[AlterShareGroupOffsetsRequestPartition]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsRequest(TypedDict, total=False):
+    group_id: str
+    topics: Sequence[AlterShareGroupOffsetsRequestTopic]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsResponsePartition(TypedDict):
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsResponseTopic(TypedDict):
+    topic_name: str
+    topic_id: bytes
+    partitions: list[AlterShareGroupOffsetsResponsePartition]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterShareGroupOffsetsResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[AlterShareGroupOffsetsResponseTopic]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DeleteShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    topic_name: str
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DeleteShareGroupOffsetsRequest(TypedDict, total=False):
+    group_id: str
+    topics: Sequence[DeleteShareGroupOffsetsRequestTopic]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DeleteShareGroupOffsetsResponseTopic(TypedDict):
+    topic_name: str
+    topic_id: bytes
+    error_code: int
+    error_message: str | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DeleteShareGroupOffsetsResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[DeleteShareGroupOffsetsResponseTopic]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
 class AddPartitionsToTxnRequestAddPartitionsToTxnTopic(TypedDict, total=False):
     name: str
     partitions: Sequence[int]
@@ -1984,4 +2099,7 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (ShareGroupDescribeRequest, ShareGroupDescribeResponse),
     ApiKey.SHARE_FETCH: (ShareFetchRequest, ShareFetchResponse),
     ApiKey.SHARE_ACKNOWLEDGE: (ShareAcknowledgeRequest, ShareAcknowledgeResponse),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse),
 }

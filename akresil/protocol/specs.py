@@ -1624,6 +1624,106 @@ def _share_acknowledge_response() -> Message:
     )
 
 
+def _describe_share_group_offsets_request() -> Message:
+    return M(
+        'DescribeShareGroupOffsetsRequest', 90, 'request', '0-1', '0+', (
+            F('groups', '[]DescribeShareGroupOffsetsRequestGroup', '0+', fields=(
+                F('group_id', 'string', '0+'),
+                F('topics', '[]DescribeShareGroupOffsetsRequestTopic', '0+', nullable='0+', fields=(
+                    F('topic_name', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _describe_share_group_offsets_response() -> Message:
+    return M(
+        'DescribeShareGroupOffsetsResponse', 90, 'response', '0-1', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('groups', '[]DescribeShareGroupOffsetsResponseGroup', '0+', fields=(
+                F('group_id', 'string', '0+'),
+                F('topics', '[]DescribeShareGroupOffsetsResponseTopic', '0+', fields=(
+                    F('topic_name', 'string', '0+'),
+                    F('topic_id', 'uuid', '0+'),
+                    F('partitions', '[]DescribeShareGroupOffsetsResponsePartition', '0+', fields=(
+                        F('partition_index', 'int32', '0+'),
+                        F('start_offset', 'int64', '0+'),
+                        F('leader_epoch', 'int32', '0+'),
+                        F('lag', 'int64', '1+', default=-1, ignorable=True),
+                        F('error_code', 'int16', '0+'),
+                        F('error_message', 'string', '0+', nullable='0+', default=None),
+                    )),
+                )),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+            )),
+        ),
+    )
+
+
+def _alter_share_group_offsets_request() -> Message:
+    return M(
+        'AlterShareGroupOffsetsRequest', 91, 'request', '0', '0+', (
+            F('group_id', 'string', '0+'),
+            F('topics', '[]AlterShareGroupOffsetsRequestTopic', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('partitions', '[]AlterShareGroupOffsetsRequestPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('start_offset', 'int64', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_share_group_offsets_response() -> Message:
+    return M(
+        'AlterShareGroupOffsetsResponse', 91, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('responses', '[]AlterShareGroupOffsetsResponseTopic', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]AlterShareGroupOffsetsResponsePartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                )),
+            )),
+        ),
+    )
+
+
+def _delete_share_group_offsets_request() -> Message:
+    return M(
+        'DeleteShareGroupOffsetsRequest', 92, 'request', '0', '0+', (
+            F('group_id', 'string', '0+'),
+            F('topics', '[]DeleteShareGroupOffsetsRequestTopic', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+            )),
+        ),
+    )
+
+
+def _delete_share_group_offsets_response() -> Message:
+    return M(
+        'DeleteShareGroupOffsetsResponse', 92, 'response', '0', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('responses', '[]DeleteShareGroupOffsetsResponseTopic', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('topic_id', 'uuid', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+            )),
+        ),
+    )
+
+
 def _add_partitions_to_txn_request() -> Message:
     return M(
         'AddPartitionsToTxnRequest', 24, 'request', '0-5', '3+', (
@@ -1937,6 +2037,12 @@ TABLE: dict[str, tuple[Callable[[], Message], str, int | None, str, str]] = {
     'SHARE_FETCH_RESPONSE': (_share_fetch_response, 'ShareFetchResponse', 78, 'response', '1-2'),
     'SHARE_ACKNOWLEDGE_REQUEST': (_share_acknowledge_request, 'ShareAcknowledgeRequest', 79, 'request', '1-2'),
     'SHARE_ACKNOWLEDGE_RESPONSE': (_share_acknowledge_response, 'ShareAcknowledgeResponse', 79, 'response', '1-2'),
+    'DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST': (_describe_share_group_offsets_request, 'DescribeShareGroupOffsetsRequest', 90, 'request', '0-1'),
+    'DESCRIBE_SHARE_GROUP_OFFSETS_RESPONSE': (_describe_share_group_offsets_response, 'DescribeShareGroupOffsetsResponse', 90, 'response', '0-1'),
+    'ALTER_SHARE_GROUP_OFFSETS_REQUEST': (_alter_share_group_offsets_request, 'AlterShareGroupOffsetsRequest', 91, 'request', '0'),
+    'ALTER_SHARE_GROUP_OFFSETS_RESPONSE': (_alter_share_group_offsets_response, 'AlterShareGroupOffsetsResponse', 91, 'response', '0'),
+    'DELETE_SHARE_GROUP_OFFSETS_REQUEST': (_delete_share_group_offsets_request, 'DeleteShareGroupOffsetsRequest', 92, 'request', '0'),
+    'DELETE_SHARE_GROUP_OFFSETS_RESPONSE': (_delete_share_group_offsets_response, 'DeleteShareGroupOffsetsResponse', 92, 'response', '0'),
     'ADD_PARTITIONS_TO_TXN_REQUEST': (_add_partitions_to_txn_request, 'AddPartitionsToTxnRequest', 24, 'request', '0-5'),
     'ADD_PARTITIONS_TO_TXN_RESPONSE': (_add_partitions_to_txn_response, 'AddPartitionsToTxnResponse', 24, 'response', '0-5'),
     'ADD_OFFSETS_TO_TXN_REQUEST': (_add_offsets_to_txn_request, 'AddOffsetsToTxnRequest', 25, 'request', '0-4'),
