@@ -1,7 +1,7 @@
 """The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete`` (describe shows classic,
-KIP-848 and share groups), ``configs describe|alter``, ``topics add-partitions``, ``partitions
-reassign|list-reassignments`` and ``quotas describe|alter``, printing aligned tables (as
-kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
+KIP-848 and share groups; reset-offsets moves a share group's start offsets too), ``configs describe|alter``,
+``topics add-partitions``, ``partitions reassign|list-reassignments`` and ``quotas describe|alter``, printing
+aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
 
 ``groups reset-offsets`` follows kafka-consumer-groups.sh: it only shows the plan unless ``--execute`` is
 given, and target offsets are clamped into each partition's [log start, log end] range. The plan itself is
@@ -210,15 +210,23 @@ async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
         for gid, desc in shared.ok.items():
             found[gid] = desc
             del failures[gid]
+    share_ids = [g for g in args.groups if g in found and found[g].group_type == "share"]
+    starts = await admin.list_share_group_offsets(share_ids) if share_ids else None
     rows: list[dict[str, Any]] = []
     share_rows: list[dict[str, Any]] = []
+    share_offsets: list[dict[str, Any]] = []
     for gid in args.groups:
         if gid in failures:
             print(f"group {gid}: {type(failures[gid]).__name__}: {failures[gid]}", file=sys.stderr)
             continue
         desc = found[gid]
         if desc.group_type == "share":
-            _describe_share_group(args, desc, share_rows)
+            assert starts is not None
+            if gid in starts.errors:      # the members are still shown; the exit status tells
+                failures[gid] = starts.errors[gid]
+                print(f"group {gid}: offsets: {type(starts.errors[gid]).__name__}: {starts.errors[gid]}",
+                      file=sys.stderr)
+            _describe_share_group(args, desc, starts.ok.get(gid, {}), share_rows, share_offsets)
             continue
         owner = {tp: m for m in desc.members for tp in m.assignment}
         offsets = await admin.list_consumer_group_offsets(gid)
@@ -250,20 +258,27 @@ async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
         print(table(["GROUP", "MEMBER-ID", "HOST", "CLIENT-ID", "MEMBER-EPOCH", "ASSIGNMENT"],
                     ([r["group"], r["member_id"], r["host"], r["client_id"], r["member_epoch"], r["assignment"]]
                      for r in share_rows)))
+    if not args.json and share_offsets:
+        print(table(["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"],
+                    ([r["group"], r["topic"], r["partition"], r["start_offset"], r["lag"]] for r in share_offsets)))
     return 1 if failures else 0
 
 
-def _describe_share_group(args: argparse.Namespace, desc: Any, rows: list[dict[str, Any]]) -> None:
-    """A share group has no committed offsets per partition (its members share the partitions): its members and
-    what each is assigned."""
+def _describe_share_group(args: argparse.Namespace, desc: Any, offsets: Mapping[TopicPartition, Any],
+                          rows: list[dict[str, Any]], offset_rows: list[dict[str, Any]]) -> None:
+    """A share group has no committed offset per member (its members share the partitions): its members and
+    what each is assigned, and per partition the group's start offset and lag (``list_share_group_offsets``)."""
+    listed = [{"topic": tp.topic, "partition": tp.partition, "start_offset": o.start_offset, "lag": o.lag}
+              for tp, o in sorted(offsets.items())]
     if args.json:
-        sys.stdout.write(orjson.dumps(_group_json(desc)).decode() + "\n")
+        sys.stdout.write(orjson.dumps({**_group_json(desc), "offsets": listed}).decode() + "\n")
         return
     print(_group_line(desc))
     for m in sorted(desc.members, key=lambda m: m.member_id):
         rows.append({"group": desc.group_id, "member_id": m.member_id, "host": m.client_host,
                      "client_id": m.client_id, "member_epoch": m.member_epoch,
                      "assignment": _partitions_text(m.assignment)})
+    offset_rows += [{"group": desc.group_id, **r} for r in listed]
 
 
 def _group_line(desc: Any) -> str:
@@ -307,12 +322,21 @@ def _reset_mode(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
+    """A consumer group's committed offsets, or a share group's start offsets (KIP-932: the group is a share group
+    when ShareGroupDescribe describes it; a broker without share groups answers that it is not)."""
     from .checks import EARLIEST, LATEST
     mode, raw = _reset_mode(args)
-    committed_all = await admin.list_consumer_group_offsets(args.group, with_lag=False)
+    share = args.group in (await admin.describe_share_groups([args.group])).ok
+    current_all: dict[TopicPartition, int | None]
+    if share:
+        starts = (await admin.list_share_group_offsets([args.group]))[args.group]
+        current_all = {tp: o.start_offset for tp, o in starts.items()}
+    else:
+        current_all = {tp: o.committed
+                       for tp, o in (await admin.list_consumer_group_offsets(args.group, with_lag=False)).items()}
     tps: list[TopicPartition] = []
     if args.all_topics:
-        tps = sorted(committed_all)
+        tps = sorted(current_all)
     for spec in args.topic or ():
         topic, parts = parse_topic_spec(spec)
         if parts is None:
@@ -321,7 +345,8 @@ async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
         tps.extend(TopicPartition(topic, p) for p in parts)
     tps = sorted(set(tps))
     if not tps:
-        raise AdminUsageError(f"reset-offsets: group {args.group!r} has no committed offsets to reset")
+        raise AdminUsageError(f"reset-offsets: {'share ' if share else ''}group {args.group!r} has no "
+                              f"{'offsets' if share else 'committed offsets'} to reset")
     earliest = await admin.list_offsets({tp: EARLIEST for tp in tps})
     latest = await admin.list_offsets({tp: LATEST for tp in tps})
     by_time = None
@@ -329,13 +354,14 @@ async def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
     if mode == "to_datetime":
         stamp = parse_datetime_ms(raw)
         by_time = {tp: off for tp, (off, _) in (await admin.list_offsets({tp: stamp for tp in tps})).items()}
-    committed = {tp: committed_all[tp].committed if tp in committed_all else None for tp in tps}
+    committed = {tp: current_all.get(tp) for tp in tps}
     plan = plan_reset(mode, value, tps, committed, {tp: v[0] for tp, v in earliest.items()},
                       {tp: v[0] for tp, v in latest.items()}, by_time)
     status = "planned (dry run: add --execute)"
     errors_by_tp: dict[TopicPartition, Any] = {}
     if args.execute:
-        results = await admin.alter_consumer_group_offsets(args.group, plan)
+        alter = admin.alter_share_group_offsets if share else admin.alter_consumer_group_offsets
+        results = await alter(args.group, plan)
         errors_by_tp = dict(results.errors)
         status = "reset"
     emit(args, ["GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS"], [
@@ -467,18 +493,19 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
     out.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
 
     groups = sub.add_parser("groups", help="list, describe, reset offsets of or delete consumer groups "
-                                           "(describe also shows share groups)")
+                                           "(describe and reset-offsets also take share groups)")
     gsub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     g = gsub.add_parser("list", parents=[client, out], help="every group on every broker")
     g.add_argument("--state", action="append", help="only groups in this state (repeatable), e.g. Stable")
     g = gsub.add_parser("describe", parents=[client, out],
                         help="members, committed offsets, log ends and lag (classic and KIP-848 groups); "
-                             "members and assignments (share groups)")
+                             "members, assignments, start offsets and lag (share groups)")
     g.add_argument("groups", nargs="+", metavar="GROUP")
     g = gsub.add_parser("delete", parents=[client, out], help="delete groups (they must have no members)")
     g.add_argument("groups", nargs="+", metavar="GROUP")
     g = gsub.add_parser("reset-offsets", parents=[client, out],
-                        help="move a group's committed offsets (dry run unless --execute)")
+                        help="move a group's committed offsets, or a share group's start offsets "
+                             "(dry run unless --execute)")
     g.add_argument("group", metavar="GROUP")
     g.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="partitions to reset (repeatable)")
     g.add_argument("--all-topics", action="store_true", help="every partition the group has committed")

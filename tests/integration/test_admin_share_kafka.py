@@ -8,11 +8,13 @@ from __future__ import annotations
 import uuid
 
 import anyio
+import orjson
 import pytest
 
 from akresil import Admin, Producer, ShareConsumer, TopicPartition
 from akresil.admin import EARLIEST
 from akresil.admin_types import ShareGroupOffset
+from akresil.cli import build_parser, cmd_groups
 from akresil.errors import GroupIdNotFoundError, NonEmptyGroupError
 from akresil.testing import EmbeddedBroker
 
@@ -62,9 +64,11 @@ async def test_a_share_group_reset_to_the_start_gets_its_records_again(kafka_nod
             (await admin.describe_share_groups([group]))[group]
 
 
-async def test_kafka_refuses_a_share_group_with_members_and_a_consumer_group(kafka_node: EmbeddedBroker) -> None:
+async def test_kafka_refuses_a_share_group_with_members_and_a_consumer_group(
+        kafka_node: EmbeddedBroker, capsys: pytest.CaptureFixture[str]) -> None:
     """Offsets of a share group with a member are not altered nor deleted, nor is the group: each error names the
-    group. delete_share_groups leaves a consumer group alone (Kafka's DeleteGroups would delete it)."""
+    group (the CLI's reset-offsets too, which finds the group is a share group). delete_share_groups leaves a
+    consumer group alone (Kafka's DeleteGroups would delete it)."""
     bootstrap = kafka_node.bootstrap_servers
     topic = await kafka_node.create_topic(f"share-busy-{uuid.uuid4().hex[:8]}")
     group, consumers = await share_group(kafka_node, f"sg-{uuid.uuid4().hex[:8]}"), f"cg-{uuid.uuid4().hex[:8]}"
@@ -83,6 +87,14 @@ async def test_kafka_refuses_a_share_group_with_members_and_a_consumer_group(kaf
                 deleted[topic]
             with pytest.raises(NonEmptyGroupError, match=f"share group '{group}'"):
                 (await admin.delete_share_groups([group]))[group]
+            cli = ["-b", bootstrap, "--json"]
+            assert await cmd_groups(build_parser().parse_args(["groups", "describe", group, *cli])) == 0
+            (described,) = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert described["type"] == "share" and [o["partition"] for o in described["offsets"]] == [0]
+            assert await cmd_groups(build_parser().parse_args(["groups", "reset-offsets", group, "--topic", topic,
+                                                               "--to-earliest", "--execute", *cli])) == 1
+            (row,) = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert row["status"].startswith(f"NonEmptyGroupError: share group '{group}'")
         wrong = await admin.delete_share_groups([consumers])
         with pytest.raises(GroupIdNotFoundError, match=f"share group '{consumers}'.*not a share group"):
             wrong[consumers]

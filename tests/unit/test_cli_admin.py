@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
+from akresil.admin_types import DEFAULT, GroupDescription, GroupOffset, MemberDescription, ShareGroupOffset
+from akresil.checks import EARLIEST as FIRST, LATEST as LAST
 from akresil.cli import build_parser, main
-from akresil.admin_types import DEFAULT, GroupDescription, GroupOffset, MemberDescription
-from akresil.cli_admin import (ANY_NAME, AdminUsageError, _describe_groups, parse_datetime_ms, parse_move,
-                               parse_topic_spec, plan_reset, quota_parts, table)
+from akresil.cli_admin import (ANY_NAME, AdminUsageError, _describe_groups, _reset_offsets, parse_datetime_ms,
+                               parse_move, parse_topic_spec, plan_reset, quota_parts, table)
 from akresil.core.admin_call import ItemResults
-from akresil.errors import GroupIdNotFoundError
+from akresil.errors import GroupAuthorizationFailedError, GroupIdNotFoundError
 from akresil.types import TopicPartition
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -119,11 +122,12 @@ def test_quota_and_reassignment_usage_errors_exit_2_before_connecting(
 
 
 class _GroupsAdmin:
-    """The three calls ``groups describe`` makes, answering from fixed descriptions."""
+    """The calls ``groups describe`` and ``groups reset-offsets`` make, answering from fixed descriptions."""
 
     def __init__(self, consumer: dict[str, GroupDescription], share: dict[str, GroupDescription]) -> None:
         self.consumer, self.share = consumer, share
         self.share_asked: list[str] = []
+        self.altered: list[tuple[str, str, dict[TopicPartition, int]]] = []
 
     async def describe_consumer_groups(self, ids: list[str]) -> ItemResults[str, GroupDescription]:
         return ItemResults(ids, {g: self.consumer[g] for g in ids if g in self.consumer},
@@ -136,8 +140,25 @@ class _GroupsAdmin:
                            {g: GroupIdNotFoundError(f"share group {g!r}: not found")
                             for g in ids if g not in self.share})
 
-    async def list_consumer_group_offsets(self, gid: str) -> dict[TopicPartition, GroupOffset]:
+    async def list_consumer_group_offsets(self, gid: str, **_: object) -> dict[TopicPartition, GroupOffset]:
         return {A: GroupOffset(7, "", None, 10, 3)}
+
+    async def list_share_group_offsets(self, ids: list[str]) -> ItemResults[str, dict[TopicPartition, Any]]:
+        assert all(g in self.share for g in ids)
+        return ItemResults(ids, {g: {A: ShareGroupOffset(12, 0, 38), B: ShareGroupOffset(None, None, None)}
+                                 for g in ids if g != "gs-denied"},
+                           {g: GroupAuthorizationFailedError(f"share group {g!r}") for g in ids if g == "gs-denied"})
+
+    async def list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        return {tp: ({FIRST: EARLIEST, LAST: LATEST}[stamp][tp], -1) for tp, stamp in wanted.items()}
+
+    async def alter_share_group_offsets(self, gid: str, plan: dict[TopicPartition, int]) -> ItemResults[Any, None]:
+        self.altered.append(("share", gid, plan))
+        return ItemResults(list(plan), dict.fromkeys(plan), {})
+
+    async def alter_consumer_group_offsets(self, gid: str, plan: dict[TopicPartition, int]) -> ItemResults[Any, None]:
+        self.altered.append(("consumer", gid, plan))
+        return ItemResults(list(plan), dict.fromkeys(plan), {})
 
 
 def _member(mid: str, owned: set[TopicPartition], **kip848: object) -> MemberDescription:
@@ -160,8 +181,9 @@ async def test_groups_describe_shows_kip848_and_share_groups(capsys: pytest.Capt
            "assignment epoch 4\n" in out
     assert "group gc: state Stable, assignor range, coordinator 1, 1 member(s)\n" in out
     assert "group gs: state Stable, assignor simple, coordinator 3, 1 member(s), type share, group epoch 2" in out
-    share_row = next(line for line in out.splitlines() if line.startswith("gs "))
-    assert share_row.split() == ["gs", "s1", "/h", "cid-s1", "2", "t:0,1"]
+    share_row, *offset_rows = [line.split() for line in out.splitlines() if line.startswith("gs ")]
+    assert share_row == ["gs", "s1", "/h", "cid-s1", "2", "t:0,1"]
+    assert offset_rows == [["gs", "t", "0", "12", "38"], ["gs", "t", "1", "-", "-"]]   # START-OFFSET, LAG
     assert "group none: GroupIdNotFoundError: group 'none' does not exist" in err
 
     args = build_parser().parse_args(["groups", "describe", "g848", "gs", "--json"])
@@ -169,4 +191,36 @@ async def test_groups_describe_shows_kip848_and_share_groups(capsys: pytest.Capt
     lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(x["group"], x["type"], x["group_epoch"]) for x in lines] == [("g848", "consumer", 5), ("gs", "share", 2)]
     assert lines[0]["members"][0]["target_assignment"] == [["t", 0], ["t", 1]]
-    assert lines[0]["offsets"][0]["member_id"] == "m1" and "offsets" not in lines[1]
+    assert lines[0]["offsets"][0]["member_id"] == "m1"
+    assert lines[1]["offsets"] == [{"topic": "t", "partition": 0, "start_offset": 12, "lag": 38},
+                                   {"topic": "t", "partition": 1, "start_offset": None, "lag": None}]
+
+
+async def test_groups_describe_of_a_share_group_whose_offsets_fail_shows_members_and_exits_1(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    share = GroupDescription("gs-denied", "Empty", "share", "simple", (), 3, group_type="share", group_epoch=2,
+                             assignment_epoch=2)
+    args = build_parser().parse_args(["groups", "describe", "gs-denied"])
+    assert await _describe_groups(_GroupsAdmin({}, {"gs-denied": share}), args) == 1
+    out, err = capsys.readouterr()
+    assert "group gs-denied: state Empty" in out
+    assert "group gs-denied: offsets: GroupAuthorizationFailedError: share group 'gs-denied'" in err
+
+
+async def test_reset_offsets_of_a_share_group_moves_its_start_offsets(capsys: pytest.CaptureFixture[str]) -> None:
+    """The previous offset is the share group's start offset (none yet on B: a shift starts at the log end)."""
+    share = GroupDescription("gs", "Empty", "share", "simple", (), 3, group_type="share", group_epoch=2,
+                             assignment_epoch=2)
+    admin = _GroupsAdmin({}, {"gs": share})
+    args = build_parser().parse_args(["groups", "reset-offsets", "gs", "--all-topics", "--shift-by", "-10",
+                                      "--execute"])
+    assert await _reset_offsets(admin, args) == 0
+    assert admin.altered == [("share", "gs", {A: 5, B: 0})]     # A: 12 - 10 clamped to its log start 5; B: 10 - 10
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["gs", "t", "0", "12", "5", "reset"], ["gs", "t", "1", "-", "0", "reset"]]
+    # a group ShareGroupDescribe does not describe is a consumer group, as before
+    args = build_parser().parse_args(["groups", "reset-offsets", "billing", "--topic", "t:0", "--to-earliest",
+                                      "--execute"])
+    assert await _reset_offsets(admin, args) == 0
+    assert admin.altered[1:] == [("consumer", "billing", {A: 5})]
+    assert admin.share_asked == ["gs", "billing"]
