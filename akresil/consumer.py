@@ -143,9 +143,14 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Bootstrap, then fetch (and join the group); ``close()`` may then run in any task (``async with``)."""
+        """Bootstrap, then fetch (and join the group); ``close()`` may then run in any task (``async with``).
+
+        With a ``group_id`` the group's coordinator is looked up alongside the bootstrap Metadata: the join (or the
+        first OffsetFetch of an assigned consumer) needs it, and would otherwise ask one round trip later."""
+        group_id = self.config.group_id
         await self._runtime.start(self._start_tasks, before_bootstrap=self._want_topics,
-                                  on_failure=self._fetcher._fail, on_abort=self._fetcher.stop)
+                                  on_failure=self._fetcher._fail, on_abort=self._fetcher.stop,
+                                  coordinators=() if group_id is None else (group_id,))
 
     def _want_topics(self) -> None:
         """The topics the bootstrap Metadata asks for."""

@@ -133,6 +133,26 @@ def test_the_share_consumer_joins_before_it_connects_to_the_leaders_and_looks_it
     assert order == ["bootstrap ('g',)", "membership", "fetcher", "leader connections"]
 
 
+@pytest.mark.parametrize("group_id, subscribe", [("g", True), ("g", False), (None, False)])
+def test_a_consumer_with_a_group_looks_its_coordinator_up_with_the_bootstrap_metadata(
+        monkeypatch: pytest.MonkeyPatch, group_id: str | None, subscribe: bool) -> None:
+    """The join, or an assigned consumer's first OffsetFetch, needs the group's coordinator: asked alongside the
+    bootstrap Metadata (as the share consumer does), not one round trip after it."""
+    from akresil import Consumer, TopicPartition
+    c: Consumer[bytes, bytes] = Consumer(*(["t"] if subscribe else []), bootstrap_servers="127.0.0.1:9",
+                                         group_id=group_id)
+    if not subscribe:
+        c.assign([TopicPartition("t", 0)])
+    seen: list[tuple[str, ...]] = []
+
+    async def runtime_start(_runtime: ClientRuntime, start_tasks: Any, **kw: Any) -> None:
+        seen.append(tuple(kw.get("coordinators", ())))
+
+    monkeypatch.setattr(ClientRuntime, "start", runtime_start)
+    anyio.run(c.start)
+    assert seen == [() if group_id is None else (group_id,)]
+
+
 def test_bootstrap_addresses_given_as_ip_literals_are_not_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check that a bootstrap name exists asked the resolver (a worker thread) for every address, an IP literal
     too: a thread hop per address before the first connection (three on librdkafka's mock)."""
