@@ -1162,10 +1162,13 @@ class FetchState:
             return refresh, data, replan
         if code == _OFFSET_OUT_OF_RANGE:
             if self.auto_offset_reset == "none":
+                # Apache Kafka's answer to an out-of-range fetch carries no bounds (-1): name them only if given
+                bounds = (f" (log start {part.log_start_offset}, high watermark {part.high_watermark})"
+                          if part.log_start_offset >= 0 and part.high_watermark >= 0 else "")
                 self.fail(st, errors.OffsetOutOfRangeError(
-                    f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range "
-                    f"(log start {part.log_start_offset}, high watermark "
-                    f"{part.high_watermark}) and auto_offset_reset='none'"))
+                    f"{tp.topic}-{tp.partition}: offset {plan.fetch_offset} is out of range{bounds} and "
+                    "auto_offset_reset='none'; seek() to an offset within the partition (Consumer.beginning_offsets "
+                    "and end_offsets give its bounds) or set auto_offset_reset to 'earliest' or 'latest'"))
                 data = True
             else:
                 self.request_reset(tp)

@@ -498,6 +498,25 @@ def test_offset_out_of_range_with_policy_none_is_raised_until_seek() -> None:
     assert st.drain(10) == {}
 
 
+@pytest.mark.parametrize("bounds, named", [((-1, -1), None), ((3, 40), "(log start 3, high watermark 40)")])
+def test_offset_out_of_range_with_policy_none_names_the_bounds_only_when_the_answer_gives_them(
+        bounds: tuple[int, int], named: str | None) -> None:
+    """Apache Kafka answers an out-of-range fetch with -1 for both bounds: "log start -1, high watermark -1" read
+    as if the partition were empty. The message names bounds only when given, and says what to do."""
+    cache = metadata({0: (1, 0)})
+    st = fetch_state(auto_offset_reset="none")
+    st.assign([TP0])
+    st.seek(TP0, 500)
+    req = only_request(st, 0, cache)
+    st.on_fetch_response(req, response({TP0: {"error_code": errors.OffsetOutOfRangeError.errno,
+                                              "log_start_offset": bounds[0], "high_watermark": bounds[1]}}), 0, cache)
+    with pytest.raises(errors.OffsetOutOfRangeError) as info:
+        st.drain(10)
+    message = str(info.value)
+    assert "-1" not in message and "seek()" in message and "end_offsets" in message
+    assert (named is None and "log start" not in message) or (named is not None and named in message)
+
+
 def test_no_committed_offset_falls_back_to_reset_policy_or_fails_with_none() -> None:
     st = fetch_state(auto_offset_reset="latest")
     st.assign([TP0, TP1], from_committed=True)
