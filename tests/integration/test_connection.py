@@ -29,6 +29,21 @@ async def connect(broker: EmbeddedBroker, **kwargs: Any) -> Connection:
     return await Connection.connect(broker.host, broker.port, client_id="akresil-it", node_id=-1, **kwargs)
 
 
+async def topic_metadata(conn: Connection, topic: str) -> dict[str, Any]:
+    """Metadata naming ``topic`` once the broker knows it: Apache Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a
+    moment after CreateTopics returns (the new topic reaches the broker's metadata asynchronously), as clients
+    see and retry; Tansu knows it at once."""
+    with anyio.fail_after(15):
+        while True:
+            metadata = await conn.request(ApiKey.METADATA, {
+                "topics": [{"name": topic, "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False})
+            (meta,) = metadata["topics"]
+            if meta["error_code"] != errors.UnknownTopicOrPartitionError.errno:
+                return metadata
+            await anyio.sleep(0.05)
+
+
 def record_batch(values: list[bytes]) -> bytes:
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
@@ -64,9 +79,7 @@ def test_create_topic_metadata_produce_fetch_round_trip(broker: EmbeddedBroker, 
                 "timeout_ms": 10_000, "validate_only": False})
             assert [(t["name"], t["error_code"]) for t in created["topics"]] == [(topic, 0)]
 
-            metadata = await conn.request(ApiKey.METADATA, {
-                "topics": [{"name": topic, "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
-                "include_topic_authorized_operations": False})
+            metadata = await topic_metadata(conn, topic)
             assert metadata["brokers"] and metadata["brokers"][0]["port"] == broker.port
             (meta,) = metadata["topics"]
             assert meta["error_code"] == 0 and meta["name"] == topic
@@ -132,6 +145,7 @@ def test_acks_zero_produce_then_a_normal_request(broker: EmbeddedBroker) -> None
             await conn.request(ApiKey.CREATE_TOPICS, {
                 "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
                             "configs": []}], "timeout_ms": 10_000, "validate_only": False})
+            await topic_metadata(conn, topic)
             await conn.send_no_response(ApiKey.PRODUCE, {
                 "transactional_id": None, "acks": 0, "timeout_ms": 10_000,
                 "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"x"])}]}]})
