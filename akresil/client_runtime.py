@@ -117,13 +117,14 @@ class ClientRuntime:
     # ------------------------------------------------------------------ life-cycle
     async def start(self, start_tasks: StartTasks | None = None, *, before_bootstrap: Callable[[], None] | None = None,
                     on_failure: Callable[[errors.ClientClosedError], None] | None = None,
-                    on_abort: Callable[[], None] | None = None, coordinators: Iterable[str] = ()) -> None:
+                    on_abort: Callable[[], None] | None = None,
+                    coordinators: Iterable[tuple[str, int]] = ()) -> None:
         """Bootstrap and start the background tasks: the metadata refresher, telemetry, then ``start_tasks(tg)``.
 
         ``before_bootstrap`` runs first (the topics the bootstrap Metadata asks for); ``on_failure`` is handed the
         ``ClientClosedError`` a background task's failure becomes (the client's next call raises it); when the start
         fails, ``on_abort`` runs and everything begun is released before the error propagates. ``coordinators``: the
-        group ids whose coordinators the bootstrap looks up alongside its Metadata (``Cluster.start``)."""
+        (key, key type) pairs whose coordinators the bootstrap looks up alongside its Metadata (``Cluster.start``)."""
         if self.closed:
             raise errors.ClientClosedError(f"{self.role} is closed: create a new {self._class_name}")
         if self.started:

@@ -37,7 +37,7 @@ from .core.fetch_state import EARLIEST, LATEST, FetchState, NoOffsetForPartition
 from .core.missing_topics import MissingTopicWarnings, missing_topics
 from .core.re2j import to_re2j
 from .core.tracing import ProcessSpan, processing
-from .net.coordinator import CoordinatorTracker
+from .net.coordinator import GROUP, CoordinatorTracker
 from .net.fetcher import Fetcher
 from .net.group_classic import ClassicMember
 from .net.group_heartbeat import ConsumerGroupMember
@@ -150,7 +150,7 @@ class Consumer(ClientLifecycle, Generic[KeyT, ValueT]):
         group_id = self.config.group_id
         await self._runtime.start(self._start_tasks, before_bootstrap=self._want_topics,
                                   on_failure=self._fetcher._fail, on_abort=self._fetcher.stop,
-                                  coordinators=() if group_id is None else (group_id,))
+                                  coordinators=() if group_id is None else ((group_id, GROUP),))
 
     def _want_topics(self) -> None:
         """The topics the bootstrap Metadata asks for."""

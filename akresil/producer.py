@@ -34,6 +34,7 @@ from .core.tracing import Tracer
 from .core.transaction import TransactionManager, TxnState
 from .delivery import DeliveryCallback, DeliveryFuture, detached_future
 from .net.backend import running_asyncio_loop
+from .net.coordinator import TRANSACTION
 from .net.scheduler import Sender
 from .net.transaction import TransactionIO
 from .send_call import SendCall
@@ -170,8 +171,13 @@ class Producer(ClientLifecycle, Generic[KeyT_contra, ValueT_contra]):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Bootstrap and start the sender; ``close()`` may then run in any task (``async with`` calls both)."""
-        await self._runtime.start(self._start_sender, on_failure=self._sender._fail_all)
+        """Bootstrap and start the sender; ``close()`` may then run in any task (``async with`` calls both).
+
+        With a ``transactional_id`` its coordinator is looked up alongside the bootstrap Metadata, so
+        ``init_transactions()`` goes straight to InitProducerId."""
+        tid = self.config.transactional_id
+        await self._runtime.start(self._start_sender, on_failure=self._sender._fail_all,
+                                  coordinators=() if tid is None else ((tid, TRANSACTION),))
 
     async def _start_sender(self, task_group: anyio.abc.TaskGroup) -> None:
         await task_group.start(self._sender.run)

@@ -38,6 +38,7 @@ from .client_runtime import ClientLifecycle, ClientRuntime
 from .core.missing_topics import MissingTopicWarnings, missing_topics
 from .core.share_state import ACK_TYPES, ShareFetchState
 from .core.tracing import ProcessSpan, processing
+from .net.coordinator import GROUP
 from .net.group_heartbeat import ShareGroupMember
 from .net.clock import clock_source
 from .net.group_session import GroupSession
@@ -151,7 +152,7 @@ class ShareConsumer(ClientLifecycle):
         ``close()`` may then run in any task (``async with``)."""
         assert self.config.group_id is not None       # checked in __init__
         await self._runtime.start(self._start_tasks, before_bootstrap=partial(self._cluster.set_topics, self._topics),
-                                  on_failure=self._fetcher._fail, coordinators=(self.config.group_id,))
+                                  on_failure=self._fetcher._fail, coordinators=((self.config.group_id, GROUP),))
 
     async def _start_tasks(self, tg: anyio.abc.TaskGroup) -> None:
         """The membership first: its first heartbeat (and the coordinator's connection it opens) is what the first

@@ -133,12 +133,13 @@ class Cluster:
             self._ssl = ssl.create_default_context()
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self, task_group: anyio.abc.TaskGroup, *, coordinators: Iterable[str] = ()) -> None:
+    async def start(self, task_group: anyio.abc.TaskGroup, *,
+                    coordinators: Iterable[tuple[str, int]] = ()) -> None:
         """Bootstrap (first Metadata) and start the background metadata refresher in ``task_group``.
 
-        ``coordinators``: group ids whose coordinator to look up on the bootstrap connection alongside the first
-        Metadata (``CoordinatorLocator.prefetch``), so a member's first ``find`` is answered from the cache
-        instead of a FindCoordinator round trip after the bootstrap."""
+        ``coordinators``: (key, key type) pairs, a group id or a transactional id, whose coordinator to look up on
+        the bootstrap connection alongside the first Metadata (``CoordinatorLocator.prefetch``), so the client's
+        first ``find`` is answered from the cache instead of a FindCoordinator round trip after the bootstrap."""
         self._tg = task_group
         await self._bootstrap_metadata(tuple(coordinators))
         task_group.start_soon(self._refresher, name="akresil-metadata-refresher")
@@ -407,7 +408,7 @@ class Cluster:
                 self.request_metadata_refresh("wait", missing=True)
                 await changed.wait()
 
-    async def _bootstrap_metadata(self, coordinators: tuple[str, ...] = ()) -> None:
+    async def _bootstrap_metadata(self, coordinators: tuple[tuple[str, int], ...] = ()) -> None:
         """The first Metadata, from any bootstrap server, in rounds over all of them for at most
         ``bootstrap_timeout_ms`` (one deadline for the whole wait, a connect or request in progress included).
 
@@ -434,8 +435,8 @@ class Cluster:
                             # connected first, so the lookups go on this connection (pipelined with the Metadata)
                             await self.connection(-(i + 1))
                             assert self._tg is not None
-                            for key in coordinators:
-                                self._tg.start_soon(self.coordinators.prefetch, key, -(i + 1))
+                            for key, key_type in coordinators:
+                                self._tg.start_soon(self.coordinators.prefetch, key, -(i + 1), key_type)
                             coordinators = ()
                         await self._refresh_from(-(i + 1))
                         return

@@ -16,6 +16,7 @@ from akresil.client_runtime import ClientRuntime
 from akresil.config import resolve
 from akresil.net import cluster as cluster_module
 from akresil.net.cluster import Cluster
+from akresil.net.coordinator import GROUP, TRANSACTION
 from akresil.protocol.api import ApiKey
 
 BOOTSTRAP = ("127.0.0.1", 9092)
@@ -81,7 +82,7 @@ def test_the_groups_coordinator_is_asked_on_the_bootstrap_connection_with_the_fi
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            await cluster.start(tg, coordinators=("g",))
+            await cluster.start(tg, coordinators=(("g", GROUP),))
             await anyio.wait_all_tasks_blocked()
             assert cluster.coordinators.cached("g") == 1      # a member's first find() needs no round trip
             await cluster.close()
@@ -98,7 +99,7 @@ def test_a_failed_early_lookup_leaves_the_member_to_ask_again(monkeypatch: pytes
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            await cluster.start(tg, coordinators=("g",))      # the start does not fail for it
+            await cluster.start(tg, coordinators=(("g", GROUP),))      # the start does not fail for it
             await anyio.wait_all_tasks_blocked()
             assert cluster.coordinators.cached("g") is None
             wire.find_error = 0
@@ -130,7 +131,7 @@ def test_the_share_consumer_joins_before_it_connects_to_the_leaders_and_looks_it
     c._fetcher.connect_leaders = lambda topics: order.append("leader connections")  # type: ignore[method-assign]
     monkeypatch.setattr(ClientRuntime, "start", runtime_start)        # the bootstrap itself is tested above
     anyio.run(c.start)
-    assert order == ["bootstrap ('g',)", "membership", "fetcher", "leader connections"]
+    assert order == ["bootstrap (('g', 0),)", "membership", "fetcher", "leader connections"]
 
 
 @pytest.mark.parametrize("group_id, subscribe", [("g", True), ("g", False), (None, False)])
@@ -150,7 +151,41 @@ def test_a_consumer_with_a_group_looks_its_coordinator_up_with_the_bootstrap_met
 
     monkeypatch.setattr(ClientRuntime, "start", runtime_start)
     anyio.run(c.start)
-    assert seen == [() if group_id is None else (group_id,)]
+    assert seen == [() if group_id is None else ((group_id, GROUP),)]
+
+
+@pytest.mark.parametrize("transactional_id", ["tx", None])
+def test_a_transactional_producer_looks_its_coordinator_up_with_the_bootstrap_metadata(
+        monkeypatch: pytest.MonkeyPatch, transactional_id: str | None) -> None:
+    """``init_transactions()`` starts with the transaction coordinator: asked alongside the bootstrap Metadata."""
+    from akresil import Producer
+    p = Producer(bootstrap_servers="127.0.0.1:9", transactional_id=transactional_id)
+    seen: list[tuple[tuple[str, int], ...]] = []
+
+    async def runtime_start(_runtime: ClientRuntime, start_tasks: Any, **kw: Any) -> None:
+        seen.append(tuple(kw.get("coordinators", ())))
+
+    monkeypatch.setattr(ClientRuntime, "start", runtime_start)
+    anyio.run(p.start)
+    assert seen == [() if transactional_id is None else ((transactional_id, TRANSACTION),)]
+
+
+def test_a_transaction_coordinator_looked_up_early_is_cached_under_its_key_type(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    wire = Wire()
+    cluster = a_cluster(monkeypatch, wire)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            await cluster.start(tg, coordinators=(("tx", TRANSACTION),))
+            await anyio.wait_all_tasks_blocked()
+            assert cluster.coordinators.cached("tx", TRANSACTION) == 1
+            assert cluster.coordinators.cached("tx", GROUP) is None       # a group of that name is another key
+            await cluster.close()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert wire.carried == [(BOOTSTRAP, ApiKey.METADATA), (BOOTSTRAP, ApiKey.FIND_COORDINATOR)]
 
 
 def test_bootstrap_addresses_given_as_ip_literals_are_not_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
