@@ -515,12 +515,14 @@ class Admin(ClientLifecycle):
                     call.answer(gid, code, f"share group {gid!r}", None, g.get("error_message"))
                 else:
                     shares.append(gid)
+            _fail_unanswered(call, keys, {g["group_id"] for g in described["groups"]},
+                             f"ShareGroupDescribe (node {node})")
             if shares:
                 _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": shares})
                 for r in response["results"]:
                     call.answer(r["group_id"], r["error_code"], f"share group {r['group_id']!r}")
-            _fail_unanswered(call, keys, {g["group_id"] for g in described["groups"]},
-                             f"ShareGroupDescribe (node {node})")
+                _fail_unanswered(call, shares, {r["group_id"] for r in response["results"]},
+                                 f"DeleteGroups (node {node})")
 
         return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 

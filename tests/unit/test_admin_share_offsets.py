@@ -206,6 +206,22 @@ async def test_delete_share_groups_deletes_only_share_groups() -> None:
     assert [r.body["groups_names"] for r in cluster.calls(ApiKey.DELETE_GROUPS)] == [["sg", "busy"]]
 
 
+async def test_a_group_either_answer_leaves_out_fails_at_once() -> None:
+    def handler(version: int, key: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.SHARE_GROUP_DESCRIBE:     # "lost" is not in the answer
+            return {"throttle_time_ms": 0, "groups": [
+                {"error_code": 0, "error_message": None, "group_id": g, "group_state": "Empty", "group_epoch": 1,
+                 "assignment_epoch": 1, "assignor_name": "simple", "members": []}
+                for g in body["group_ids"] if g != "lost"]}
+        return {"throttle_time_ms": 0, "results": []}   # DeleteGroups says nothing of "sg"
+
+    results, _ = await _admin_call(handler, lambda a: a.delete_share_groups(["sg", "lost"], timeout_ms=5_000))
+    with pytest.raises(errors.ProtocolError, match="ShareGroupDescribe .*no result for lost"):
+        results["lost"]
+    with pytest.raises(errors.ProtocolError, match="DeleteGroups .*no result for sg"):
+        results["sg"]
+
+
 async def test_bad_input_is_named_before_anything_is_sent() -> None:
     def handler(version: int, key: int, body: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(f"nothing should be sent, got API {key}")
