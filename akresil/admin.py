@@ -1,5 +1,6 @@
 """Admin client: topics, consumer groups and their offsets, configs, partitions (and their reassignments),
-records, ACLs, SCRAM credentials, client quotas, producers and transactions.
+records, ACLs, SCRAM credentials, client quotas, producers and transactions, and the operations side: log
+directories, feature levels and the KRaft metadata quorum.
 
 Each request goes to the node that can answer it: a group's (or transactional id's) coordinator found with
 FindCoordinator, a partition's leader from Metadata, the controller, a broker named by a config resource, or the
@@ -20,20 +21,22 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
 
 import anyio
 
-from . import errors
+from . import __version__, errors
 from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, ALTER_CONFIG_OPS, CONFIG_RESOURCE_TYPES,
-                          CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, MEMBER_TYPES, PATTERN_TYPES, SCRAM_MECHANISMS,
-                          AclBinding, AclBindingFilter, AlterConfigOp, ClientQuotaEntity, ClientQuotaFilter,
-                          ClientQuotaOp, ConfigEntry, ConfigResource, ConfigSynonym, GroupDescription, GroupListing,
-                          GroupOffset, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
-                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, ShareGroupOffset, TransactionDescription,
-                          TransactionListing, code_of, name_of)
+                          CONFIG_SOURCES, CONFIG_TYPES, ELECTION_TYPES, FEATURE_UPGRADE_TYPES, MEMBER_TYPES,
+                          PATTERN_TYPES, SCRAM_MECHANISMS, AclBinding, AclBindingFilter, AlterConfigOp,
+                          ClientQuotaEntity, ClientQuotaFilter, ClientQuotaOp, ConfigEntry, ConfigResource,
+                          ConfigSynonym, FeatureMetadata, GroupDescription, GroupListing, GroupOffset,
+                          LogDirDescription, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
+                          QuorumEndpoint, QuorumInfo, QuorumReplica, ReplicaInfo, ScramCredentialInfo, ScramDeletion,
+                          ScramUpsertion, ShareGroupOffset, TransactionDescription, TransactionListing, VersionRange,
+                          code_of, name_of)
 from .checks import EARLIEST as EARLIEST, LATEST as LATEST  # public here too (akresil.admin.EARLIEST)
-from .checks import (INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
+from .checks import (INT16_MAX, INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
                      group_id_list, is_int, no_duplicate_topics, offset_requests, offset_values, partition_list,
                      str_list, topic_names)
 from .client_runtime import ClientLifecycle, ClientRuntime
-from .core.admin_call import AdminCall, ItemResults
+from .core.admin_call import AdminCall, ItemResults, error_from
 from .core.metadata import pending_topic_backoff
 from .net.coordinator import GROUP, TRANSACTION
 from .net.router import Router
@@ -49,7 +52,8 @@ if TYPE_CHECKING:
                                     AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
                                     DescribeAclsRequest, DescribeShareGroupOffsetsRequestTopic,
                                     ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
-                                    OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions)
+                                    OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+                                    UpdateFeaturesRequest)
 
 log = logging.getLogger(__name__)
 
@@ -1110,6 +1114,136 @@ class Admin(ClientLifecycle):
 
         return await self._router.run(call, self._router.any_broker, send)
 
+    # ------------------------------------------------------------------ operations: log dirs, features, quorum
+    async def describe_log_dirs(self, brokers: Iterable[int] | None = None, *, timeout_ms: int | None = None
+                                ) -> ItemResults[int, dict[str, LogDirDescription]]:
+        """Each broker's log directories (``{path: LogDirDescription}`` per broker id): a directory's error
+        (offline), total and usable bytes, and the size, offset lag and future flag of each replica in it.
+
+        ``brokers``: node ids (default: every broker in a fresh Metadata answer); each is asked with its own
+        DescribeLogDirs, so one unreachable broker fails alone::
+
+            for path, d in (await admin.describe_log_dirs([1]))[1].items():
+                print(path, d.usable_bytes, sum(r.size for r in d.replicas.values()))"""
+        if brokers is None:
+            nodes = await self._router.all_nodes()
+        else:
+            nodes = as_list(brokers, "describe_log_dirs", "broker ids")
+            if not all(is_int(b) and 0 <= b <= INT32_MAX for b in nodes):
+                raise ValueError(f"brokers: expected broker ids (ints >= 0), got {nodes!r}")
+        call: AdminCall[int] = self._call(nodes, timeout_ms, "DescribeLogDirs on node")
+
+        async def route(c: AdminCall[int]) -> dict[int, list[int]]:
+            if any(node not in self._cluster.metadata.snapshot.brokers for node in c.pending):
+                await self._router.metadata([])      # a broker named that our metadata has not seen (yet)
+            known = self._cluster.metadata.snapshot.brokers
+            plan: dict[int, list[int]] = {}
+            for node in list(c.pending):
+                if node in known:
+                    plan[node] = [node]
+                else:
+                    c.fail(node, errors.BrokerNotAvailableError(
+                        f"DescribeLogDirs on node {node}: no broker with node id {node} in the cluster metadata "
+                        f"(brokers: {sorted(known)})"))
+            return plan
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+            call.answer(node, response.get("error_code", 0), f"DescribeLogDirs on node {node}",
+                        {d["log_dir"]: _log_dir(d, node) for d in response["results"]})
+
+        return await self._router.run(call, route, send)
+
+    async def describe_features(self, *, timeout_ms: int | None = None) -> FeatureMetadata:
+        """The cluster's finalized feature levels (``metadata.version``, ``transaction.version`` ...) and the
+        levels the answering broker supports, from a fresh ApiVersions (v3+) to any broker::
+
+            (await admin.describe_features()).finalized["metadata.version"].max_version"""
+        call: AdminCall[int] = self._call([0], timeout_ms, "ApiVersions for the features")
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.API_VERSIONS, {
+                "client_software_name": "akresil", "client_software_version": __version__}, min_version=3)
+            call.answer(0, response["error_code"], f"ApiVersions to {_node_text(node)}", _feature_metadata(response))
+
+        features: FeatureMetadata = (await self._router.run(call, self._router.any_broker, send))[0]
+        return features
+
+    async def update_features(self, updates: Mapping[str, tuple[int, str]], *, validate_only: bool = False,
+                              timeout_ms: int | None = None) -> ItemResults[str, None]:
+        """Change the cluster's finalized feature levels: ``{"transaction.version": (2, "upgrade")}``.
+
+        The type is ``"upgrade"``, ``"safe_downgrade"`` or ``"unsafe_downgrade"`` (Java's
+        ``FeatureUpdate.UpgradeType``; an unsafe downgrade may lose metadata); level 0 with a downgrade removes
+        the feature. Sent to the controller (a KRaft broker forwards it); ``validate_only``: the controller checks
+        the change and makes none. The updates of one call are applied together: from UpdateFeatures v2
+        (Kafka 3.9+) the broker answers one error for all of them, and each feature gets it. Bad input (an unknown
+        type, a negative level) raises ``ValueError`` naming the feature::
+
+            (await admin.update_features({"transaction.version": (2, "upgrade")})).raise_on_error()"""
+        if not isinstance(updates, Mapping):
+            raise TypeError(f"updates: expected a mapping {{feature: (max_version_level, upgrade_type)}}, got "
+                            f"{type(updates).__name__}")
+        if not updates:
+            raise ValueError("updates: no feature to update")
+        wanted = {name: _feature_update(name, value) for name, value in updates.items()}
+        if not isinstance(validate_only, bool):
+            raise TypeError(f"validate_only: expected a bool, got {validate_only!r}")
+        timeout = self._timeout(timeout_ms)
+        call: AdminCall[str] = self._call(list(wanted), timeout, "UpdateFeatures for")
+        unsafe = FEATURE_UPGRADE_TYPES["unsafe_downgrade"]
+
+        async def send(node: int, names: list[str]) -> None:
+            def body(version: int) -> UpdateFeaturesRequest:
+                # v0 has a "downgrade allowed" flag (safe downgrades only) where v1+ has the upgrade type
+                return {"timeout_ms": timeout, "validate_only": validate_only, "feature_updates": [
+                    {"feature": n, "max_version_level": wanted[n][0], **(
+                        {"upgrade_type": wanted[n][1]} if version >= 1 else
+                        {"allow_downgrade": wanted[n][1] != FEATURE_UPGRADE_TYPES["upgrade"]})} for n in names]}
+
+            version, response = await self._cluster.request(
+                node, ApiKey.UPDATE_FEATURES, body,
+                min_version=1 if validate_only or any(wanted[n][1] == unsafe for n in names) else 0)
+            if response["error_code"] or version >= 2:
+                for n in names:
+                    call.answer(n, response["error_code"], f"feature {n!r}", None, response.get("error_message"))
+                return
+            answered = set()
+            for r in response.get("results") or ():
+                answered.add(r["feature"])
+                call.answer(r["feature"], r["error_code"], f"feature {r['feature']!r}", None, r.get("error_message"))
+            _fail_unanswered(call, names, answered, f"UpdateFeatures (node {node})")
+
+        return await self._router.run(call, self._router.controller, send)
+
+    async def describe_metadata_quorum(self, *, timeout_ms: int | None = None) -> QuorumInfo:
+        """The KRaft metadata quorum: leader, epoch, high watermark, and each voter's and observer's log end
+        offset and last fetch / caught-up times (DescribeQuorum to any broker, which asks the controllers)::
+
+            quorum = await admin.describe_metadata_quorum()
+            behind = {v.replica_id: quorum.high_watermark - v.log_end_offset for v in quorum.voters}"""
+        call: AdminCall[int] = self._call([0], timeout_ms, "DescribeQuorum")
+        where = f"{METADATA_TOPIC}-0"
+
+        async def send(node: int, __: list[int]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_QUORUM, {
+                "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
+            if response["error_code"]:
+                call.answer(0, response["error_code"], f"DescribeQuorum to {_node_text(node)}", None,
+                            response.get("error_message"))
+                return
+            part = next((p for t in response["topics"] if t["topic_name"] == METADATA_TOPIC
+                         for p in t["partitions"] if p["partition_index"] == 0), None)
+            if part is None:
+                call.fail(0, errors.ProtocolError(
+                    f"DescribeQuorum to {_node_text(node)}: the answer has no result for {where}"))
+                return
+            call.answer(0, part["error_code"], f"DescribeQuorum for {where} ({_node_text(node)})",
+                        _quorum_info(part, response.get("nodes") or ()), part.get("error_message"))
+
+        info: QuorumInfo = (await self._router.run(call, self._router.any_broker, send))[0]
+        return info
+
 
 def _without_placeholder(results: ItemResults[Any, Any]) -> ItemResults[Any, Any]:
     """A call over "everything" ("*") that failed before any answer named its items raises that error."""
@@ -1314,3 +1448,66 @@ def _acl_binding(resource: Mapping[str, Any], acl: Mapping[str, Any]) -> AclBind
         pattern_type=name_of(PATTERN_TYPES, resource.get("pattern_type", 3)))
 
 
+#: the KRaft metadata log's topic (its partition 0 is the quorum DescribeQuorum describes)
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def _log_dir(d: Mapping[str, Any], node: int) -> LogDirDescription:
+    path = d["log_dir"]
+    code = d["error_code"]
+    return LogDirDescription(
+        path=path, error=error_from(code, f"log dir {path!r} on node {node}") if code else None,
+        replicas={TopicPartition(t["name"], p["partition_index"]): ReplicaInfo(
+            p["partition_size"], p["offset_lag"], bool(p["is_future_key"]))
+            for t in d["topics"] for p in t["partitions"]},
+        total_bytes=_known(d.get("total_bytes", -1)), usable_bytes=_known(d.get("usable_bytes", -1)),
+        is_cordoned=bool(d.get("is_cordoned", False)))
+
+
+def _node_text(node: int) -> str:
+    """A node id for an error message; a bootstrap server's connection (negative id) is not a broker id."""
+    return f"node {node}" if node >= 0 else "a bootstrap server"
+
+
+def _known(value: int) -> int | None:
+    """-1 (the protocol's "unknown") as None."""
+    return None if value < 0 else value
+
+
+def _feature_metadata(response: Mapping[str, Any]) -> FeatureMetadata:
+    return FeatureMetadata(
+        finalized={f["name"]: VersionRange(f["min_version_level"], f["max_version_level"])
+                   for f in response.get("finalized_features") or ()},
+        supported={f["name"]: VersionRange(f["min_version"], f["max_version"])
+                   for f in response.get("supported_features") or ()},
+        finalized_epoch=_known(response.get("finalized_features_epoch", -1)))
+
+
+def _feature_update(name: object, value: object) -> tuple[int, int]:
+    """``(max_version_level, upgrade type code)`` of one ``update_features`` entry, or a ValueError naming it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"updates: feature names must be non-empty strs, got {name!r}")
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise ValueError(f"updates[{name!r}]: expected (max_version_level, upgrade_type), got {value!r}")
+    level, kind = value
+    if not is_int(level) or not 0 <= level <= INT16_MAX:
+        raise ValueError(f"updates[{name!r}]: max_version_level must be an int in 0..{INT16_MAX}, got {level!r}")
+    code = code_of(FEATURE_UPGRADE_TYPES, kind, f"updates[{name!r}]: upgrade_type")
+    if level == 0 and code == FEATURE_UPGRADE_TYPES["upgrade"]:
+        raise ValueError(f"updates[{name!r}]: level 0 removes the feature, which needs 'safe_downgrade' or "
+                         f"'unsafe_downgrade', not 'upgrade'")
+    return level, code
+
+
+def _quorum_replicas(states: Iterable[Mapping[str, Any]]) -> tuple[QuorumReplica, ...]:
+    return tuple(QuorumReplica(
+        s["replica_id"], s["log_end_offset"], _known(s.get("last_fetch_timestamp", -1)),
+        _known(s.get("last_caught_up_timestamp", -1)), s.get("replica_directory_id") or bytes(16)) for s in states)
+
+
+def _quorum_info(part: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> QuorumInfo:
+    return QuorumInfo(
+        leader_id=part["leader_id"], leader_epoch=part["leader_epoch"], high_watermark=part["high_watermark"],
+        voters=_quorum_replicas(part["current_voters"]), observers=_quorum_replicas(part["observers"]),
+        nodes={n["node_id"]: tuple(QuorumEndpoint(x["name"], x["host"], x["port"]) for x in n["listeners"])
+               for n in nodes})

@@ -469,3 +469,93 @@ class ClientQuotaOp:
                 raise ValueError(f"ClientQuotaOp.value: {self.key!r} needs a finite number (or None to remove it), "
                                  f"got {self.value!r}")
             object.__setattr__(self, "value", float(self.value))
+
+
+# ---------------------------------------------------------------------------------------------- log dirs
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One partition's replica in a log directory (DescribeLogDirs)."""
+
+    #: bytes of its log segments
+    size: int
+    #: how far its log end is behind the partition's high watermark (a future replica: behind the current one)
+    offset_lag: int
+    #: a copy being moved into this directory (``AlterReplicaLogDirs``) that will replace the current one
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One log directory of a broker. ``error`` is set (and ``replicas`` empty) for a directory the broker cannot
+    read (``KafkaStorageError``: offline). ``total_bytes``/``usable_bytes`` are None when the broker does not
+    report them (before DescribeLogDirs v4, Kafka 3.3)."""
+
+    path: str
+    error: Exception | None
+    replicas: Mapping[TopicPartition, ReplicaInfo]
+    total_bytes: int | None = None
+    usable_bytes: int | None = None
+    #: the directory takes no new partitions (DescribeLogDirs v5)
+    is_cordoned: bool = False
+
+
+# ---------------------------------------------------------------------------------------------- features
+#: Java's FeatureUpdate.UpgradeType codes (UpdateFeatures v1+); v0 only knows "downgrade allowed" (safe)
+FEATURE_UPGRADE_TYPES = {"upgrade": 1, "safe_downgrade": 2, "unsafe_downgrade": 3}
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """The levels of a feature: those a broker supports, or the cluster's finalized ones."""
+
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True)
+class FeatureMetadata:
+    """Feature levels as one broker's ApiVersions answer gives them (Java's ``FeatureMetadata``).
+
+    ``finalized``: the levels the cluster runs at (``metadata.version`` ...); ``supported``: the levels this
+    broker's software could run at; ``finalized_epoch``: the metadata offset of the finalized levels (None
+    when the broker does not send it)."""
+
+    finalized: Mapping[str, VersionRange]
+    supported: Mapping[str, VersionRange]
+    finalized_epoch: int | None
+
+
+# ---------------------------------------------------------------------------------------------- metadata quorum
+@dataclass(frozen=True)
+class QuorumReplica:
+    """A voter or observer of the KRaft metadata log as its leader sees it (Java's ``QuorumInfo.ReplicaState``).
+
+    Timestamps are the leader's wall clock in ms, None when unknown (``last_fetch_timestamp`` of the leader
+    itself, or a broker before DescribeQuorum v1)."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int | None = None
+    last_caught_up_timestamp: int | None = None
+    #: the replica's metadata log directory id (KIP-853, DescribeQuorum v2; all zeros when unknown)
+    directory_id: bytes = bytes(16)
+
+
+@dataclass(frozen=True)
+class QuorumEndpoint:
+    listener: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class QuorumInfo:
+    """The KRaft metadata quorum (partition 0 of ``__cluster_metadata``): its leader, epoch, high watermark,
+    voters and observers; ``nodes``: the voters' controller endpoints (DescribeQuorum v2, else empty)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...]
+    nodes: Mapping[int, tuple[QuorumEndpoint, ...]] = field(default_factory=dict)

@@ -84,6 +84,10 @@ APIS = [
     # KIP-714 client metrics push (issue 36)
     "GetTelemetrySubscriptions",
     "PushTelemetry",
+    # operations: log directories, feature levels, the KRaft metadata quorum
+    "DescribeLogDirs",
+    "DescribeQuorum",
+    "UpdateFeatures",
 ]
 EXTRA = ["RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -55,8 +55,12 @@ from ..protocol.messages import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
     DescribeTransactionsRequest,
@@ -119,6 +123,8 @@ from ..protocol.messages import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 
 __all__ = ["ClusterRequest", "ClusterRequestAny", "ConnectionRequest", "ControllerRequest"]
@@ -318,6 +324,13 @@ class ClusterRequest(Protocol):
 
     @overload
     async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
+        body: DescribeLogDirsRequest | Callable[[int], DescribeLogDirsRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, DescribeLogDirsResponse]: ...
+
+    @overload
+    async def __call__(
         self, node_id: int, api_key: Literal[ApiKey.SASL_AUTHENTICATE],
         body: SaslAuthenticateRequest | Callable[[int], SaslAuthenticateRequest],
         *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
@@ -399,6 +412,20 @@ class ClusterRequest(Protocol):
         body: AlterUserScramCredentialsRequest | Callable[[int], AlterUserScramCredentialsRequest],
         *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, AlterUserScramCredentialsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.DESCRIBE_QUORUM],
+        body: DescribeQuorumRequest | Callable[[int], DescribeQuorumRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, DescribeQuorumResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.UPDATE_FEATURES],
+        body: UpdateFeaturesRequest | Callable[[int], UpdateFeaturesRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, UpdateFeaturesResponse]: ...
 
     @overload
     async def __call__(
@@ -700,6 +727,13 @@ class ClusterRequestAny(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
+        body: DescribeLogDirsRequest | Callable[[int], DescribeLogDirsRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, DescribeLogDirsResponse]: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.SASL_AUTHENTICATE],
         body: SaslAuthenticateRequest | Callable[[int], SaslAuthenticateRequest],
         *, min_version: int = ..., timeout_ms: int | None = ...,
@@ -781,6 +815,20 @@ class ClusterRequestAny(Protocol):
         body: AlterUserScramCredentialsRequest | Callable[[int], AlterUserScramCredentialsRequest],
         *, min_version: int = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, int, AlterUserScramCredentialsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_QUORUM],
+        body: DescribeQuorumRequest | Callable[[int], DescribeQuorumRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, DescribeQuorumResponse]: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.UPDATE_FEATURES],
+        body: UpdateFeaturesRequest | Callable[[int], UpdateFeaturesRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, UpdateFeaturesResponse]: ...
 
     @overload
     async def __call__(
@@ -1082,6 +1130,13 @@ class ConnectionRequest(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
+        body: DescribeLogDirsRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> DescribeLogDirsResponse: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.SASL_AUTHENTICATE],
         body: SaslAuthenticateRequest,
         *, version: int | None = ..., timeout_ms: float | None = ...,
@@ -1163,6 +1218,20 @@ class ConnectionRequest(Protocol):
         body: AlterUserScramCredentialsRequest,
         *, version: int | None = ..., timeout_ms: float | None = ...,
     ) -> AlterUserScramCredentialsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_QUORUM],
+        body: DescribeQuorumRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> DescribeQuorumResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.UPDATE_FEATURES],
+        body: UpdateFeaturesRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> UpdateFeaturesResponse: ...
 
     @overload
     async def __call__(
@@ -1464,6 +1533,13 @@ class ControllerRequest(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
+        body: DescribeLogDirsRequest | Callable[[int], DescribeLogDirsRequest],
+        *, timeout_ms: int,
+    ) -> DescribeLogDirsResponse: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.SASL_AUTHENTICATE],
         body: SaslAuthenticateRequest | Callable[[int], SaslAuthenticateRequest],
         *, timeout_ms: int,
@@ -1545,6 +1621,20 @@ class ControllerRequest(Protocol):
         body: AlterUserScramCredentialsRequest | Callable[[int], AlterUserScramCredentialsRequest],
         *, timeout_ms: int,
     ) -> AlterUserScramCredentialsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.DESCRIBE_QUORUM],
+        body: DescribeQuorumRequest | Callable[[int], DescribeQuorumRequest],
+        *, timeout_ms: int,
+    ) -> DescribeQuorumResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.UPDATE_FEATURES],
+        body: UpdateFeaturesRequest | Callable[[int], UpdateFeaturesRequest],
+        *, timeout_ms: int,
+    ) -> UpdateFeaturesResponse: ...
 
     @overload
     async def __call__(

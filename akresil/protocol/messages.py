@@ -2046,6 +2046,142 @@ class PushTelemetryResponse(TypedDict):
     _unknown_tags: NotRequired[dict[int, bytes]]
 
 
+class DescribeLogDirsRequestDescribableLogDirTopic(TypedDict, total=False):
+    topic: str
+    partitions: Sequence[int]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeLogDirsRequest(TypedDict, total=False):
+    topics: Sequence[DescribeLogDirsRequestDescribableLogDirTopic] | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeLogDirsResponseDescribeLogDirsPartition(TypedDict):
+    partition_index: int
+    partition_size: int
+    offset_lag: int
+    is_future_key: bool
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeLogDirsResponseDescribeLogDirsTopic(TypedDict):
+    name: str
+    partitions: list[DescribeLogDirsResponseDescribeLogDirsPartition]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeLogDirsResponseDescribeLogDirsResult(TypedDict):
+    error_code: int
+    log_dir: str
+    topics: list[DescribeLogDirsResponseDescribeLogDirsTopic]
+    total_bytes: NotRequired[int]
+    usable_bytes: NotRequired[int]
+    is_cordoned: NotRequired[bool]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeLogDirsResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: NotRequired[int]
+    results: list[DescribeLogDirsResponseDescribeLogDirsResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumRequestPartitionData(TypedDict, total=False):
+    partition_index: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumRequestTopicData(TypedDict, total=False):
+    topic_name: str
+    partitions: Sequence[DescribeQuorumRequestPartitionData]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumRequest(TypedDict, total=False):
+    topics: Sequence[DescribeQuorumRequestTopicData]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponseReplicaState(TypedDict):
+    replica_id: int
+    replica_directory_id: NotRequired[bytes]
+    log_end_offset: int
+    last_fetch_timestamp: NotRequired[int]
+    last_caught_up_timestamp: NotRequired[int]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponsePartitionData(TypedDict):
+    partition_index: int
+    error_code: int
+    error_message: NotRequired[str | None]
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    current_voters: list[DescribeQuorumResponseReplicaState]
+    observers: list[DescribeQuorumResponseReplicaState]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponseTopicData(TypedDict):
+    topic_name: str
+    partitions: list[DescribeQuorumResponsePartitionData]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponseListener(TypedDict):
+    name: str
+    host: str
+    port: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponseNode(TypedDict):
+    node_id: int
+    listeners: list[DescribeQuorumResponseListener]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class DescribeQuorumResponse(TypedDict):
+    error_code: int
+    error_message: NotRequired[str | None]
+    topics: list[DescribeQuorumResponseTopicData]
+    nodes: NotRequired[list[DescribeQuorumResponseNode]]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class UpdateFeaturesRequestFeatureUpdateKey(TypedDict, total=False):
+    feature: str
+    max_version_level: int
+    allow_downgrade: bool
+    upgrade_type: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class UpdateFeaturesRequest(TypedDict, total=False):
+    timeout_ms: int
+    feature_updates: Sequence[UpdateFeaturesRequestFeatureUpdateKey]
+    validate_only: bool
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class UpdateFeaturesResponseUpdatableFeatureResult(TypedDict):
+    feature: str
+    error_code: int
+    error_message: str | None
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class UpdateFeaturesResponse(TypedDict):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    results: NotRequired[list[UpdateFeaturesResponseUpdatableFeatureResult]]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
 #: the request and response type of each API akresil speaks
 BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.PRODUCE: (ProduceRequest, ProduceResponse),
@@ -2075,6 +2211,7 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
     ApiKey.DESCRIBE_CONFIGS: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse),
     ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse),
     ApiKey.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse),
@@ -2087,6 +2224,8 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (AlterClientQuotasRequest, AlterClientQuotasResponse),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    ApiKey.DESCRIBE_QUORUM: (DescribeQuorumRequest, DescribeQuorumResponse),
+    ApiKey.UPDATE_FEATURES: (UpdateFeaturesRequest, UpdateFeaturesResponse),
     ApiKey.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
     ApiKey.DESCRIBE_PRODUCERS: (DescribeProducersRequest, DescribeProducersResponse),
     ApiKey.DESCRIBE_TRANSACTIONS: (DescribeTransactionsRequest, DescribeTransactionsResponse),

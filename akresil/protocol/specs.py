@@ -1899,6 +1899,127 @@ def _push_telemetry_response() -> Message:
     )
 
 
+def _describe_log_dirs_request() -> Message:
+    return M(
+        'DescribeLogDirsRequest', 35, 'request', '1-5', '2+', (
+            F('topics', '[]DescribableLogDirTopic', '0+', nullable='0+', fields=(
+                F('topic', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        ),
+    )
+
+
+def _describe_log_dirs_response() -> Message:
+    return M(
+        'DescribeLogDirsResponse', 35, 'response', '1-5', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '3+', ignorable=True),
+            F('results', '[]DescribeLogDirsResult', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('log_dir', 'string', '0+'),
+                F('topics', '[]DescribeLogDirsTopic', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('partitions', '[]DescribeLogDirsPartition', '0+', fields=(
+                        F('partition_index', 'int32', '0+'),
+                        F('partition_size', 'int64', '0+'),
+                        F('offset_lag', 'int64', '0+'),
+                        F('is_future_key', 'bool', '0+'),
+                    )),
+                )),
+                F('total_bytes', 'int64', '4+', default=-1, ignorable=True),
+                F('usable_bytes', 'int64', '4+', default=-1, ignorable=True),
+                F('is_cordoned', 'bool', '5+', default=False, ignorable=True),
+            )),
+        ),
+    )
+
+
+def _describe_quorum_request() -> Message:
+    return M(
+        'DescribeQuorumRequest', 55, 'request', '0-2', '0+', (
+            F('topics', '[]TopicData', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('partitions', '[]PartitionData', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _describe_quorum_response() -> Message:
+    return M(
+        'DescribeQuorumResponse', 55, 'response', '0-2', '0+', (
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '2+', nullable='2+', ignorable=True),
+            F('topics', '[]TopicData', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('partitions', '[]PartitionData', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '2+', nullable='2+', ignorable=True),
+                    F('leader_id', 'int32', '0+'),
+                    F('leader_epoch', 'int32', '0+'),
+                    F('high_watermark', 'int64', '0+'),
+                    F('current_voters', '[]ReplicaState', '0+', fields=(
+                        F('replica_id', 'int32', '0+'),
+                        F('replica_directory_id', 'uuid', '2+'),
+                        F('log_end_offset', 'int64', '0+'),
+                        F('last_fetch_timestamp', 'int64', '1+', default=-1, ignorable=True),
+                        F('last_caught_up_timestamp', 'int64', '1+', default=-1, ignorable=True),
+                    )),
+                    F('observers', '[]ReplicaState', '0+', fields=(
+                        F('replica_id', 'int32', '0+'),
+                        F('replica_directory_id', 'uuid', '2+'),
+                        F('log_end_offset', 'int64', '0+'),
+                        F('last_fetch_timestamp', 'int64', '1+', default=-1, ignorable=True),
+                        F('last_caught_up_timestamp', 'int64', '1+', default=-1, ignorable=True),
+                    )),
+                )),
+            )),
+            F('nodes', '[]Node', '2+', fields=(
+                F('node_id', 'int32', '2+'),
+                F('listeners', '[]Listener', '2+', fields=(
+                    F('name', 'string', '2+'),
+                    F('host', 'string', '2+'),
+                    F('port', 'uint16', '2+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _update_features_request() -> Message:
+    return M(
+        'UpdateFeaturesRequest', 57, 'request', '0-2', '0+', (
+            F('timeout_ms', 'int32', '0+', default=60000),
+            F('feature_updates', '[]FeatureUpdateKey', '0+', fields=(
+                F('feature', 'string', '0+'),
+                F('max_version_level', 'int16', '0+'),
+                F('allow_downgrade', 'bool', '0'),
+                F('upgrade_type', 'int8', '1+', default=1),
+            )),
+            F('validate_only', 'bool', '1+', default=False),
+        ),
+    )
+
+
+def _update_features_response() -> Message:
+    return M(
+        'UpdateFeaturesResponse', 57, 'response', '0-2', '0+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('results', '[]UpdatableFeatureResult', '0-1', ignorable=True, fields=(
+                F('feature', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            )),
+        ),
+    )
+
+
 def _request_header() -> Message:
     return M(
         'RequestHeader', None, 'header', '0-2', '2+', (
@@ -2055,6 +2176,12 @@ TABLE: dict[str, tuple[Callable[[], Message], str, int | None, str, str]] = {
     'GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE': (_get_telemetry_subscriptions_response, 'GetTelemetrySubscriptionsResponse', 71, 'response', '0'),
     'PUSH_TELEMETRY_REQUEST': (_push_telemetry_request, 'PushTelemetryRequest', 72, 'request', '0'),
     'PUSH_TELEMETRY_RESPONSE': (_push_telemetry_response, 'PushTelemetryResponse', 72, 'response', '0'),
+    'DESCRIBE_LOG_DIRS_REQUEST': (_describe_log_dirs_request, 'DescribeLogDirsRequest', 35, 'request', '1-5'),
+    'DESCRIBE_LOG_DIRS_RESPONSE': (_describe_log_dirs_response, 'DescribeLogDirsResponse', 35, 'response', '1-5'),
+    'DESCRIBE_QUORUM_REQUEST': (_describe_quorum_request, 'DescribeQuorumRequest', 55, 'request', '0-2'),
+    'DESCRIBE_QUORUM_RESPONSE': (_describe_quorum_response, 'DescribeQuorumResponse', 55, 'response', '0-2'),
+    'UPDATE_FEATURES_REQUEST': (_update_features_request, 'UpdateFeaturesRequest', 57, 'request', '0-2'),
+    'UPDATE_FEATURES_RESPONSE': (_update_features_response, 'UpdateFeaturesResponse', 57, 'response', '0-2'),
     'REQUEST_HEADER': (_request_header, 'RequestHeader', None, 'header', '0-2'),
     'RESPONSE_HEADER': (_response_header, 'ResponseHeader', None, 'header', '0-1'),
     'CONSUMER_PROTOCOL_SUBSCRIPTION': (_consumer_protocol_subscription, 'ConsumerProtocolSubscription', None, 'data', '0-3'),

@@ -51,6 +51,8 @@ class ScriptedCluster:
     versions: dict[int, tuple[int, int] | None] = field(default_factory=dict)
     #: topic ids Metadata gives ({name: 16 bytes}); a topic not named here gets the all-zero id ("none")
     topic_ids: dict[str, bytes] = field(default_factory=dict)
+    #: more of the ApiVersions answer (v3+), e.g. ``{"finalized_features": [...], "supported_features": [...]}``
+    api_versions_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._servers: dict[int, asyncio.AbstractServer] = {}
@@ -107,7 +109,8 @@ class ScriptedCluster:
                                                                    **self.versions}
                     keys = [{"api_key": int(k), "min_version": r[0], "max_version": r[1]}
                             for k, r in offered.items() if r is not None]
-                    writer.write(api.encode_response(key, min(version, 3), cid, {"error_code": 0, "api_keys": keys}))
+                    offer = {"error_code": 0, "api_keys": keys, **self.api_versions_extra}
+                    writer.write(api.encode_response(key, min(version, 3), cid, offer))
                     await writer.drain()
                     continue
                 self.requests.append(Request(node, key, version, body, asyncio.get_running_loop().time()))

@@ -27,9 +27,9 @@ def test_header_parse_matches_codec(api_key: int, version: int, body: dict) -> N
 
 
 def test_header_with_null_client_id_and_unknown_api_is_forwardable() -> None:
-    frame = struct.pack(">hhih", 57, 1, 9, -1) + b"\x00" * 8   # UpdateFeatures: no schema in the codec
+    frame = struct.pack(">hhih", 58, 1, 9, -1) + b"\x00" * 8   # Envelope: no schema in the codec
     h = parse_request_header(frame)
-    assert (h.api_key, h.client_id, h.body_offset) == (57, None, -1)
+    assert (h.api_key, h.client_id, h.body_offset) == (58, None, -1)
 
 
 @pytest.mark.parametrize("frame,problem", [
