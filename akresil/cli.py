@@ -1,5 +1,5 @@
 """The ``akresil`` command: an embedded broker, topic admin, stdin/stdout produce and consume, and the demo;
-the operator commands (groups, configs, topics add-partitions, partitions, quotas) live in ``cli_admin``.
+the operator commands (groups, configs, topics add-partitions, partitions, quotas, cluster) live in ``cli_admin``.
 
 Exit codes: 0 success, 1 a runtime failure (broker unreachable, delivery failed, demo check failed),
 2 bad input (unknown option, malformed JSON line, invalid config value or topic name), 130 interrupted.
@@ -508,9 +508,15 @@ async def cmd_quotas(args: argparse.Namespace) -> int:
     return await run(args, _client_config(args))
 
 
+async def cmd_cluster(args: argparse.Namespace) -> int:
+    from .cli_admin import cmd_cluster as run
+    return await run(args, _client_config(args))
+
+
 _ASYNC: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "topics": cmd_topics, "produce": cmd_produce, "consume": cmd_consume, "demo": cmd_demo, "bench": cmd_bench,
-    "groups": cmd_groups, "configs": cmd_configs, "partitions": cmd_partitions, "quotas": cmd_quotas}
+    "groups": cmd_groups, "configs": cmd_configs, "partitions": cmd_partitions, "quotas": cmd_quotas,
+    "cluster": cmd_cluster}
 
 
 def _service_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """The operator commands of ``akresil``: ``groups list|describe|reset-offsets|delete`` (describe shows classic,
 KIP-848 and share groups; reset-offsets moves a share group's start offsets too), ``configs describe|alter``,
-``topics add-partitions``, ``partitions reassign|list-reassignments`` and ``quotas describe|alter``, printing
+``topics add-partitions``, ``partitions reassign|list-reassignments``, ``quotas describe|alter`` and
+``cluster log-dirs|features|quorum``, printing
 aligned tables (as kafka-consumer-groups.sh does) or, with ``--json``, one JSON object per line.
 
 ``groups reset-offsets`` follows kafka-consumer-groups.sh: it only shows the plan unless ``--execute`` is
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -486,6 +488,84 @@ async def cmd_quotas(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return _report(args, "validated" if args.dry_run else "altered", results)
 
 
+async def cmd_cluster(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from .admin import Admin
+    specs = [parse_topic_spec(t) for t in getattr(args, "topic", None) or ()]
+    async with Admin(**config) as admin:
+        if args.cluster_command == "log-dirs":
+            dirs = await admin.describe_log_dirs(args.broker or None)
+            return show_log_dirs(args, dirs, specs)
+        if args.cluster_command == "features":
+            return show_features(args, await admin.describe_features())
+        return show_quorum(args, await admin.describe_metadata_quorum(), now_ms=int(time.time() * 1000))
+
+
+def _wanted(tp: TopicPartition, specs: list[tuple[str, list[int] | None]]) -> bool:
+    return not specs or any(tp.topic == t and (ps is None or tp.partition in ps) for t, ps in specs)
+
+
+def show_log_dirs(args: argparse.Namespace, results: Any, specs: list[tuple[str, list[int] | None]]) -> int:
+    """One row per log dir (its replicas, their bytes, usable and total bytes), or with ``--topic`` one row per
+    replica of those partitions; a broker that could not answer is reported on stderr (exit code 1)."""
+    for node, error in results.errors.items():
+        print(f"broker {node}: {type(error).__name__}: {error}", file=sys.stderr)
+    dirs = [(node, path, d) for node in results.ok for path, d in sorted(results.ok[node].items())]
+    if args.json:
+        for node, path, d in dirs:
+            replicas = [{"topic": tp.topic, "partition": tp.partition, "size": r.size, "offset_lag": r.offset_lag,
+                         "is_future": r.is_future} for tp, r in sorted(d.replicas.items()) if _wanted(tp, specs)]
+            sys.stdout.write(orjson.dumps({
+                "broker": node, "log_dir": path, "error": None if d.error is None else
+                f"{type(d.error).__name__}: {d.error}", "total_bytes": d.total_bytes, "usable_bytes": d.usable_bytes,
+                "replicas": replicas}).decode() + "\n")
+    elif specs:
+        print(table(["BROKER", "LOG-DIR", "TOPIC", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"], (
+            [node, path, tp.topic, tp.partition, r.size, r.offset_lag, "yes" if r.is_future else None]
+            for node, path, d in dirs for tp, r in sorted(d.replicas.items()) if _wanted(tp, specs))))
+    else:
+        print(table(["BROKER", "LOG-DIR", "REPLICAS", "SIZE", "USABLE-BYTES", "TOTAL-BYTES", "ERROR"], (
+            [node, path, len(d.replicas), sum(r.size for r in d.replicas.values()), d.usable_bytes, d.total_bytes,
+             None if d.error is None else type(d.error).__name__] for node, path, d in dirs)))
+    return 1 if results.errors else 0
+
+
+def show_features(args: argparse.Namespace, features: Any) -> int:
+    """Each feature's finalized level (the cluster's) and the levels the answering broker supports."""
+    names = sorted(set(features.finalized) | set(features.supported))
+    rows = [{"feature": n,
+             "finalized": features.finalized[n].max_version if n in features.finalized else None,
+             "supported_min": features.supported[n].min_version if n in features.supported else None,
+             "supported_max": features.supported[n].max_version if n in features.supported else None}
+            for n in names]
+    emit(args, ["FEATURE", "FINALIZED", "SUPPORTED-MIN", "SUPPORTED-MAX"], rows)
+    return 0
+
+
+def show_quorum(args: argparse.Namespace, quorum: Any, *, now_ms: int) -> int:
+    """The metadata quorum's leader, epoch and high watermark, then each voter and observer: its log end offset,
+    lag behind the high watermark and when it last fetched / caught up (kafka-metadata-quorum.sh's views)."""
+    def replica(r: Any, role: str) -> dict[str, Any]:
+        return {"node": r.replica_id, "role": role, "log_end_offset": r.log_end_offset,
+                "lag": max(quorum.high_watermark - r.log_end_offset, 0),
+                "last_fetch_timestamp": r.last_fetch_timestamp, "last_caught_up_timestamp": r.last_caught_up_timestamp}
+
+    rows = [replica(r, "leader" if r.replica_id == quorum.leader_id else "voter") for r in quorum.voters]
+    rows += [replica(r, "observer") for r in quorum.observers]
+    if args.json:
+        sys.stdout.write(orjson.dumps({"leader_id": quorum.leader_id, "leader_epoch": quorum.leader_epoch,
+                                       "high_watermark": quorum.high_watermark, "replicas": rows}).decode() + "\n")
+        return 0
+
+    def ago(ts: int | None) -> str | None:
+        return None if ts is None else f"{max(now_ms - ts, 0)} ms ago"
+
+    print(f"leader {quorum.leader_id}, epoch {quorum.leader_epoch}, high watermark {quorum.high_watermark}")
+    print(table(["NODE", "ROLE", "LOG-END-OFFSET", "LAG", "LAST-FETCH", "LAST-CAUGHT-UP"], (
+        [r["node"], r["role"], r["log_end_offset"], r["lag"], ago(r["last_fetch_timestamp"]),
+         ago(r["last_caught_up_timestamp"])] for r in rows)))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- parsers
 def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, positive_int: Any) -> None:
     """Register the admin subcommands on ``akresil``'s parser (``topics_sub``: the ``topics`` actions)."""
@@ -560,6 +640,17 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
                            help="e.g. producer_byte_rate=1048576 (repeatable)")
             q.add_argument("--delete", action="append", metavar="KEY", help="remove a quota (repeatable)")
             q.add_argument("--dry-run", action="store_true", help="let the broker validate, change nothing")
+
+    cluster = sub.add_parser("cluster", help="log dirs, feature levels and the metadata quorum (read only)")
+    ksub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    k = ksub.add_parser("log-dirs", parents=[client, out],
+                        help="each broker's log dirs (replicas, bytes, usable and total bytes); with --topic: "
+                             "each replica of those partitions")
+    k.add_argument("--broker", action="append", type=int, metavar="NODE_ID", help="only this broker (repeatable)")
+    k.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="show these partitions (repeatable)")
+    ksub.add_parser("features", parents=[client, out], help="finalized and supported feature levels")
+    ksub.add_parser("quorum", parents=[client, out],
+                    help="the KRaft metadata quorum: leader, epoch, high watermark, voters and observers")
 
     t = topics_sub.add_parser("add-partitions", parents=[client, out], help="raise a topic's partition count")
     t.add_argument("name", metavar="TOPIC")

@@ -1,14 +1,18 @@
 """Log dirs, feature levels and the metadata quorum on Apache Kafka (the session's one-node ``kafka_node``, a
-combined broker and controller). Request building, answer reading and errors: tests/integration/test_admin_ops.py."""
+combined broker and controller), and ``akresil cluster log-dirs|features|quorum``. Request building, answer reading
+and errors: tests/integration/test_admin_ops.py; the CLI's tables: tests/unit/test_cli_cluster.py."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from akresil import Admin, Producer, TopicPartition
+from akresil.cli import build_parser, cmd_cluster
 from akresil.errors import InvalidUpdateVersionError
 from akresil.testing import EmbeddedBroker
 
@@ -71,3 +75,21 @@ async def test_the_metadata_quorum_has_the_node_as_leader_and_voter(kafka_node: 
     assert quorum.voters[0].log_end_offset >= quorum.high_watermark
     assert quorum.voters[0].last_caught_up_timestamp is not None
     assert [e.listener for e in quorum.nodes[node]] == ["CONTROLLER"]
+
+
+async def test_cluster_cli_commands(kafka_node: EmbeddedBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = await kafka_node.create_topic(f"logdirs-cli-{uuid.uuid4().hex[:8]}")
+    cli = ["-b", kafka_node.bootstrap_servers, "--json"]
+
+    async def run(*command: str) -> list[dict[str, Any]]:
+        assert await cmd_cluster(build_parser().parse_args(["cluster", *command, *cli])) == 0
+        return [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    with anyio.fail_after(15):
+        while not any(r["topic"] == topic for d in await run("log-dirs", "--topic", topic) for r in d["replicas"]):
+            await anyio.sleep(0.05)
+    features = {f["feature"]: f for f in await run("features")}
+    assert features["metadata.version"]["finalized"] >= features["metadata.version"]["supported_min"]
+    (quorum,) = await run("quorum")
+    assert [r["role"] for r in quorum["replicas"]] == ["leader"]
+    assert quorum["replicas"][0]["node"] == quorum["leader_id"]
