@@ -28,9 +28,9 @@ from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, A
                           ClientQuotaEntity, ClientQuotaFilter, ClientQuotaOp, ConfigEntry, ConfigResource,
                           ConfigSynonym, FeatureMetadata, GroupDescription, GroupListing, GroupOffset,
                           LogDirDescription, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
-                          QuorumEndpoint, QuorumInfo, QuorumReplica, ReplicaInfo, ScramCredentialInfo, ScramDeletion,
-                          ScramUpsertion, ShareGroupOffset, TransactionDescription, TransactionListing, VersionRange,
-                          code_of, name_of)
+                          QuorumEndpoint, QuorumInfo, QuorumReplica, ReplicaInfo, ReplicaLogDirInfo,
+                          ScramCredentialInfo, ScramDeletion, ScramUpsertion, ShareGroupOffset, TopicPartitionReplica,
+                          TransactionDescription, TransactionListing, VersionRange, code_of, name_of)
 from .checks import EARLIEST as EARLIEST, LATEST as LATEST  # public here too (akresil.admin.EARLIEST)
 from .checks import (INT16_MAX, INT32_MAX, as_list, check_group_id, check_new_topic, check_timeout, check_topic_name,
                      group_id_list, is_int, no_duplicate_topics, offset_requests, offset_values, partition_list,
@@ -1154,6 +1154,53 @@ class Admin(ClientLifecycle):
 
         return await self._router.run(call, route, send)
 
+    async def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *,
+                                        timeout_ms: int | None = None
+                                        ) -> ItemResults[TopicPartitionReplica, ReplicaLogDirInfo]:
+        """The log dir (and offset lag) of each replica on its broker, and of its future copy while one is being
+        moved (``ReplicaLogDirInfo``). One DescribeLogDirs per broker, naming only the partitions asked; a replica
+        the broker does not hold gets an empty ``ReplicaLogDirInfo`` (no dir), as in Java's admin."""
+        wanted = as_list(replicas, "describe_replica_log_dirs", "TopicPartitionReplica objects")
+        for r in wanted:
+            if not isinstance(r, TopicPartitionReplica):
+                raise TypeError(f"replicas: expected TopicPartitionReplica objects, got {type(r).__name__} {r!r}")
+            check_topic_name(r.topic)
+            if not all(is_int(x) and 0 <= x <= INT32_MAX for x in (r.partition, r.broker_id)):
+                raise ValueError(f"replicas: {r!r}: partition and broker_id must be ints >= 0")
+        call: AdminCall[TopicPartitionReplica] = self._call(wanted, timeout_ms, "DescribeLogDirs for")
+
+        async def route(c: AdminCall[TopicPartitionReplica]) -> dict[int, list[TopicPartitionReplica]]:
+            if any(r.broker_id not in self._cluster.metadata.snapshot.brokers for r in c.pending):
+                await self._router.metadata([])
+            known = self._cluster.metadata.snapshot.brokers
+            plan: dict[int, list[TopicPartitionReplica]] = {}
+            for r in list(c.pending):
+                if r.broker_id in known:
+                    plan.setdefault(r.broker_id, []).append(r)
+                else:
+                    c.fail(r, errors.BrokerNotAvailableError(
+                        f"{_replica_text(r)}: no broker with node id {r.broker_id} in the cluster metadata "
+                        f"(brokers: {sorted(known)})"))
+            return plan
+
+        async def send(node: int, keys: list[TopicPartitionReplica]) -> None:
+            tps = [TopicPartition(r.topic, r.partition) for r in keys]
+            _, response = await self._cluster.request(node, ApiKey.DESCRIBE_LOG_DIRS, {"topics": [
+                {"topic": t, "partitions": ps} for t, ps in partitions_by_topic(tps).items()]})
+            found: dict[TopicPartition, dict[str, Any]] = {}
+            for d in response["results"]:
+                if d["error_code"]:
+                    continue        # an offline dir: its replicas are not described (as Java's admin)
+                for t in d["topics"]:
+                    for p in t["partitions"]:
+                        where = "future" if p["is_future_key"] else "current"
+                        found.setdefault(TopicPartition(t["name"], p["partition_index"]), {}).update(
+                            {f"{where}_log_dir": d["log_dir"], f"{where}_offset_lag": p["offset_lag"]})
+            for r, tp in zip(keys, tps):
+                call.answer(r, response.get("error_code", 0), _replica_text(r), ReplicaLogDirInfo(**found.get(tp, {})))
+
+        return await self._router.run(call, route, send)
+
     async def describe_features(self, *, timeout_ms: int | None = None) -> FeatureMetadata:
         """The cluster's finalized feature levels (``metadata.version``, ``transaction.version`` ...) and the
         levels the answering broker supports, from a fresh ApiVersions (v3+) to any broker::
@@ -1462,6 +1509,10 @@ def _log_dir(d: Mapping[str, Any], node: int) -> LogDirDescription:
             for t in d["topics"] for p in t["partitions"]},
         total_bytes=_known(d.get("total_bytes", -1)), usable_bytes=_known(d.get("usable_bytes", -1)),
         is_cordoned=bool(d.get("is_cordoned", False)))
+
+
+def _replica_text(r: TopicPartitionReplica) -> str:
+    return f"{r.topic}-{r.partition} on broker {r.broker_id}"
 
 
 def _node_text(node: int) -> str:

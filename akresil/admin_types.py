@@ -499,6 +499,27 @@ class LogDirDescription:
     is_cordoned: bool = False
 
 
+@dataclass(frozen=True)
+class TopicPartitionReplica:
+    """One partition's replica on one broker: what ``describe_replica_log_dirs`` asks about."""
+
+    topic: str
+    partition: int
+    broker_id: int
+
+
+@dataclass(frozen=True)
+class ReplicaLogDirInfo:
+    """Where a replica lives on its broker (Java's ``ReplicaLogDirInfo``): its log dir and offset lag, and while
+    ``alter_replica_log_dirs`` moves it, the future copy's. A replica the broker does not hold has no dir (None)
+    and lag -1."""
+
+    current_log_dir: str | None = None
+    current_offset_lag: int = -1
+    future_log_dir: str | None = None
+    future_offset_lag: int = -1
+
+
 # ---------------------------------------------------------------------------------------------- features
 #: Java's FeatureUpdate.UpgradeType codes (UpdateFeatures v1+); v0 only knows "downgrade allowed" (safe)
 FEATURE_UPGRADE_TYPES = {"upgrade": 1, "safe_downgrade": 2, "unsafe_downgrade": 3}

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from akresil import Admin, errors
-from akresil.admin_types import QuorumEndpoint, QuorumReplica, ReplicaInfo, VersionRange
+from akresil.admin_types import (QuorumEndpoint, QuorumReplica, ReplicaInfo, ReplicaLogDirInfo,
+                                 TopicPartitionReplica as R, VersionRange)
 from akresil.protocol.api import ApiKey
 from akresil.types import TopicPartition as TP
 from tests.harness.scripted_broker import ScriptedCluster
@@ -76,6 +77,38 @@ async def test_log_dirs_refuse_what_is_not_a_broker_id() -> None:
                 await admin.describe_log_dirs([1, -2])
             with pytest.raises(TypeError, match="broker ids"):
                 await admin.describe_log_dirs("1")  # type: ignore[arg-type]
+
+
+async def test_replica_log_dirs_ask_each_broker_for_its_partitions_only() -> None:
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        if node == 2:
+            return {"throttle_time_ms": 0, "error_code": errors.ClusterAuthorizationFailedError.errno, "results": []}
+        return {"throttle_time_ms": 0, "error_code": 0, "results": [
+            {"error_code": 0, "log_dir": "/a", "topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "partition_size": 10, "offset_lag": 4, "is_future_key": False},
+                {"partition_index": 1, "partition_size": 10, "offset_lag": 0, "is_future_key": False}]}]},
+            {"error_code": 0, "log_dir": "/b", "topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "partition_size": 3, "offset_lag": 7, "is_future_key": True}]}]},
+            {"error_code": STORAGE, "log_dir": "/c", "topics": []}]}
+
+    async with ScriptedCluster(handler, nodes=2) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            results = await admin.describe_replica_log_dirs([R("t", 0, 1), R("t", 1, 1), R("t", 5, 1),
+                                                             R("t", 0, 2), R("t", 0, 8)])
+            with pytest.raises(TypeError, match="TopicPartitionReplica"):
+                await admin.describe_replica_log_dirs([("t", 0, 1)])  # type: ignore[list-item]
+            with pytest.raises(ValueError, match="broker_id must be ints >= 0"):
+                await admin.describe_replica_log_dirs([R("t", 0, -1)])
+    assert results[R("t", 0, 1)] == ReplicaLogDirInfo("/a", 4, "/b", 7)        # being moved from /a to /b
+    assert results[R("t", 1, 1)] == ReplicaLogDirInfo("/a", 0)
+    assert results[R("t", 5, 1)] == ReplicaLogDirInfo()                        # not on that broker
+    with pytest.raises(errors.ClusterAuthorizationFailedError, match="t-0 on broker 2"):
+        results[R("t", 0, 2)]
+    with pytest.raises(errors.BrokerNotAvailableError, match="t-0 on broker 8: no broker with node id 8"):
+        results[R("t", 0, 8)]
+    sent = {r.node: r.body for r in cluster.calls(ApiKey.DESCRIBE_LOG_DIRS)}
+    assert sent[1] == {"topics": [{"topic": "t", "partitions": [0, 1, 5]}]}
+    assert sent[2] == {"topics": [{"topic": "t", "partitions": [0]}]}
 
 
 async def test_features_from_a_fresh_api_versions_answer() -> None:

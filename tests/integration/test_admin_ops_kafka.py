@@ -13,6 +13,7 @@ import pytest
 
 from akresil import Admin, Producer, TopicPartition
 from akresil.cli import build_parser, cmd_cluster
+from akresil.admin_types import TopicPartitionReplica
 from akresil.errors import InvalidUpdateVersionError
 from akresil.testing import EmbeddedBroker
 
@@ -47,7 +48,12 @@ async def test_log_dirs_show_a_topics_partitions_growing_as_records_arrive(kafka
         async with Producer(bootstrap_servers=bootstrap) as producer:
             await producer.send_many(topic, [(None, b"x" * 1000) for _ in range(20)], partition=0)
         after = await _sizes(admin, node, tps)
+        replicas = await admin.describe_replica_log_dirs([TopicPartitionReplica(topic, 0, node),
+                                                          TopicPartitionReplica(topic, 7, node)])
     assert after[tps[0]] > 20_000 and after[tps[1]] == 0
+    assert replicas[TopicPartitionReplica(topic, 0, node)].current_log_dir in dirs
+    assert replicas[TopicPartitionReplica(topic, 0, node)].future_log_dir is None
+    assert replicas[TopicPartitionReplica(topic, 7, node)].current_log_dir is None      # no such partition
 
 
 async def test_features_and_a_validated_update(kafka_node: EmbeddedBroker) -> None:
