@@ -532,11 +532,29 @@ class Admin(ClientLifecycle):
 
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                                      ) -> ItemResults[str, None]:
-        """Delete groups (and their committed offsets); a group with members fails with ``NonEmptyGroupError``."""
+        """Delete groups (and their committed offsets); a group with members fails with ``NonEmptyGroupError``.
+
+        Kafka's DeleteGroups deletes a group of any type, so where the coordinator knows share groups each group
+        is first asked with ShareGroupDescribe in the same round: a share group named here by mistake is not
+        deleted and fails with ``GroupIdNotFoundError`` saying so (``delete_share_groups`` deletes it)."""
         groups = group_id_list(group_ids, "delete_consumer_groups")
         call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for group")
 
         async def send(node: int, keys: list[str]) -> None:
+            try:
+                _, described = await self._cluster.request(
+                    node, ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": keys, "include_authorized_operations": False})
+            except errors.UnsupportedVersionError:
+                pass                                 # a broker without share groups has none to delete by mistake
+            else:
+                for g in described["groups"]:
+                    gid = g["group_id"]
+                    if g["error_code"] == 0 and gid in call.pending:
+                        call.answer(gid, errors.GroupIdNotFoundError.errno, f"group {gid!r}", None,
+                                    "it is a share group, not a consumer group: delete_share_groups deletes it")
+                keys = [k for k in keys if k in call.pending]
+                if not keys:
+                    return
             _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": keys})
             for r in response["results"]:
                 call.answer(r["group_id"], r["error_code"], f"group {r['group_id']!r}")

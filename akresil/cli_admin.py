@@ -168,8 +168,7 @@ async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
         if args.groups_command == "describe":
             return await _describe_groups(admin, args)
         if args.groups_command == "delete":
-            results = await admin.delete_consumer_groups(args.groups)
-            return _report(args, "deleted", results)
+            return await _delete_groups(admin, args)
         return await _reset_offsets(admin, args)
 
 
@@ -191,11 +190,23 @@ async def _listed_groups(admin: Any, states: list[str] | None) -> list[Any]:
     return list(groups)
 
 
-def _report(args: argparse.Namespace, verb: str, results: Any) -> int:
-    rows = [{"item": str(k), "result": verb if k in results.ok else
-             f"{type(results.errors[k]).__name__}: {results.errors[k]}"} for k in results]
+def _report(args: argparse.Namespace, verb: str, *results: Any) -> int:
+    rows = [{"item": str(k), "result": verb if k in r.ok else f"{type(r.errors[k]).__name__}: {r.errors[k]}"}
+            for r in results for k in r]
     emit(args, ["ITEM", "RESULT"], rows)
-    return 0 if not results.errors else 1
+    return 0 if not any(r.errors for r in results) else 1
+
+
+async def _delete_groups(admin: Any, args: argparse.Namespace) -> int:
+    """Each group by its type, as ``groups describe`` shows both: a share group (ShareGroupDescribe describes it)
+    with ``delete_share_groups``, the others with ``delete_consumer_groups`` (which would leave a share group)."""
+    share = set((await admin.describe_share_groups(args.groups)).ok)
+    results = []
+    if share:
+        results.append(await admin.delete_share_groups([g for g in args.groups if g in share]))
+    if not share.issuperset(args.groups):
+        results.append(await admin.delete_consumer_groups([g for g in args.groups if g not in share]))
+    return _report(args, "deleted", *results)
 
 
 async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:

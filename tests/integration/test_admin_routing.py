@@ -24,6 +24,8 @@ NOT_COORDINATOR = errors.NotCoordinatorError.errno
 LOADING = errors.CoordinatorLoadInProgressError.errno
 #: a broker before KIP-848 (no ConsumerGroupDescribe): groups are described with DescribeGroups alone
 CLASSIC_ONLY: dict[int, tuple[int, int] | None] = {ApiKey.CONSUMER_GROUP_DESCRIBE: None}
+#: a broker without share groups: delete_consumer_groups sends DeleteGroups alone (no ShareGroupDescribe first)
+NO_SHARE_GROUPS: dict[int, tuple[int, int] | None] = {ApiKey.SHARE_GROUP_DESCRIBE: None}
 
 
 def _coordinators(version: int, body: dict[str, Any], where: dict[str, int], ports: dict[int, int]) -> dict[str, Any]:
@@ -81,7 +83,7 @@ async def test_retries_are_bounded_by_default_api_timeout_ms() -> None:
             return _coordinators(version, body, {"g": 1, "h": 1}, cluster.ports)
         return {"results": [{"group_id": g, "error_code": LOADING if g == "g" else 0} for g in body["groups_names"]]}
 
-    async with ScriptedCluster(handler) as cluster:
+    async with ScriptedCluster(handler, versions=NO_SHARE_GROUPS) as cluster:
         async with Admin(bootstrap_servers=cluster.bootstrap_servers, retry_backoff_ms=50,
                          retry_backoff_max_ms=200, default_api_timeout_ms=1_000) as admin:
             results = await admin.delete_consumer_groups(["g", "h"])
@@ -263,7 +265,7 @@ async def test_a_settled_call_returns_without_a_backoff() -> None:
             return _coordinators(version, body, {"g": 1}, cluster.ports)
         return {"results": [{"group_id": "g", "error_code": errors.GroupIdNotFoundError.errno}]}
 
-    async with ScriptedCluster(handler) as cluster:
+    async with ScriptedCluster(handler, versions=NO_SHARE_GROUPS) as cluster:
         async with Admin(bootstrap_servers=cluster.bootstrap_servers, retry_backoff_ms=60_000,
                          retry_backoff_max_ms=60_000) as admin:
             with anyio.fail_after(10):

@@ -59,6 +59,10 @@ async def test_a_share_group_reset_to_the_start_gets_its_records_again(kafka_nod
 
         (await admin.delete_share_group_offsets(group, [topic])).raise_on_error()
         assert (await admin.list_share_group_offsets([group]))[group] == {}
+        mistaken = await admin.delete_consumer_groups([group])    # a share group named as a consumer group
+        with pytest.raises(GroupIdNotFoundError, match=f"group '{group}'.*is a share group"):
+            mistaken[group]
+        assert group in (await admin.describe_share_groups([group])).ok
         (await admin.delete_share_groups([group])).raise_on_error()
         with pytest.raises(GroupIdNotFoundError, match=f"share group '{group}'"):
             (await admin.describe_share_groups([group]))[group]

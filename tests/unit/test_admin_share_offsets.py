@@ -206,6 +206,35 @@ async def test_delete_share_groups_deletes_only_share_groups() -> None:
     assert [r.body["groups_names"] for r in cluster.calls(ApiKey.DELETE_GROUPS)] == [["sg", "busy"]]
 
 
+async def test_delete_consumer_groups_leaves_a_share_group_alone() -> None:
+    """Kafka's DeleteGroups deletes a group of any type: a share group named here by mistake is not deleted."""
+    def handler(version: int, key: int, body: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.SHARE_GROUP_DESCRIBE:
+            return {"throttle_time_ms": 0, "groups": [
+                {"error_code": 0 if gid == "sg" else NOT_FOUND, "error_message": None if gid == "sg" else
+                 f"Group {gid} is not a share group.", "group_id": gid, "group_state": "Empty", "group_epoch": 1,
+                 "assignment_epoch": 1, "assignor_name": "simple", "members": []} for gid in body["group_ids"]]}
+        assert key == ApiKey.DELETE_GROUPS
+        return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": 0} for g in body["groups_names"]]}
+
+    results, cluster = await _admin_call(handler, lambda a: a.delete_consumer_groups(["orders-app", "sg"]))
+    assert results.ok == {"orders-app": None}
+    with pytest.raises(errors.GroupIdNotFoundError, match="group 'sg'.*share group.*delete_share_groups"):
+        results["sg"]
+    assert [r.body["groups_names"] for r in cluster.calls(ApiKey.DELETE_GROUPS)] == [["orders-app"]]
+
+
+async def test_delete_consumer_groups_on_a_broker_without_share_groups_deletes_at_once() -> None:
+    def handler(version: int, key: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert key == ApiKey.DELETE_GROUPS
+        return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": 0} for g in body["groups_names"]]}
+
+    results, cluster = await _admin_call(handler, lambda a: a.delete_consumer_groups(["orders-app"]),
+                                         versions={ApiKey.SHARE_GROUP_DESCRIBE: None})
+    assert results.ok == {"orders-app": None}
+    assert cluster.calls(ApiKey.SHARE_GROUP_DESCRIBE) == []
+
+
 async def test_a_group_either_answer_leaves_out_fails_at_once() -> None:
     def handler(version: int, key: int, body: dict[str, Any]) -> dict[str, Any]:
         if key == ApiKey.SHARE_GROUP_DESCRIBE:     # "lost" is not in the answer

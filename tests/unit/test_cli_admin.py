@@ -10,7 +10,7 @@ import pytest
 from akresil.admin_types import DEFAULT, GroupDescription, GroupOffset, MemberDescription, ShareGroupOffset
 from akresil.checks import EARLIEST as FIRST, LATEST as LAST
 from akresil.cli import build_parser, main
-from akresil.cli_admin import (ANY_NAME, AdminUsageError, _describe_groups, _reset_offsets, parse_datetime_ms,
+from akresil.cli_admin import (ANY_NAME, AdminUsageError, _delete_groups, _describe_groups, _reset_offsets, parse_datetime_ms,
                                parse_move, parse_topic_spec, plan_reset, quota_parts, table)
 from akresil.core.admin_call import ItemResults
 from akresil.errors import GroupAuthorizationFailedError, GroupIdNotFoundError
@@ -128,6 +128,7 @@ class _GroupsAdmin:
         self.consumer, self.share = consumer, share
         self.share_asked: list[str] = []
         self.altered: list[tuple[str, str, dict[TopicPartition, int]]] = []
+        self.deleted: list[tuple[str, list[str]]] = []
 
     async def describe_consumer_groups(self, ids: list[str]) -> ItemResults[str, GroupDescription]:
         return ItemResults(ids, {g: self.consumer[g] for g in ids if g in self.consumer},
@@ -159,6 +160,15 @@ class _GroupsAdmin:
     async def alter_consumer_group_offsets(self, gid: str, plan: dict[TopicPartition, int]) -> ItemResults[Any, None]:
         self.altered.append(("consumer", gid, plan))
         return ItemResults(list(plan), dict.fromkeys(plan), {})
+
+    async def delete_share_groups(self, ids: list[str]) -> ItemResults[str, None]:
+        self.deleted.append(("share", ids))
+        return ItemResults(ids, dict.fromkeys(ids), {})
+
+    async def delete_consumer_groups(self, ids: list[str]) -> ItemResults[str, None]:
+        self.deleted.append(("consumer", ids))
+        return ItemResults(ids, {g: None for g in ids if g in self.consumer},
+                           {g: GroupIdNotFoundError(f"group {g!r}") for g in ids if g not in self.consumer})
 
 
 def _member(mid: str, owned: set[TopicPartition], **kip848: object) -> MemberDescription:
@@ -224,3 +234,16 @@ async def test_reset_offsets_of_a_share_group_moves_its_start_offsets(capsys: py
     assert await _reset_offsets(admin, args) == 0
     assert admin.altered[1:] == [("consumer", "billing", {A: 5})]
     assert admin.share_asked == ["gs", "billing"]
+
+
+async def test_groups_delete_deletes_each_group_by_its_type(capsys: pytest.CaptureFixture[str]) -> None:
+    """``groups describe`` shows share groups too, so ``groups delete`` deletes them, with delete_share_groups
+    (delete_consumer_groups leaves a share group alone); a group neither finds is reported, exit 1."""
+    share = GroupDescription("gs", "Empty", "", "simple", (), 1, group_type="share")
+    classic = GroupDescription("gc", "Empty", "consumer", "", (), 1)
+    admin = _GroupsAdmin({"gc": classic}, {"gs": share})
+    args = build_parser().parse_args(["groups", "delete", "gc", "gs", "none", "--json"])
+    assert await _delete_groups(admin, args) == 1
+    assert admin.deleted == [("share", ["gs"]), ("consumer", ["gc", "none"])]
+    rows = {r["item"]: r["result"] for r in map(orjson.loads, capsys.readouterr().out.splitlines())}
+    assert rows["gs"] == rows["gc"] == "deleted" and rows["none"].startswith("GroupIdNotFoundError")
