@@ -1180,26 +1180,8 @@ class Admin(ClientLifecycle):
         the broker does not hold gets an empty ``ReplicaLogDirInfo`` (no dir), as in Java's admin."""
         wanted = as_list(replicas, "describe_replica_log_dirs", "TopicPartitionReplica objects")
         for r in wanted:
-            if not isinstance(r, TopicPartitionReplica):
-                raise TypeError(f"replicas: expected TopicPartitionReplica objects, got {type(r).__name__} {r!r}")
-            check_topic_name(r.topic)
-            if not all(is_int(x) and 0 <= x <= INT32_MAX for x in (r.partition, r.broker_id)):
-                raise ValueError(f"replicas: {r!r}: partition and broker_id must be ints >= 0")
+            _check_replica(r, "replicas")
         call: AdminCall[TopicPartitionReplica] = self._call(wanted, timeout_ms, "DescribeLogDirs for")
-
-        async def route(c: AdminCall[TopicPartitionReplica]) -> dict[int, list[TopicPartitionReplica]]:
-            if any(r.broker_id not in self._cluster.metadata.snapshot.brokers for r in c.pending):
-                await self._router.metadata([])
-            known = self._cluster.metadata.snapshot.brokers
-            plan: dict[int, list[TopicPartitionReplica]] = {}
-            for r in list(c.pending):
-                if r.broker_id in known:
-                    plan.setdefault(r.broker_id, []).append(r)
-                else:
-                    c.fail(r, errors.BrokerNotAvailableError(
-                        f"{_replica_text(r)}: no broker with node id {r.broker_id} in the cluster metadata "
-                        f"(brokers: {sorted(known)})"))
-            return plan
 
         async def send(node: int, keys: list[TopicPartitionReplica]) -> None:
             tps = [TopicPartition(r.topic, r.partition) for r in keys]
@@ -1217,7 +1199,56 @@ class Admin(ClientLifecycle):
             for r, tp in zip(keys, tps):
                 call.answer(r, response.get("error_code", 0), _replica_text(r), ReplicaLogDirInfo(**found.get(tp, {})))
 
-        return await self._router.run(call, route, send)
+        return await self._router.run(call, self._route_replicas, send)
+
+    async def alter_replica_log_dirs(self, moves: Mapping[TopicPartitionReplica, str], *,
+                                     timeout_ms: int | None = None) -> ItemResults[TopicPartitionReplica, None]:
+        """Move replicas between the log dirs of their broker: ``{TopicPartitionReplica("orders", 0, 1):
+        "/data2/kafka"}`` (an absolute path among the broker's ``log.dirs``). Sent to each replica's broker.
+
+        A replica's result arrives when the broker has started the move: a future copy catches up in the new
+        dir (``describe_replica_log_dirs`` shows it) and then replaces the current one. A dir the broker does
+        not have fails that replica with ``LogDirNotFoundError``."""
+        if not isinstance(moves, Mapping):
+            raise TypeError(f"moves: expected a mapping {{TopicPartitionReplica: log dir}}, got {type(moves).__name__}")
+        for r, path in moves.items():
+            _check_replica(r, "moves")
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"moves[{_replica_text(r)}]: expected a log dir path (a non-empty str), got {path!r}")
+        call: AdminCall[TopicPartitionReplica] = self._call(list(moves), timeout_ms, "AlterReplicaLogDirs for")
+
+        async def send(node: int, keys: list[TopicPartitionReplica]) -> None:
+            by_dir: dict[str, list[TopicPartition]] = {}
+            for r in keys:
+                by_dir.setdefault(moves[r], []).append(TopicPartition(r.topic, r.partition))
+            _, response = await self._cluster.request(node, ApiKey.ALTER_REPLICA_LOG_DIRS, {"dirs": [
+                {"path": path, "topics": [{"name": t, "partitions": ps} for t, ps in partitions_by_topic(tps).items()]}
+                for path, tps in by_dir.items()]})
+            answered = set()
+            for t in response["results"]:
+                for p in t["partitions"]:
+                    r = TopicPartitionReplica(t["topic_name"], p["partition_index"], node)
+                    answered.add(r)
+                    call.answer(r, p["error_code"], f"{_replica_text(r)} to {moves.get(r)!r}")
+            _fail_unanswered(call, keys, answered, f"AlterReplicaLogDirs (node {node})")
+
+        return await self._router.run(call, self._route_replicas, send)
+
+    async def _route_replicas(self, call: AdminCall[TopicPartitionReplica]
+                              ) -> dict[int, list[TopicPartitionReplica]]:
+        """Each replica to its broker; a broker id the (refreshed) metadata does not know fails that replica."""
+        if any(r.broker_id not in self._cluster.metadata.snapshot.brokers for r in call.pending):
+            await self._router.metadata([])
+        known = self._cluster.metadata.snapshot.brokers
+        plan: dict[int, list[TopicPartitionReplica]] = {}
+        for r in list(call.pending):
+            if r.broker_id in known:
+                plan.setdefault(r.broker_id, []).append(r)
+            else:
+                call.fail(r, errors.BrokerNotAvailableError(
+                    f"{_replica_text(r)}: no broker with node id {r.broker_id} in the cluster metadata "
+                    f"(brokers: {sorted(known)})"))
+        return plan
 
     async def describe_features(self, *, timeout_ms: int | None = None) -> FeatureMetadata:
         """The cluster's finalized feature levels (``metadata.version``, ``transaction.version`` ...) and the
@@ -1321,7 +1352,8 @@ def _fail_unanswered(call: AdminCall[K], asked: list[K], answered: set[K], what:
     """An item the answer leaves out would otherwise wait for the deadline: fail it now (as Java's admin does)."""
     for key in asked:
         if key not in answered:
-            name = f"{key.topic}-{key.partition}" if isinstance(key, TopicPartition) else str(key)
+            name = (f"{key.topic}-{key.partition}" if isinstance(key, TopicPartition) else
+                    _replica_text(key) if isinstance(key, TopicPartitionReplica) else str(key))
             call.fail(key, errors.ProtocolError(f"{what}: the answer has no result for {name}"))
 
 
@@ -1527,6 +1559,14 @@ def _log_dir(d: Mapping[str, Any], node: int) -> LogDirDescription:
             for t in d["topics"] for p in t["partitions"]},
         total_bytes=_known(d.get("total_bytes", -1)), usable_bytes=_known(d.get("usable_bytes", -1)),
         is_cordoned=bool(d.get("is_cordoned", False)))
+
+
+def _check_replica(r: object, argument: str) -> None:
+    if not isinstance(r, TopicPartitionReplica):
+        raise TypeError(f"{argument}: expected TopicPartitionReplica objects, got {type(r).__name__} {r!r}")
+    check_topic_name(r.topic)
+    if not all(is_int(x) and 0 <= x <= INT32_MAX for x in (r.partition, r.broker_id)):
+        raise ValueError(f"{argument}: {r!r}: partition and broker_id must be ints >= 0")
 
 
 def _replica_text(r: TopicPartitionReplica) -> str:

@@ -86,6 +86,7 @@ APIS = [
     "PushTelemetry",
     # operations: log directories, feature levels, the KRaft metadata quorum
     "DescribeLogDirs",
+    "AlterReplicaLogDirs",
     "DescribeQuorum",
     "UpdateFeatures",
 ]

@@ -19,6 +19,8 @@ from ..protocol.messages import (
     AlterClientQuotasResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsResponse,
     AlterUserScramCredentialsRequest,
@@ -321,6 +323,13 @@ class ClusterRequest(Protocol):
         body: DescribeConfigsRequest | Callable[[int], DescribeConfigsRequest],
         *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, DescribeConfigsResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.ALTER_REPLICA_LOG_DIRS],
+        body: AlterReplicaLogDirsRequest | Callable[[int], AlterReplicaLogDirsRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, AlterReplicaLogDirsResponse]: ...
 
     @overload
     async def __call__(
@@ -727,6 +736,13 @@ class ClusterRequestAny(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_REPLICA_LOG_DIRS],
+        body: AlterReplicaLogDirsRequest | Callable[[int], AlterReplicaLogDirsRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, AlterReplicaLogDirsResponse]: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
         body: DescribeLogDirsRequest | Callable[[int], DescribeLogDirsRequest],
         *, min_version: int = ..., timeout_ms: int | None = ...,
@@ -1130,6 +1146,13 @@ class ConnectionRequest(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_REPLICA_LOG_DIRS],
+        body: AlterReplicaLogDirsRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> AlterReplicaLogDirsResponse: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.DESCRIBE_LOG_DIRS],
         body: DescribeLogDirsRequest,
         *, version: int | None = ..., timeout_ms: float | None = ...,
@@ -1530,6 +1553,13 @@ class ControllerRequest(Protocol):
         body: DescribeConfigsRequest | Callable[[int], DescribeConfigsRequest],
         *, timeout_ms: int,
     ) -> DescribeConfigsResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.ALTER_REPLICA_LOG_DIRS],
+        body: AlterReplicaLogDirsRequest | Callable[[int], AlterReplicaLogDirsRequest],
+        *, timeout_ms: int,
+    ) -> AlterReplicaLogDirsResponse: ...
 
     @overload
     async def __call__(

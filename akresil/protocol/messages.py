@@ -2088,6 +2088,41 @@ class DescribeLogDirsResponse(TypedDict):
     _unknown_tags: NotRequired[dict[int, bytes]]
 
 
+class AlterReplicaLogDirsRequestAlterReplicaLogDirTopic(TypedDict, total=False):
+    name: str
+    partitions: Sequence[int]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterReplicaLogDirsRequestAlterReplicaLogDir(TypedDict, total=False):
+    path: str
+    topics: Sequence[AlterReplicaLogDirsRequestAlterReplicaLogDirTopic]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterReplicaLogDirsRequest(TypedDict, total=False):
+    dirs: Sequence[AlterReplicaLogDirsRequestAlterReplicaLogDir]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult(TypedDict):
+    partition_index: int
+    error_code: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult(TypedDict):
+    topic_name: str
+    partitions: list[AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class AlterReplicaLogDirsResponse(TypedDict):
+    throttle_time_ms: int
+    results: list[AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
 class DescribeQuorumRequestPartitionData(TypedDict, total=False):
     partition_index: int
     _unknown_tags: NotRequired[dict[int, bytes]]
@@ -2211,6 +2246,7 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
     ApiKey.DESCRIBE_CONFIGS: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse),
     ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse),
     ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse),

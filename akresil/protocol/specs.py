@@ -1935,6 +1935,35 @@ def _describe_log_dirs_response() -> Message:
     )
 
 
+def _alter_replica_log_dirs_request() -> Message:
+    return M(
+        'AlterReplicaLogDirsRequest', 34, 'request', '1-2', '2+', (
+            F('dirs', '[]AlterReplicaLogDir', '0+', fields=(
+                F('path', 'string', '0+'),
+                F('topics', '[]AlterReplicaLogDirTopic', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
+def _alter_replica_log_dirs_response() -> Message:
+    return M(
+        'AlterReplicaLogDirsResponse', 34, 'response', '1-2', '2+', (
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]AlterReplicaLogDirTopicResult', '0+', fields=(
+                F('topic_name', 'string', '0+'),
+                F('partitions', '[]AlterReplicaLogDirPartitionResult', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                )),
+            )),
+        ),
+    )
+
+
 def _describe_quorum_request() -> Message:
     return M(
         'DescribeQuorumRequest', 55, 'request', '0-2', '0+', (
@@ -2178,6 +2207,8 @@ TABLE: dict[str, tuple[Callable[[], Message], str, int | None, str, str]] = {
     'PUSH_TELEMETRY_RESPONSE': (_push_telemetry_response, 'PushTelemetryResponse', 72, 'response', '0'),
     'DESCRIBE_LOG_DIRS_REQUEST': (_describe_log_dirs_request, 'DescribeLogDirsRequest', 35, 'request', '1-5'),
     'DESCRIBE_LOG_DIRS_RESPONSE': (_describe_log_dirs_response, 'DescribeLogDirsResponse', 35, 'response', '1-5'),
+    'ALTER_REPLICA_LOG_DIRS_REQUEST': (_alter_replica_log_dirs_request, 'AlterReplicaLogDirsRequest', 34, 'request', '1-2'),
+    'ALTER_REPLICA_LOG_DIRS_RESPONSE': (_alter_replica_log_dirs_response, 'AlterReplicaLogDirsResponse', 34, 'response', '1-2'),
     'DESCRIBE_QUORUM_REQUEST': (_describe_quorum_request, 'DescribeQuorumRequest', 55, 'request', '0-2'),
     'DESCRIBE_QUORUM_RESPONSE': (_describe_quorum_response, 'DescribeQuorumResponse', 55, 'response', '0-2'),
     'UPDATE_FEATURES_REQUEST': (_update_features_request, 'UpdateFeaturesRequest', 57, 'request', '0-2'),

@@ -111,6 +111,34 @@ async def test_replica_log_dirs_ask_each_broker_for_its_partitions_only() -> Non
     assert sent[2] == {"topics": [{"topic": "t", "partitions": [0]}]}
 
 
+async def test_replica_moves_go_to_each_replicas_broker_grouped_by_dir() -> None:
+    def handler(node: int, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert key == ApiKey.ALTER_REPLICA_LOG_DIRS
+        results: dict[str, list[dict[str, Any]]] = {}
+        for d in body["dirs"]:
+            for t in d["topics"]:
+                results.setdefault(t["name"], []).extend(
+                    {"partition_index": p, "error_code": errors.LogDirNotFoundError.errno if d["path"] == "/x"
+                     else 0} for p in t["partitions"] if (t["name"], p) != ("t", 2))   # t-2: left out
+        return {"throttle_time_ms": 0, "results": [{"topic_name": t, "partitions": ps} for t, ps in results.items()]}
+
+    async with ScriptedCluster(handler, nodes=2) as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            results = await admin.alter_replica_log_dirs({R("t", 0, 1): "/b", R("t", 1, 1): "/b", R("u", 0, 1): "/x",
+                                                          R("t", 0, 2): "/a", R("t", 2, 2): "/a"})
+            with pytest.raises(ValueError, match=r"moves\[t-0 on broker 1\]: expected a log dir path"):
+                await admin.alter_replica_log_dirs({R("t", 0, 1): ""})
+    assert results.ok == {R("t", 0, 1): None, R("t", 1, 1): None, R("t", 0, 2): None}
+    with pytest.raises(errors.LogDirNotFoundError, match="u-0 on broker 1 to '/x'"):
+        results[R("u", 0, 1)]
+    with pytest.raises(errors.ProtocolError, match="no result for t-2 on broker 2"):
+        results[R("t", 2, 2)]
+    sent = {r.node: r.body for r in cluster.calls(ApiKey.ALTER_REPLICA_LOG_DIRS)}
+    assert sent[1] == {"dirs": [{"path": "/b", "topics": [{"name": "t", "partitions": [0, 1]}]},
+                                {"path": "/x", "topics": [{"name": "u", "partitions": [0]}]}]}
+    assert sent[2] == {"dirs": [{"path": "/a", "topics": [{"name": "t", "partitions": [0, 2]}]}]}
+
+
 async def test_features_from_a_fresh_api_versions_answer() -> None:
     extra = {"finalized_features_epoch": 42,
              "finalized_features": [{"name": "metadata.version", "min_version_level": 21, "max_version_level": 21},

@@ -14,7 +14,7 @@ import pytest
 from akresil import Admin, Producer, TopicPartition
 from akresil.cli import build_parser, cmd_cluster
 from akresil.admin_types import TopicPartitionReplica
-from akresil.errors import InvalidUpdateVersionError
+from akresil.errors import InvalidUpdateVersionError, LogDirNotFoundError
 from akresil.testing import EmbeddedBroker
 
 pytestmark = pytest.mark.broker
@@ -50,6 +50,12 @@ async def test_log_dirs_show_a_topics_partitions_growing_as_records_arrive(kafka
         after = await _sizes(admin, node, tps)
         replicas = await admin.describe_replica_log_dirs([TopicPartitionReplica(topic, 0, node),
                                                           TopicPartitionReplica(topic, 7, node)])
+        # one log dir here: a move to it is a no-op Kafka accepts; a dir the broker does not have is refused
+        moved = await admin.alter_replica_log_dirs({TopicPartitionReplica(topic, 0, node): next(iter(dirs)),
+                                                    TopicPartitionReplica(topic, 1, node): "/nowhere"})
+    assert moved[TopicPartitionReplica(topic, 0, node)] is None
+    with pytest.raises(LogDirNotFoundError, match=f"{topic}-1 on broker {node} to '/nowhere'"):
+        moved[TopicPartitionReplica(topic, 1, node)]
     assert after[tps[0]] > 20_000 and after[tps[1]] == 0
     assert replicas[TopicPartitionReplica(topic, 0, node)].current_log_dir in dirs
     assert replicas[TopicPartitionReplica(topic, 0, node)].future_log_dir is None
