@@ -1252,7 +1252,8 @@ class Admin(ClientLifecycle):
 
     async def describe_features(self, *, timeout_ms: int | None = None) -> FeatureMetadata:
         """The cluster's finalized feature levels (``metadata.version``, ``transaction.version`` ...) and the
-        levels the answering broker supports, from a fresh ApiVersions (v3+) to any broker::
+        levels the answering broker supports, from a fresh ApiVersions (v3+) to any broker. A broker that answers
+        only v3 leaves out the supported features whose lowest level is 0 (v4 lists them: KAFKA-17011)::
 
             (await admin.describe_features()).finalized["metadata.version"].max_version"""
         call: AdminCall[int] = self._call([0], timeout_ms, "ApiVersions for the features")
