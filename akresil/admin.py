@@ -17,7 +17,8 @@ import base64
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import anyio
 
@@ -1152,18 +1153,7 @@ class Admin(ClientLifecycle):
         call: AdminCall[int] = self._call(nodes, timeout_ms, "DescribeLogDirs on node")
 
         async def route(c: AdminCall[int]) -> dict[int, list[int]]:
-            if any(node not in self._cluster.metadata.snapshot.brokers for node in c.pending):
-                await self._router.metadata([])      # a broker named that our metadata has not seen (yet)
-            known = self._cluster.metadata.snapshot.brokers
-            plan: dict[int, list[int]] = {}
-            for node in list(c.pending):
-                if node in known:
-                    plan[node] = [node]
-                else:
-                    c.fail(node, errors.BrokerNotAvailableError(
-                        f"DescribeLogDirs on node {node}: no broker with node id {node} in the cluster metadata "
-                        f"(brokers: {sorted(known)})"))
-            return plan
+            return await self._route_to_brokers(c, lambda node: node, lambda node: f"DescribeLogDirs on node {node}")
 
         async def send(node: int, __: list[int]) -> None:
             _, response = await self._cluster.request(node, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
@@ -1236,18 +1226,23 @@ class Admin(ClientLifecycle):
 
     async def _route_replicas(self, call: AdminCall[TopicPartitionReplica]
                               ) -> dict[int, list[TopicPartitionReplica]]:
-        """Each replica to its broker; a broker id the (refreshed) metadata does not know fails that replica."""
-        if any(r.broker_id not in self._cluster.metadata.snapshot.brokers for r in call.pending):
+        return await self._route_to_brokers(call, attrgetter("broker_id"), _replica_text)
+
+    async def _route_to_brokers(self, call: AdminCall[K], broker_of: Callable[[K], int],
+                                text: Callable[[K], str]) -> dict[int, list[K]]:
+        """Each item to the broker it names; a broker id the metadata does not know (after one refresh: it may
+        be new) fails that item alone, naming the brokers there are."""
+        if any(broker_of(item) not in self._cluster.metadata.snapshot.brokers for item in call.pending):
             await self._router.metadata([])
         known = self._cluster.metadata.snapshot.brokers
-        plan: dict[int, list[TopicPartitionReplica]] = {}
-        for r in list(call.pending):
-            if r.broker_id in known:
-                plan.setdefault(r.broker_id, []).append(r)
+        plan: dict[int, list[K]] = {}
+        for item in list(call.pending):
+            node = broker_of(item)
+            if node in known:
+                plan.setdefault(node, []).append(item)
             else:
-                call.fail(r, errors.BrokerNotAvailableError(
-                    f"{_replica_text(r)}: no broker with node id {r.broker_id} in the cluster metadata "
-                    f"(brokers: {sorted(known)})"))
+                call.fail(item, errors.BrokerNotAvailableError(
+                    f"{text(item)}: no broker with node id {node} in the cluster metadata (brokers: {sorted(known)})"))
         return plan
 
     async def describe_features(self, *, timeout_ms: int | None = None) -> FeatureMetadata:
