@@ -28,7 +28,8 @@ from .admin_types import (ACL_OPERATIONS, ACL_PERMISSIONS, ACL_RESOURCE_TYPES, A
                           PATTERN_TYPES, SCRAM_MECHANISMS, AclBinding, AclBindingFilter, AlterConfigOp,
                           ClientQuotaEntity, ClientQuotaFilter, ClientQuotaOp, ConfigEntry, ConfigResource,
                           ConfigSynonym, FeatureMetadata, GroupDescription, GroupListing, GroupOffset,
-                          LogDirDescription, MemberDescription, NewPartitions, PartitionReassignment, ProducerState,
+                          LogDirDescription, MemberDescription, NewPartitions, PartitionReassignment, ProducerIdAndEpoch,
+                          ProducerState,
                           QuorumEndpoint, QuorumInfo, QuorumReplica, ReplicaInfo, ReplicaLogDirInfo,
                           ScramCredentialInfo, ScramDeletion, ScramUpsertion, ShareGroupOffset, TopicPartitionReplica,
                           TransactionDescription, TransactionListing, VersionRange, code_of, name_of)
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
     from .protocol.messages import (AlterUserScramCredentialsRequestScramCredentialDeletion as ScramDeletionBody,
                                     AlterUserScramCredentialsRequestScramCredentialUpsertion as ScramUpsertionBody,
                                     AlterClientQuotasRequestEntityData, CreateTopicsRequest, DeleteTopicsRequest,
-                                    DescribeAclsRequest, DescribeShareGroupOffsetsRequestTopic,
+                                    DescribeAclsRequest, DescribeShareGroupOffsetsRequestTopic, LeaveGroupRequest,
+                                    LeaveGroupRequestMemberIdentity,
                                     ElectLeadersRequestTopicPartitions, OffsetCommitRequest, OffsetDeleteRequest,
                                     OffsetFetchRequest, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
                                     UpdateFeaturesRequest)
@@ -680,6 +682,76 @@ class Admin(ClientLifecycle):
 
         return await self._router.run(call, self._router.coordinators({tp: group_id for tp in tps}, GROUP), send)
 
+    async def remove_members_from_consumer_group(
+            self, group_id: str, members: Iterable[str | MemberDescription] | None = None, *,
+            reason: str | None = None, timeout_ms: int | None = None) -> ItemResults[str, None]:
+        """Remove members from a consumer group (Java's removeMembersFromConsumerGroup) with one LeaveGroup (v3+)
+        on their behalf, so the group rebalances without them now instead of after their session timeout: e.g.
+        the static members of consumers that are gone for good.
+
+        ``members``: group instance ids of static members (or their ``MemberDescription`` from
+        ``describe_consumer_groups``); a dynamic member cannot be named, its member id changes as it rejoins.
+        ``None`` removes every member: the group is described first and each member is removed by its group
+        instance id, or a dynamic one by its member id (as Java does). A consumer still running joins again.
+
+        Each item is keyed by the group instance id (the member id for a dynamic member); one the group does not
+        know fails with ``UnknownMemberIdError``. ``reason`` reaches the broker's log (LeaveGroup v5+)."""
+        check_group_id(group_id, "group_id")
+        call_name = "remove_members_from_consumer_group"
+        #: item key -> (member id, group instance id) as LeaveGroup names the member
+        targets: dict[str, tuple[str, str | None]] = {}
+        if members is None:
+            described = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms))[group_id]
+            for d in described.members:
+                targets[d.group_instance_id or d.member_id] = (
+                    ("", d.group_instance_id) if d.group_instance_id else (d.member_id, None))
+        else:
+            for given in as_list(members, call_name, "group instance ids"):
+                m = given.group_instance_id if isinstance(given, MemberDescription) else given
+                if isinstance(given, MemberDescription) and not m:
+                    raise ValueError(f"{call_name}: member {given.member_id!r} of group {group_id!r} has no "
+                                     "group_instance_id: only static members can be named (members=None "
+                                     "removes every member)")
+                if not isinstance(m, str) or not m:
+                    raise ValueError(f"{call_name}: expected group instance ids (non-empty str) or "
+                                     f"MemberDescription objects, got {m!r}")
+                if m in targets:
+                    raise ValueError(f"{call_name}: member {m!r} listed twice")
+                targets[m] = ("", m)
+            if not targets:
+                raise ValueError(f"{call_name}: no members given (members=None removes every member)")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"reason: expected a str, got {type(reason).__name__}")
+        why = (reason or "removed by an admin (akresil)")[:255]
+        call: AdminCall[str] = self._call(list(targets), timeout_ms, f"LeaveGroup (group {group_id!r}) for member")
+
+        def body_for(keys: list[str]) -> Callable[[int], LeaveGroupRequest]:
+            def body(version: int) -> LeaveGroupRequest:
+                out: list[LeaveGroupRequestMemberIdentity] = []
+                for k in keys:
+                    member: LeaveGroupRequestMemberIdentity = {"member_id": targets[k][0],
+                                                               "group_instance_id": targets[k][1]}
+                    if version >= 5:
+                        member["reason"] = why
+                    out.append(member)
+                return {"group_id": group_id, "members": out}
+            return body
+
+        async def send(node: int, keys: list[str]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.LEAVE_GROUP, body_for(keys), min_version=3)
+            if response["error_code"]:
+                for k in keys:
+                    call.answer(k, response["error_code"], f"group {group_id!r}")
+                return
+            answered = set()
+            for r in response.get("members", ()):
+                k = r["group_instance_id"] or r["member_id"]
+                answered.add(k)
+                call.answer(k, r["error_code"], f"member {k!r} of group {group_id!r}")
+            _fail_unanswered(call, keys, answered, f"LeaveGroup (node {node})")
+
+        return await self._router.run(call, self._router.coordinators({k: group_id for k in targets}, GROUP), send)
+
     # ------------------------------------------------------------------ configs
     def _route_configs(self, call: AdminCall[ConfigResource]) -> dict[int, list[ConfigResource]]:
         """Broker (and broker logger) resources go to that broker; the rest to the least loaded node."""
@@ -857,6 +929,73 @@ class Admin(ClientLifecycle):
                     frozenset(TopicPartition(x["topic"], p) for x in t["topics"] for p in x["partitions"]), node))
 
         return await self._router.run(call, self._router.coordinators({t: t for t in ids}, TRANSACTION), send)
+
+    async def fence_producers(self, transactional_ids: Iterable[str], *, transaction_timeout_ms: int | None = None,
+                              timeout_ms: int | None = None) -> ItemResults[str, ProducerIdAndEpoch]:
+        """Fence the live producer of each transactional id (Java's fenceProducers, KIP-664): a zombie that
+        still holds the id cannot write or commit again, and its open transaction is aborted.
+
+        Each id's transaction coordinator gets InitProducerId for the id with no producer id or epoch, as a new
+        producer instance would send: the coordinator bumps the epoch (aborting an open transaction), so the old
+        producer's next request fails with ``ProducerFencedError``. Each item's value is the id's new
+        ``ProducerIdAndEpoch``. ``transaction_timeout_ms`` is recorded with the id until a producer takes it over
+        (default ``request_timeout_ms``, as Java's default). While the abort is still being written the
+        coordinator answers CONCURRENT_TRANSACTIONS, which is retried, as are a loading or moved coordinator."""
+        ids = group_id_list(transactional_ids, "fence_producers", what="transactional ids")
+        txn_timeout = int(self.config.request_timeout_ms) if transaction_timeout_ms is None else transaction_timeout_ms
+        if not is_int(txn_timeout) or not 0 < txn_timeout <= INT32_MAX:
+            raise ValueError(f"transaction_timeout_ms: expected an int in 1..{INT32_MAX}, got {txn_timeout!r}")
+        call: AdminCall[str] = self._call(ids, timeout_ms, "InitProducerId (fence) for")
+
+        async def send(node: int, keys: list[str]) -> None:
+            for tid in keys:                          # InitProducerId names one transactional id
+                _, response = await self._cluster.request(node, ApiKey.INIT_PRODUCER_ID, {
+                    "transactional_id": tid, "transaction_timeout_ms": txn_timeout, "producer_id": -1,
+                    "producer_epoch": -1})
+                call.answer(tid, response["error_code"], f"fencing transactional id {tid!r}",
+                            ProducerIdAndEpoch(response["producer_id"], response["producer_epoch"]))
+
+        return await self._router.run(call, self._router.coordinators({t: t for t in ids}, TRANSACTION), send)
+
+    async def abort_transaction(self, topic_partition: TopicPartition, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int, *, timeout_ms: int | None = None) -> None:
+        """Abort a hanging transaction on one partition (Java's abortTransaction, KIP-664): a transaction left
+        open there that its coordinator no longer knows of (a partition it never learnt of, a lost marker) holds
+        back the last stable offset, so read_committed consumers stop at it.
+
+        Sends WriteTxnMarkers with an abort marker for the producer to the partition's leader, as a transaction
+        coordinator would; take ``producer_id``, ``producer_epoch`` and ``coordinator_epoch`` from the
+        partition's ``describe_producers`` entry whose ``current_txn_start_offset`` is set (a coordinator epoch of
+        -1, none recorded yet, is sent as 0, as kafka-transactions.sh does). The broker requires CLUSTER_ACTION
+        on the cluster where an authorizer is set. Raises the partition's error (e.g.
+        ``TransactionCoordinatorFencedError`` for a coordinator epoch older than the partition's,
+        ``InvalidProducerEpochError`` for an epoch older than the producer's)."""
+        tp = partition_list([topic_partition], "topic_partition")[0]
+        for name, value, lo, hi in (("producer_id", producer_id, 0, 2**63 - 1),
+                                    ("producer_epoch", producer_epoch, 0, INT16_MAX),
+                                    ("coordinator_epoch", coordinator_epoch, -1, INT32_MAX)):
+            if not is_int(value) or not lo <= value <= hi:
+                raise ValueError(f"abort_transaction: {name} must be an int in {lo}..{hi}, got {value!r}")
+        what = f"abort of producer {producer_id} (epoch {producer_epoch}) on"
+        call: AdminCall[TopicPartition] = self._call([tp], timeout_ms, what)
+
+        async def send(node: int, keys: list[TopicPartition]) -> None:
+            _, response = await self._cluster.request(node, ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+                "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
+                "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}],
+                "coordinator_epoch": max(0, coordinator_epoch)}]})
+            answered: set[TopicPartition] = set()
+            for m in response["markers"]:
+                if m["producer_id"] != producer_id:
+                    continue
+                for t in m["topics"]:
+                    for p in t["partitions"]:
+                        got = TopicPartition(t["name"], p["partition_index"])
+                        answered.add(got)
+                        call.answer(got, p["error_code"], f"{what} {got.topic}-{got.partition}")
+            _fail_unanswered(call, keys, answered, f"WriteTxnMarkers (node {node})")
+
+        (await self._router.run(call, self._router.leaders, send)).raise_on_error()
 
     # ------------------------------------------------------------------ ACLs
     async def describe_acls(self, acl_filter: AclBindingFilter | None = None, *, timeout_ms: int | None = None

@@ -227,6 +227,14 @@ class TransactionListing:
 
 
 @dataclass(frozen=True)
+class ProducerIdAndEpoch:
+    """The producer id and epoch a transactional id has after ``fence_producers`` bumped it."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
 class TransactionDescription:
     transactional_id: str
     state: str

@@ -81,6 +81,8 @@ APIS = [
     "AddOffsetsToTxn",
     "EndTxn",
     "TxnOffsetCommit",
+    # admin: aborting a hanging transaction (KIP-664 abortTransaction)
+    "WriteTxnMarkers",
     # KIP-714 client metrics push (issue 36)
     "GetTelemetrySubscriptions",
     "PushTelemetry",

@@ -127,6 +127,8 @@ from ..protocol.messages import (
     TxnOffsetCommitResponse,
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 __all__ = ["ClusterRequest", "ClusterRequestAny", "ConnectionRequest", "ControllerRequest"]
@@ -288,6 +290,13 @@ class ClusterRequest(Protocol):
         body: EndTxnRequest | Callable[[int], EndTxnRequest],
         *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
     ) -> tuple[int, EndTxnResponse]: ...
+
+    @overload
+    async def __call__(
+        self, node_id: int, api_key: Literal[ApiKey.WRITE_TXN_MARKERS],
+        body: WriteTxnMarkersRequest | Callable[[int], WriteTxnMarkersRequest],
+        *, min_version: int = ..., max_version: int | None = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, WriteTxnMarkersResponse]: ...
 
     @overload
     async def __call__(
@@ -701,6 +710,13 @@ class ClusterRequestAny(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.WRITE_TXN_MARKERS],
+        body: WriteTxnMarkersRequest | Callable[[int], WriteTxnMarkersRequest],
+        *, min_version: int = ..., timeout_ms: int | None = ...,
+    ) -> tuple[int, int, WriteTxnMarkersResponse]: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.TXN_OFFSET_COMMIT],
         body: TxnOffsetCommitRequest | Callable[[int], TxnOffsetCommitRequest],
         *, min_version: int = ..., timeout_ms: int | None = ...,
@@ -1111,6 +1127,13 @@ class ConnectionRequest(Protocol):
 
     @overload
     async def __call__(
+        self, api_key: Literal[ApiKey.WRITE_TXN_MARKERS],
+        body: WriteTxnMarkersRequest,
+        *, version: int | None = ..., timeout_ms: float | None = ...,
+    ) -> WriteTxnMarkersResponse: ...
+
+    @overload
+    async def __call__(
         self, api_key: Literal[ApiKey.TXN_OFFSET_COMMIT],
         body: TxnOffsetCommitRequest,
         *, version: int | None = ..., timeout_ms: float | None = ...,
@@ -1518,6 +1541,13 @@ class ControllerRequest(Protocol):
         body: EndTxnRequest | Callable[[int], EndTxnRequest],
         *, timeout_ms: int,
     ) -> EndTxnResponse: ...
+
+    @overload
+    async def __call__(
+        self, api_key: Literal[ApiKey.WRITE_TXN_MARKERS],
+        body: WriteTxnMarkersRequest | Callable[[int], WriteTxnMarkersRequest],
+        *, timeout_ms: int,
+    ) -> WriteTxnMarkersResponse: ...
 
     @overload
     async def __call__(

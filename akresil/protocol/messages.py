@@ -2013,6 +2013,50 @@ class TxnOffsetCommitResponse(TypedDict):
     _unknown_tags: NotRequired[dict[int, bytes]]
 
 
+class WriteTxnMarkersRequestWritableTxnMarkerTopic(TypedDict, total=False):
+    name: str
+    partition_indexes: Sequence[int]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersRequestWritableTxnMarker(TypedDict, total=False):
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool
+    topics: Sequence[WriteTxnMarkersRequestWritableTxnMarkerTopic]
+    coordinator_epoch: int
+    transaction_version: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersRequest(TypedDict, total=False):
+    markers: Sequence[WriteTxnMarkersRequestWritableTxnMarker]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict):
+    partition_index: int
+    error_code: int
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict):
+    name: str
+    partitions: list[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict):
+    producer_id: int
+    topics: list[WriteTxnMarkersResponseWritableTxnMarkerTopicResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
+class WriteTxnMarkersResponse(TypedDict):
+    markers: list[WriteTxnMarkersResponseWritableTxnMarkerResult]
+    _unknown_tags: NotRequired[dict[int, bytes]]
+
+
 class GetTelemetrySubscriptionsRequest(TypedDict, total=False):
     client_instance_id: bytes
     _unknown_tags: NotRequired[dict[int, bytes]]
@@ -2241,6 +2285,7 @@ BY_API_KEY: dict[ApiKey, tuple[type, type]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ApiKey.ADD_OFFSETS_TO_TXN: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     ApiKey.END_TXN: (EndTxnRequest, EndTxnResponse),
+    ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     ApiKey.TXN_OFFSET_COMMIT: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse),
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),

@@ -1854,6 +1854,41 @@ def _txn_offset_commit_response() -> Message:
     )
 
 
+def _write_txn_markers_request() -> Message:
+    return M(
+        'WriteTxnMarkersRequest', 27, 'request', '1-2', '1+', (
+            F('markers', '[]WritableTxnMarker', '0+', fields=(
+                F('producer_id', 'int64', '0+'),
+                F('producer_epoch', 'int16', '0+'),
+                F('transaction_result', 'bool', '0+'),
+                F('topics', '[]WritableTxnMarkerTopic', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('partition_indexes', '[]int32', '0+'),
+                )),
+                F('coordinator_epoch', 'int32', '0+'),
+                F('transaction_version', 'int8', '2+', default=0, ignorable=True),
+            )),
+        ),
+    )
+
+
+def _write_txn_markers_response() -> Message:
+    return M(
+        'WriteTxnMarkersResponse', 27, 'response', '1-2', '1+', (
+            F('markers', '[]WritableTxnMarkerResult', '0+', fields=(
+                F('producer_id', 'int64', '0+'),
+                F('topics', '[]WritableTxnMarkerTopicResult', '0+', fields=(
+                    F('name', 'string', '0+'),
+                    F('partitions', '[]WritableTxnMarkerPartitionResult', '0+', fields=(
+                        F('partition_index', 'int32', '0+'),
+                        F('error_code', 'int16', '0+'),
+                    )),
+                )),
+            )),
+        ),
+    )
+
+
 def _get_telemetry_subscriptions_request() -> Message:
     return M(
         'GetTelemetrySubscriptionsRequest', 71, 'request', '0', '0+', (
@@ -2201,6 +2236,8 @@ TABLE: dict[str, tuple[Callable[[], Message], str, int | None, str, str]] = {
     'END_TXN_RESPONSE': (_end_txn_response, 'EndTxnResponse', 26, 'response', '0-5'),
     'TXN_OFFSET_COMMIT_REQUEST': (_txn_offset_commit_request, 'TxnOffsetCommitRequest', 28, 'request', '0-5'),
     'TXN_OFFSET_COMMIT_RESPONSE': (_txn_offset_commit_response, 'TxnOffsetCommitResponse', 28, 'response', '0-5'),
+    'WRITE_TXN_MARKERS_REQUEST': (_write_txn_markers_request, 'WriteTxnMarkersRequest', 27, 'request', '1-2'),
+    'WRITE_TXN_MARKERS_RESPONSE': (_write_txn_markers_response, 'WriteTxnMarkersResponse', 27, 'response', '1-2'),
     'GET_TELEMETRY_SUBSCRIPTIONS_REQUEST': (_get_telemetry_subscriptions_request, 'GetTelemetrySubscriptionsRequest', 71, 'request', '0'),
     'GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE': (_get_telemetry_subscriptions_response, 'GetTelemetrySubscriptionsResponse', 71, 'response', '0'),
     'PUSH_TELEMETRY_REQUEST': (_push_telemetry_request, 'PushTelemetryRequest', 72, 'request', '0'),
