@@ -169,6 +169,8 @@ async def cmd_groups(args: argparse.Namespace, config: dict[str, Any]) -> int:
             return await _describe_groups(admin, args)
         if args.groups_command == "delete":
             return await _delete_groups(admin, args)
+        if args.groups_command == "remove-members":
+            return await _remove_members(admin, args)
         return await _reset_offsets(admin, args)
 
 
@@ -207,6 +209,14 @@ async def _delete_groups(admin: Any, args: argparse.Namespace) -> int:
     if not share.issuperset(args.groups):
         results.append(await admin.delete_consumer_groups([g for g in args.groups if g not in share]))
     return _report(args, "deleted", *results)
+
+
+async def _remove_members(admin: Any, args: argparse.Namespace) -> int:
+    """Static members named by ``--member`` (their group instance ids), or with ``--all-members`` every member
+    of the described group; one row per member."""
+    results = await admin.remove_members_from_consumer_group(
+        args.group, None if args.all_members else args.member, reason=args.reason)
+    return _report(args, "removed", results)
 
 
 async def _describe_groups(admin: Any, args: argparse.Namespace) -> int:
@@ -583,7 +593,8 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
 
-    groups = sub.add_parser("groups", help="list, describe, reset offsets of or delete consumer groups "
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of, remove members from or delete "
+                                           "consumer groups "
                                            "(describe and reset-offsets also take share groups)")
     gsub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     g = gsub.add_parser("list", parents=[client, out], help="every group on every broker")
@@ -594,6 +605,15 @@ def add_parsers(sub: Any, topics_sub: Any, client: argparse.ArgumentParser, posi
     g.add_argument("groups", nargs="+", metavar="GROUP")
     g = gsub.add_parser("delete", parents=[client, out], help="delete groups (they must have no members)")
     g.add_argument("groups", nargs="+", metavar="GROUP")
+    g = gsub.add_parser("remove-members", parents=[client, out],
+                        help="remove static members (gone for good) from a consumer group now, not after their "
+                             "session timeout; or every member")
+    g.add_argument("group", metavar="GROUP")
+    who = g.add_mutually_exclusive_group(required=True)
+    who.add_argument("--member", action="append", metavar="INSTANCE_ID",
+                     help="a static member's group.instance.id (repeatable)")
+    who.add_argument("--all-members", action="store_true", help="every member the group has now")
+    g.add_argument("--reason", help="logged by the broker (LeaveGroup v5+)")
     g = gsub.add_parser("reset-offsets", parents=[client, out],
                         help="move a group's committed offsets, or a share group's start offsets "
                              "(dry run unless --execute)")

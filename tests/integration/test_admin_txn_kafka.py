@@ -1,7 +1,7 @@
 """fence_producers, abort_transaction and remove_members_from_consumer_group on Apache Kafka (the session's one-node
 ``kafka_node``): a zombie transactional producer fenced and its open transaction hidden from read_committed
 readers; a hanging transaction found with describe_producers aborted so read_committed readers move past it; a
-static member that left without a LeaveGroup removed from its group. Request building and answer mapping:
+static members that left without a LeaveGroup removed from their group (Admin and CLI). Request building and answer mapping:
 tests/unit/test_admin_fence_abort_remove.py."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import uuid
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from akresil import Admin, Consumer, Producer, TopicPartition, errors
+from akresil.cli import build_parser, cmd_groups
 from akresil.testing import EmbeddedBroker
 
 pytestmark = pytest.mark.broker
@@ -91,26 +93,39 @@ async def test_abort_transaction_lets_read_committed_readers_past_a_hanging_tran
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
-async def test_a_static_member_removed_leaves_its_group(kafka_node: EmbeddedBroker, protocol: str) -> None:
+async def test_static_members_removed_leave_their_group(kafka_node: EmbeddedBroker, protocol: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     bootstrap = kafka_node.bootstrap_servers
-    topic = await kafka_node.create_topic(_unique("static"))
+    topic = await kafka_node.create_topic(_unique("static"), partitions=2)
     group = _unique("g")
     # the session outlives the test (KIP-848 groups: the broker's 45 s)
     settings: dict[str, Any] = {"group_protocol": protocol}
     if protocol == "classic":
         settings["session_timeout_ms"] = 45_000
     async with Consumer(topic, bootstrap_servers=bootstrap, group_id=group, group_instance_id="box-1",
-                        **settings) as member:
+                        **settings) as one, \
+            Consumer(topic, bootstrap_servers=bootstrap, group_id=group, group_instance_id="box-2",
+                     **settings) as two:
         with anyio.fail_after(30):
-            while not member.assignment():
-                await member.getmany(timeout_ms=200)
+            while not (one.assignment() and two.assignment()):
+                await one.getmany(timeout_ms=100)
+                await two.getmany(timeout_ms=100)
     # a static member that closes stays in the group (no LeaveGroup) until its session times out
     async with Admin(bootstrap_servers=bootstrap) as admin:
         described = (await admin.describe_consumer_groups([group]))[group]
-        assert [m.group_instance_id for m in described.members] == ["box-1"]
+        assert sorted(m.group_instance_id or "" for m in described.members) == ["box-1", "box-2"]
 
         results = await admin.remove_members_from_consumer_group(group, ["box-1", "box-9"])
         assert results.ok == {"box-1": None}
         with pytest.raises(errors.UnknownMemberIdError, match=f"member 'box-9' of group '{group}'"):
             results["box-9"]
+        assert [m.group_instance_id for m in (await admin.describe_consumer_groups([group]))[group].members] == [
+            "box-2"]
+
+        # the CLI, every member left: the group described first
+        args = build_parser().parse_args(["groups", "remove-members", group, "--all-members", "-b", bootstrap,
+                                          "--json"])
+        assert await cmd_groups(args) == 0
+        assert [orjson.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+            {"item": "box-2", "result": "removed"}]
         assert (await admin.describe_consumer_groups([group]))[group].members == ()

@@ -10,10 +10,11 @@ import pytest
 from akresil.admin_types import DEFAULT, GroupDescription, GroupOffset, MemberDescription, ShareGroupOffset
 from akresil.checks import EARLIEST as FIRST, LATEST as LAST
 from akresil.cli import build_parser, main
-from akresil.cli_admin import (ANY_NAME, AdminUsageError, _delete_groups, _describe_groups, _reset_offsets, parse_datetime_ms,
+from akresil.cli_admin import (ANY_NAME, AdminUsageError, _delete_groups, _describe_groups, _remove_members,
+                               _reset_offsets, parse_datetime_ms,
                                parse_move, parse_topic_spec, plan_reset, quota_parts, table)
 from akresil.core.admin_call import ItemResults
-from akresil.errors import GroupAuthorizationFailedError, GroupIdNotFoundError
+from akresil.errors import GroupAuthorizationFailedError, GroupIdNotFoundError, UnknownMemberIdError
 from akresil.types import TopicPartition
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -247,3 +248,31 @@ async def test_groups_delete_deletes_each_group_by_its_type(capsys: pytest.Captu
     assert admin.deleted == [("share", ["gs"]), ("consumer", ["gc", "none"])]
     rows = {r["item"]: r["result"] for r in map(orjson.loads, capsys.readouterr().out.splitlines())}
     assert rows["gs"] == rows["gc"] == "deleted" and rows["none"].startswith("GroupIdNotFoundError")
+
+
+class _RemovingAdmin:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, list[str] | None, str | None]] = []
+
+    async def remove_members_from_consumer_group(self, group: str, members: list[str] | None,
+                                                 *, reason: str | None = None) -> ItemResults[str, None]:
+        self.asked.append((group, members, reason))
+        names = members or ["box-1"]
+        return ItemResults(names, {m: None for m in names if m != "gone"},
+                           {"gone": UnknownMemberIdError("member 'gone' of group 'g': unknown")})
+
+
+async def test_groups_remove_members_names_members_or_takes_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+    admin = _RemovingAdmin()
+    args = build_parser().parse_args(["groups", "remove-members", "g", "--member", "box-1", "--member", "gone",
+                                      "--reason", "host retired", "--json"])
+    assert await _remove_members(admin, args) == 1             # a member that failed: exit 1
+    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == {"item": "box-1", "result": "removed"}
+    assert rows[1]["item"] == "gone" and rows[1]["result"].startswith("UnknownMemberIdError")
+    assert await _remove_members(admin, build_parser().parse_args(["groups", "remove-members", "g",
+                                                                   "--all-members"])) == 0
+    assert admin.asked == [("g", ["box-1", "gone"], "host retired"), ("g", None, None)]
+    for bad in (["g"], ["g", "--member", "a", "--all-members"]):     # exactly one of the two
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["groups", "remove-members", *bad])
