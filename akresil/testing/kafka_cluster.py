@@ -30,7 +30,7 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Mapping, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -38,6 +38,9 @@ import anyio.to_thread
 from ..protocol.api import ApiKey, decode_response, encode_request
 from .broker import BlockingLifecycle, BrokerStartError, _kill, free_port
 from .control import KAFKA, Capability, ControlDefaults
+
+if TYPE_CHECKING:
+    from ..admin import Admin
 from .kafka_jars import KafkaUnavailable, java_command, kafka_version, resolve_kafka_jars
 
 __all__ = ["KafkaCluster", "KafkaNode", "KafkaUnavailable", "SASL_USERS"]
@@ -628,7 +631,7 @@ class KafkaCluster(ControlDefaults, BlockingLifecycle):
         await anyio.to_thread.run_sync(run)
 
     # ------------------------------------------------------------------ cluster operations (Admin API)
-    def admin(self, **config: Any) -> Any:
+    def admin(self, **config: Any) -> Admin:
         """An ``akresil.Admin`` on this cluster's PLAINTEXT listener (a super user when ACLs are on)."""
         from ..admin import Admin
         return Admin(bootstrap_servers=self.bootstrap(brokers=self.running_brokers()), **config)

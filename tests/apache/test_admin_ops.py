@@ -5,24 +5,18 @@ names as controller (KRaft forwarding). The one-node checks: tests/integration/t
 
 from __future__ import annotations
 
-from typing import cast
-
-from akresil import Admin, TopicPartition
+from akresil import TopicPartition
 from akresil.admin_types import TopicPartitionReplica
 from akresil.testing import KafkaCluster
 
 from .conftest import TopicMaker
 
 
-def _admin(cluster: KafkaCluster) -> Admin:
-    return cast(Admin, cluster.admin())
-
-
 async def test_every_brokers_log_dirs_hold_a_replica_of_a_three_replica_topic(kafka_cluster: KafkaCluster,
                                                                              make_topic: TopicMaker) -> None:
     topic = await make_topic(partitions=1, replication_factor=3)
     tp = TopicPartition(topic, 0)
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
 
         async def everywhere() -> bool:
             results = await admin.describe_log_dirs()
@@ -37,7 +31,7 @@ async def test_every_brokers_log_dirs_hold_a_replica_of_a_three_replica_topic(ka
 
 
 async def test_the_quorum_is_the_controller_observed_by_the_brokers(kafka_cluster: KafkaCluster) -> None:
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         quorum = await admin.describe_metadata_quorum()
         level = (await admin.describe_features()).finalized["metadata.version"].max_version
         checked = await admin.update_features({"metadata.version": (level, "upgrade")}, validate_only=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 import pytest
 
-from akresil import Admin, NewTopic, Producer, TopicPartition, errors
+from akresil import NewTopic, Producer, TopicPartition, errors
 from akresil.admin_types import (DEFAULT, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent,
                                  ConfigResource, PartitionReassignment)
 from akresil.cli import main
@@ -20,16 +20,11 @@ from akresil.testing import KafkaCluster
 from .conftest import TopicMaker
 
 
-def _admin(cluster: KafkaCluster) -> Admin:
-    """The cluster's admin client, typed (``KafkaCluster.admin`` imports Admin lazily and returns Any)."""
-    return cast(Admin, cluster.admin())
-
-
 async def test_reordered_replicas_and_a_preferred_election_move_the_leader(kafka_cluster: KafkaCluster,
                                                                            make_topic: TopicMaker) -> None:
     topic = await make_topic(partitions=1, replication_factor=3)
     tp = TopicPartition(topic, 0)
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         before = (await admin.describe_topics([topic]))[topic].partitions[0]
         new_leader = next(r for r in before.replicas if r != before.leader)
         order = [new_leader] + [r for r in before.replicas if r != new_leader]
@@ -66,13 +61,13 @@ async def test_a_throttled_reassignment_is_listed_until_cancelled(kafka_cluster:
     throttled = {"leader.replication.throttled.replicas": "*", "follower.replication.throttled.replicas": "*"}
     brokers = [ConfigResource("broker", str(home)), ConfigResource("broker", str(target))]
     rate = {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         await admin.create_topics([NewTopic(topic, replica_assignment={0: [home], 1: [home]}, configs=throttled)])
     # more than one replica fetch (1 MiB) of data, copied at 1 B/s: the new replica cannot catch up in the test
     async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, linger_ms=20) as producer:
         for f in [await producer.enqueue(topic, b"x" * 10_000, partition=0) for _ in range(300)]:
             await f
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         try:
             (await admin.incremental_alter_configs({b: rate for b in brokers})).raise_on_error()
 
@@ -121,7 +116,7 @@ async def test_a_client_quota_is_described_throttles_that_client_and_is_removed(
     entity = ClientQuotaEntity(client_id=client)
     mixed = ClientQuotaEntity(user=unique("u"), ip="10.1.2.3")          # Kafka: an IP quota stands alone
     only_this = ClientQuotaFilter((ClientQuotaFilterComponent("client-id", client),))
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         results = await admin.alter_client_quotas({
             entity: {"producer_byte_rate": 1024.0, "consumer_byte_rate": 4096.0},
             ClientQuotaEntity(client_id=unique("bad")): {"no_such_quota": 1.0},
@@ -147,7 +142,7 @@ async def test_a_client_quota_is_described_throttles_that_client_and_is_removed(
     assert produce, f"no Produce answer was throttled after {sent} records of 4 KiB at a 1 KiB/s quota"
     assert produce[0]["throttle_ms"] > 0 and produce[0]["muted"]        # Produce v6+: the client mutes (KIP-219)
 
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         removed = await admin.alter_client_quotas({entity: {"producer_byte_rate": None}})
         assert removed[entity] is None
 
@@ -167,7 +162,7 @@ async def test_default_entities_and_validate_only(kafka_cluster: KafkaCluster, u
     user = unique("u")
     users_clients = ClientQuotaEntity(user=user, client_id=DEFAULT)     # every client id of this user
     every_user = ClientQuotaEntity(user=DEFAULT)
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         checked = await admin.alter_client_quotas({every_user: {"consumer_byte_rate": 1.0}}, validate_only=True)
         assert checked[every_user] is None
         assert (await admin.alter_client_quotas({users_clients: {"consumer_byte_rate": 2048.0}}))[users_clients] is None
@@ -202,7 +197,7 @@ async def test_the_cluster_helpers_built_on_these_calls(kafka_cluster: KafkaClus
     entity, only_this = ClientQuotaEntity(client_id=client), ClientQuotaFilter(
         (ClientQuotaFilterComponent("client-id", client),))
     await kafka_cluster.set_client_quota(client_id=client, producer_byte_rate=2048.0)
-    async with _admin(kafka_cluster) as admin:
+    async with kafka_cluster.admin() as admin:
         async def has_quota() -> bool:
             return await admin.describe_client_quotas(only_this) == {entity: {"producer_byte_rate": 2048.0}}
 
