@@ -507,31 +507,7 @@ class Admin(ClientLifecycle):
         Kafka's DeleteGroups deletes a group of any type, so each group is first asked with ShareGroupDescribe in
         the same round: one that is not a share group (a consumer group named by mistake) is not deleted and fails
         with ``GroupIdNotFoundError`` carrying the broker's reason, as a group that does not exist."""
-        groups = group_id_list(group_ids, "delete_share_groups")
-        call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for share group")
-
-        async def send(node: int, keys: list[str]) -> None:
-            _, described = await self._cluster.request(
-                node, ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": keys, "include_authorized_operations": False})
-            shares = []
-            for g in described["groups"]:
-                gid, code = g["group_id"], g["error_code"]
-                if gid not in call.pending:
-                    continue
-                if code:
-                    call.answer(gid, code, f"share group {gid!r}", None, g.get("error_message"))
-                else:
-                    shares.append(gid)
-            _fail_unanswered(call, keys, {g["group_id"] for g in described["groups"]},
-                             f"ShareGroupDescribe (node {node})")
-            if shares:
-                _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": shares})
-                for r in response["results"]:
-                    call.answer(r["group_id"], r["error_code"], f"share group {r['group_id']!r}")
-                _fail_unanswered(call, shares, {r["group_id"] for r in response["results"]},
-                                 f"DeleteGroups (node {node})")
-
-        return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
+        return await self._delete_groups(group_ids, timeout_ms, share=True)
 
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                                      ) -> ItemResults[str, None]:
@@ -540,27 +516,49 @@ class Admin(ClientLifecycle):
         Kafka's DeleteGroups deletes a group of any type, so where the coordinator knows share groups each group
         is first asked with ShareGroupDescribe in the same round: a share group named here by mistake is not
         deleted and fails with ``GroupIdNotFoundError`` saying so (``delete_share_groups`` deletes it)."""
-        groups = group_id_list(group_ids, "delete_consumer_groups")
-        call: AdminCall[str] = self._call(groups, timeout_ms, "DeleteGroups for group")
+        return await self._delete_groups(group_ids, timeout_ms, share=False)
+
+    async def _delete_groups(self, group_ids: Iterable[str], timeout_ms: int | None, *, share: bool
+                             ) -> ItemResults[str, None]:
+        """DeleteGroups for the groups of one kind (``share``: share groups, else consumer groups) after one
+        ShareGroupDescribe in the same round tells which each is; a group of the other kind fails unharmed. Share
+        groups: the broker must know the API, and a group its answer leaves out fails at once. Consumer groups: a
+        broker without the API has no share groups, so all are deleted."""
+        where, what = ("delete_share_groups", "share group") if share else ("delete_consumer_groups", "group")
+        groups = group_id_list(group_ids, where)
+        call: AdminCall[str] = self._call(groups, timeout_ms, f"DeleteGroups for {what}")
 
         async def send(node: int, keys: list[str]) -> None:
             try:
                 _, described = await self._cluster.request(
                     node, ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": keys, "include_authorized_operations": False})
+                kinds = described["groups"]
             except errors.UnsupportedVersionError:
-                pass                                 # a broker without share groups has none to delete by mistake
-            else:
-                for g in described["groups"]:
-                    gid = g["group_id"]
-                    if g["error_code"] == 0 and gid in call.pending:
-                        call.answer(gid, errors.GroupIdNotFoundError.errno, f"group {gid!r}", None,
-                                    "it is a share group, not a consumer group: delete_share_groups deletes it")
-                keys = [k for k in keys if k in call.pending]
-                if not keys:
-                    return
+                if share:
+                    raise
+                kinds = []                           # a broker without share groups has none to delete by mistake
+            held: set[str] = set()                   # answered here (the other kind, or a share group's error)
+            for g in kinds:
+                gid, code = g["group_id"], g["error_code"]
+                if gid not in call.pending or (code == 0) == share:
+                    continue                         # the kind asked for (a consumer group may carry an error)
+                held.add(gid)
+                if share:
+                    call.answer(gid, code, f"share group {gid!r}", None, g.get("error_message"))
+                else:
+                    call.answer(gid, errors.GroupIdNotFoundError.errno, f"group {gid!r}", None,
+                                "it is a share group, not a consumer group: delete_share_groups deletes it")
+            if share:
+                _fail_unanswered(call, keys, {g["group_id"] for g in kinds}, f"ShareGroupDescribe (node {node})")
+            keys = [k for k in keys if k in call.pending and k not in held]
+            if not keys:
+                return
             _, response = await self._cluster.request(node, ApiKey.DELETE_GROUPS, {"groups_names": keys})
             for r in response["results"]:
-                call.answer(r["group_id"], r["error_code"], f"group {r['group_id']!r}")
+                call.answer(r["group_id"], r["error_code"], f"{what} {r['group_id']!r}")
+            if share:
+                _fail_unanswered(call, keys, {r["group_id"] for r in response["results"]},
+                                 f"DeleteGroups (node {node})")
 
         return await self._router.run(call, self._router.coordinators({g: g for g in groups}, GROUP), send)
 
